@@ -1,0 +1,43 @@
+// The symbolized profile of one export interval: what the agent hands to every output writer
+// (pprof files, the flame graph, later OTLP).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+enum class FrameKind : uint8_t { kNative, kKernel };
+
+// One symbolized code location. Frames are owned by the agent's symbol cache and stay valid
+// until the interval that references them has been written.
+struct Frame {
+  FrameKind kind = FrameKind::kNative;
+  // Demangled function name; for a frame that cannot be named, "module+0xOFFSET".
+  std::string function;
+  std::string source_file;  // empty when unknown
+  uint32_t line = 0;        // 0 when unknown
+  // Native frames: ELF virtual address in `module`. Kernel frames: kernel address.
+  uint64_t address = 0;
+  // Path of the binary as the process mapped it, or "[kernel.kallsyms]" / "[ext4]" for the kernel.
+  std::string module;
+  std::string build_id;  // lower-case hex GNU build id, empty when none
+};
+
+struct StackSample {
+  uint32_t pid = 0;
+  std::string process;               // process name (/proc/PID/comm of the main thread)
+  std::string thread;                // thread name at sample time
+  std::vector<const Frame*> frames;  // leaf first: kernel frames, then user frames
+  int64_t count = 0;
+};
+
+struct IntervalProfile {
+  int64_t start_unix_ns = 0;
+  int64_t duration_ns = 0;
+  int64_t period_ns = 0;  // CPU time one sample stands for: 1e9 / sampling Hz
+  std::vector<StackSample> samples;
+};
+
+}  // namespace ember
