@@ -1,0 +1,162 @@
+// The profiling loop of ember-agent.
+#include "agent/agent.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "output/pprof_writer.h"
+#include "spdlog/spdlog.h"
+
+namespace ember {
+namespace {
+
+constexpr int kMaxPollMs = 100;
+
+int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
+}
+
+}  // namespace
+
+Agent::Agent(const Options& options)
+    : options_(options), frames_(&processes_, &modules_, nullptr) {}
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
+    const Options& options, std::chrono::steady_clock::time_point started_at) {
+  std::unique_ptr<Agent> agent(new Agent(options));
+  agent->started_at_ = started_at;
+
+  std::error_code error;
+  std::filesystem::create_directories(options.output_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--output-dir: cannot create '", options.output_dir, "': ", error.message()));
+  }
+
+  BpfProfilerConfig config{.sampling_hz = options.sampling_hz, .pids = options.pids};
+  Agent* self = agent.get();
+  ASSIGN_OR_RETURN(agent->profiler_,
+                   BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
+  spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
+               agent->profiler_->attached_cpus(), MillisecondsSince(started_at),
+               options.sampling_hz,
+               options.pids.empty() ? ", every process"
+                                    : absl::StrCat(", ", options.pids.size(), " process(es)"));
+
+  // Samples queue in the ring buffer meanwhile, so loading symbols does not delay the first one.
+  auto kernel_symbols = KernelSymbols::Load();
+  if (kernel_symbols.ok()) {
+    agent->kernel_symbols_ = std::move(kernel_symbols).value();
+    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
+  } else {
+    spdlog::warn("kernel frames will be unnamed: {}", kernel_symbols.status().message());
+  }
+  agent->interval_start_ = absl::Now();
+  return agent;
+}
+
+void Agent::OnSample(const SampleView& sample) {
+  if (!seen_first_sample_) {
+    seen_first_sample_ = true;
+    spdlog::info("first sample {} ms after start", MillisecondsSince(started_at_));
+  }
+  ++samples_seen_;
+  const ember_sample& header = *sample.header;
+  std::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
+
+  stack_.clear();
+  for (size_t i = 0; i < sample.kernel_ips.size(); ++i) {
+    stack_.push_back(frames_.Kernel(sample.kernel_ips[i], /*caller=*/i > 0));
+  }
+  Process* process = processes_.Get(header.pid);
+  if (process != nullptr) {
+    for (size_t i = 0; i < sample.user_ips.size(); ++i) {
+      stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
+    }
+  } else if (!sample.user_ips.empty()) {
+    stack_.push_back(frames_.Marker("[process exited]"));  // gone before we could read its maps
+  }
+  if (header.user_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
+
+  std::string_view process_name = process != nullptr ? std::string_view(process->name) : thread;
+  aggregator_.Add(header.pid, process_name, thread, stack_);
+}
+
+std::string Agent::NextPprofPath(absl::Time now) const {
+  std::string stem = absl::StrCat(options_.output_dir, "/cpu-",
+                                  absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
+  std::string path = stem + ".pb.gz";
+  for (int n = 2; std::filesystem::exists(path); ++n) path = absl::StrCat(stem, "-", n, ".pb.gz");
+  return path;
+}
+
+absl::Status Agent::ExportInterval(absl::Time now) {
+  const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
+  IntervalProfile profile =
+      aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
+                               absl::ToInt64Nanoseconds(now - interval_start_), period_ns);
+  interval_start_ = now;
+  int64_t samples = 0;
+  for (const StackSample& s : profile.samples) samples += s.count;
+  if (samples > 0) {
+    std::string path = NextPprofPath(now);
+    RETURN_IF_ERROR(WritePprofFile(profile, path));
+    ++profiles_written_;
+    flame_graph_.Add(profile);
+    RETURN_IF_ERROR(
+        flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile"));
+    spdlog::info("wrote {} ({} samples, {} stacks)", path, samples, profile.samples.size());
+  }
+  BpfStats stats = profiler_->ReadStats();
+  if (stats.ring_buffer_full > ring_buffer_full_reported_) {
+    spdlog::warn("{} samples lost: ring buffer full",
+                 stats.ring_buffer_full - ring_buffer_full_reported_);
+    ring_buffer_full_reported_ = stats.ring_buffer_full;
+  }
+  // Only now, with the interval written, may cached frames and modules go.
+  frames_.NextGeneration();
+  modules_.NextGeneration();
+  processes_.DropExited();
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Run(const std::atomic<bool>& stop) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = options_.duration == absl::ZeroDuration() ? absl::InfiniteFuture()
+                                                                        : start + options_.duration;
+  absl::Time next_export = start + options_.export_interval;
+  while (!stop.load()) {
+    absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    if (now >= next_export) {
+      RETURN_IF_ERROR(ExportInterval(now));
+      next_export += options_.export_interval;
+      if (next_export <= now) next_export = now + options_.export_interval;
+    }
+    absl::Duration wait = std::min(next_export, deadline) - now;
+    int wait_ms =
+        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wait), 0, kMaxPollMs));
+    RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
+  }
+  RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
+  RETURN_IF_ERROR(ExportInterval(absl::Now()));
+
+  BpfStats stats = profiler_->ReadStats();
+  spdlog::info("done: {} samples, {} lost, {} profile(s) in {}", samples_seen_,
+               stats.ring_buffer_full, profiles_written_, options_.output_dir);
+  if (flame_graph_.total_samples() > 0) {
+    std::error_code error;
+    auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error);
+    spdlog::info("flame graph: {}", page.string());
+  } else {
+    spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ember

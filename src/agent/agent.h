@@ -1,0 +1,57 @@
+// The profiling loop: sample, symbolize, aggregate, and write each interval to the output folder.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/aggregator.h"
+#include "agent/bpf_profiler.h"
+#include "agent/frame_resolver.h"
+#include "agent/options.h"
+#include "agent/process_table.h"
+#include "output/flame_graph.h"
+#include "symbolize/elf_module.h"
+#include "symbolize/kallsyms.h"
+
+namespace ember {
+
+class Agent {
+ public:
+  // started_at: when the program started, for the start-up time it reports.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(
+      const Options& options, std::chrono::steady_clock::time_point started_at);
+
+  // Profiles until --duration ends or `stop` turns true, then writes the last interval.
+  absl::Status Run(const std::atomic<bool>& stop);
+
+ private:
+  explicit Agent(const Options& options);
+  void OnSample(const SampleView& sample);
+  absl::Status ExportInterval(absl::Time now);
+  std::string NextPprofPath(absl::Time now) const;
+
+  Options options_;
+  std::chrono::steady_clock::time_point started_at_;
+  std::optional<KernelSymbols> kernel_symbols_;
+  ProcessTable processes_;
+  ModuleCache modules_;
+  FrameResolver frames_;
+  Aggregator aggregator_;
+  FlameGraph flame_graph_;
+  std::unique_ptr<BpfProfiler> profiler_;
+
+  absl::Time interval_start_;
+  bool seen_first_sample_ = false;
+  int profiles_written_ = 0;
+  uint64_t samples_seen_ = 0;
+  uint64_t ring_buffer_full_reported_ = 0;
+  std::vector<const Frame*> stack_;  // reused per sample
+};
+
+}  // namespace ember

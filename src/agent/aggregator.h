@@ -1,0 +1,42 @@
+// Counts samples per (process, thread name, stack) over one export interval.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/profile.h"
+
+namespace ember {
+
+class Aggregator {
+ public:
+  // frames: leaf first.
+  void Add(uint32_t pid, std::string_view process, std::string_view thread,
+           std::span<const Frame* const> frames);
+  // Hands over everything counted since the last call and starts a new interval.
+  IntervalProfile TakeInterval(int64_t start_unix_ns, int64_t duration_ns, int64_t period_ns);
+
+  int64_t total_samples() const { return total_samples_; }
+  size_t distinct_stacks() const { return counts_.size(); }
+
+ private:
+  struct Key {
+    uint32_t pid = 0;
+    std::string process;
+    std::string thread;
+    std::vector<const Frame*> frames;
+    bool operator==(const Key&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& key) {
+      return H::combine(std::move(h), key.pid, key.process, key.thread, key.frames);
+    }
+  };
+  absl::flat_hash_map<Key, int64_t> counts_;
+  int64_t total_samples_ = 0;
+};
+
+}  // namespace ember

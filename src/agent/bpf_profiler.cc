@@ -1,0 +1,170 @@
+// Loader for bpf/profiler.bpf.c: libbpf errors become one clear Status here, in one place.
+#include "agent/bpf_profiler.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "agent/cpu_list.h"
+#include "profiler.skel.h"
+#include "spdlog/spdlog.h"
+
+namespace ember {
+namespace {
+
+constexpr char kKernelBtf[] = "/sys/kernel/btf/vmlinux";
+
+int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  char line[1024];
+  vsnprintf(line, sizeof(line), format, args);
+  std::string_view text(line);
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  if (level == LIBBPF_WARN) {
+    spdlog::debug("libbpf: {}", text);  // the caller turns failures into one clear error
+  } else {
+    spdlog::trace("libbpf: {}", text);
+  }
+  return 0;
+}
+
+absl::Status ErrnoStatus(int err, std::string_view what) {
+  err = err < 0 ? -err : err;
+  std::string hint;
+  if (err == EPERM || err == EACCES) {
+    hint = " (run ember-agent as root, or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)";
+  }
+  return absl::PermissionDeniedError(absl::StrCat(what, ": ", strerror(err), hint));
+}
+
+size_t RingBufferBytes(int cpus) {
+  // 256 KiB per CPU holds over a second of samples at 99 Hz with full stacks; a power of two
+  // is what the kernel requires.
+  size_t want = static_cast<size_t>(cpus) * 256 * 1024;
+  size_t bytes = 1 << 20;
+  while (bytes < want) bytes <<= 1;
+  return bytes;
+}
+
+int OpenCpuClock(int cpu, int hz) {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_CPU_CLOCK;
+  // cpu-clock counts nanoseconds, so a fixed period gives exactly `hz` samples per busy second
+  // and every sample stands for the same CPU time.
+  attr.sample_period = 1'000'000'000ull / hz;
+  return static_cast<int>(
+      syscall(SYS_perf_event_open, &attr, /*pid=*/-1, cpu, /*group_fd=*/-1, PERF_FLAG_FD_CLOEXEC));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfilerConfig& config,
+                                                                 SampleHandler handler) {
+  libbpf_set_print(LibbpfPrint);
+  struct stat st;
+  if (stat(kKernelBtf, &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kernel BTF not found at ", kKernelBtf,
+        ": Ember needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux 5.8 or later)"));
+  }
+  std::ifstream online_file("/sys/devices/system/cpu/online");
+  std::string online_text;
+  std::getline(online_file, online_text);
+  auto cpus = ParseCpuList(online_text);
+  if (!cpus.ok()) return cpus.status();
+
+  std::unique_ptr<BpfProfiler> self(new BpfProfiler());
+  self->handler_ = std::move(handler);
+  self->skeleton_ = profiler_bpf__open();
+  if (self->skeleton_ == nullptr) return ErrnoStatus(errno, "opening the BPF object");
+
+  self->skeleton_->rodata->filter_pids = !config.pids.empty();
+  size_t ring_bytes =
+      config.ring_buffer_bytes ? config.ring_buffer_bytes : RingBufferBytes(cpus->size());
+  if (int err = bpf_map__set_max_entries(self->skeleton_->maps.samples, ring_bytes); err != 0) {
+    return ErrnoStatus(err, "sizing the ring buffer");
+  }
+  if (int err = profiler_bpf__load(self->skeleton_); err != 0) {
+    return ErrnoStatus(err, "loading the BPF program (set --log-level=debug for libbpf's log)");
+  }
+  for (uint32_t pid : config.pids) {
+    uint8_t one = 1;
+    if (bpf_map__update_elem(self->skeleton_->maps.pid_filter, &pid, sizeof(pid), &one, sizeof(one),
+                             BPF_ANY) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("adding pid ", pid, " to the filter"));
+    }
+  }
+  self->ring_ =
+      ring_buffer__new(bpf_map__fd(self->skeleton_->maps.samples), &OnRecord, self.get(), nullptr);
+  if (self->ring_ == nullptr) return ErrnoStatus(errno, "opening the ring buffer");
+
+  for (int cpu : *cpus) {
+    int fd = OpenCpuClock(cpu, config.sampling_hz);
+    if (fd < 0) {
+      return ErrnoStatus(errno, absl::StrCat("perf_event_open of cpu-clock on CPU ", cpu));
+    }
+    self->perf_fds_.push_back(fd);
+    bpf_link* link = bpf_program__attach_perf_event(self->skeleton_->progs.profile__sample, fd);
+    if (link == nullptr) {
+      return ErrnoStatus(errno, absl::StrCat("attaching to the perf event of CPU ", cpu));
+    }
+    self->links_.push_back(link);
+  }
+  return self;
+}
+
+BpfProfiler::~BpfProfiler() {
+  for (bpf_link* link : links_) bpf_link__destroy(link);
+  for (int fd : perf_fds_) close(fd);
+  ring_buffer__free(ring_);
+  profiler_bpf__destroy(skeleton_);
+}
+
+int BpfProfiler::OnRecord(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<BpfProfiler*>(ctx);
+  SampleView view;
+  if (DecodeSample(data, size, &view) != DecodeResult::kOk) {
+    ++self->malformed_records_;
+    return 0;
+  }
+  self->handler_(view);
+  return 0;
+}
+
+absl::StatusOr<int> BpfProfiler::Poll(int timeout_ms) {
+  int n = ring_buffer__poll(ring_, timeout_ms);
+  if (n == -EINTR) return 0;
+  if (n < 0) return ErrnoStatus(n, "reading the ring buffer");
+  return n;
+}
+
+BpfStats BpfProfiler::ReadStats() const {
+  BpfStats stats;
+  int ncpus = libbpf_num_possible_cpus();
+  if (ncpus <= 0) return stats;
+  std::vector<uint64_t> values(ncpus);
+  uint64_t* fields[] = {&stats.samples, &stats.ring_buffer_full, &stats.kernel_stack_errors,
+                        &stats.user_stack_errors};
+  static_assert(std::size(fields) == EMBER_STAT_COUNT);
+  for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
+    if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),
+                             values.size() * sizeof(uint64_t), 0) != 0) {
+      continue;
+    }
+    for (uint64_t v : values) *fields[index] += v;
+  }
+  return stats;
+}
+
+}  // namespace ember

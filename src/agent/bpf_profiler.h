@@ -1,0 +1,60 @@
+// Loads the sampling BPF program, attaches it to a cpu-clock perf event on every online CPU and
+// drains the ring buffer of samples.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/sample_record_layout.h"
+
+namespace ember {
+
+struct BpfProfilerConfig {
+  int sampling_hz = 19;
+  std::vector<uint32_t> pids;    // empty: every process
+  size_t ring_buffer_bytes = 0;  // 0: chosen from the number of CPUs
+};
+
+// Kernel-side counters, summed over CPUs.
+struct BpfStats {
+  uint64_t samples = 0;
+  uint64_t ring_buffer_full = 0;
+  uint64_t kernel_stack_errors = 0;
+  uint64_t user_stack_errors = 0;
+};
+
+class BpfProfiler {
+ public:
+  // Called for every record, inside Poll. Views are valid only during the call.
+  using SampleHandler = std::function<void(const SampleView&)>;
+
+  static absl::StatusOr<std::unique_ptr<BpfProfiler>> Create(const BpfProfilerConfig& config,
+                                                             SampleHandler handler);
+  ~BpfProfiler();
+  BpfProfiler(const BpfProfiler&) = delete;
+  BpfProfiler& operator=(const BpfProfiler&) = delete;
+
+  int attached_cpus() const { return static_cast<int>(links_.size()); }
+  // Waits up to timeout_ms for records and hands each to the handler; returns how many.
+  // An interrupting signal is not an error (returns 0).
+  absl::StatusOr<int> Poll(int timeout_ms);
+  BpfStats ReadStats() const;
+  // Records the ring buffer held that did not decode (should stay 0).
+  uint64_t malformed_records() const { return malformed_records_; }
+
+ private:
+  BpfProfiler() = default;
+  static int OnRecord(void* ctx, void* data, size_t size);
+
+  struct profiler_bpf* skeleton_ = nullptr;
+  std::vector<int> perf_fds_;
+  std::vector<struct bpf_link*> links_;
+  struct ring_buffer* ring_ = nullptr;
+  SampleHandler handler_;
+  uint64_t malformed_records_ = 0;
+};
+
+}  // namespace ember

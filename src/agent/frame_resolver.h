@@ -1,0 +1,61 @@
+// Turns sampled addresses into symbolized frames, through the process table, the ELF module cache
+// and kernel symbols. Each distinct location is symbolized once and cached.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "agent/process_table.h"
+#include "common/profile.h"
+#include "symbolize/elf_module.h"
+#include "symbolize/kallsyms.h"
+
+namespace ember {
+
+class FrameResolver {
+ public:
+  // kernel_symbols may be null (kernel frames then keep their raw address as a name).
+  FrameResolver(ProcessTable* processes, ModuleCache* modules, const KernelSymbols* kernel_symbols);
+
+  // `caller` is true for every frame but the leaf: its address is a return address, so the call
+  // instruction is the byte before it.
+  const Frame* Kernel(uint64_t ip, bool caller);
+  const Frame* User(Process* process, uint64_t ip, bool caller);
+  // A frame standing for something that is not code, e.g. "[truncated]".
+  const Frame* Marker(std::string_view name);
+
+  // Drops frames not used in the last two generations. Frames handed out stay valid until then,
+  // so call this only after the interval that used them has been written.
+  void NextGeneration();
+  size_t size() const { return frames_.size(); }
+
+ private:
+  struct Key {
+    FileIdentity file;   // {0,0} for kernel and marker frames
+    uint64_t value = 0;  // file offset, kernel address, or 0 for markers
+    std::string name;    // marker name or "" otherwise
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
+  struct Entry {
+    std::unique_ptr<Frame> frame;
+    uint64_t generation = 0;
+  };
+
+  const Frame* Remember(Key key, Frame frame);
+  const Frame* Lookup(const Key& key);
+  Frame SymbolizeNative(Process* process, const MemoryMapping& mapping, FileOffset offset);
+
+  ProcessTable* processes_;
+  ModuleCache* modules_;
+  const KernelSymbols* kernel_symbols_;
+  uint64_t generation_ = 0;
+  std::unordered_map<Key, Entry, KeyHash> frames_;
+};
+
+}  // namespace ember

@@ -1,0 +1,60 @@
+// ember-agent: wires flags, signals and the profiling loop together.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string_view>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/options.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnStopSignal(int) { g_stop.store(true); }
+
+void InstallSignalHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: the ring-buffer poll returns at once
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto started_at = std::chrono::steady_clock::now();
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  auto options = ember::ParseOptions(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "ember-agent: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(ember::UsageText().c_str(), stdout);
+    return 0;
+  }
+  if (options->version) {
+    std::printf("ember-agent %s\n", EMBER_VERSION);
+    return 0;
+  }
+  spdlog::set_level(options->log_level);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  InstallSignalHandlers();
+
+  auto agent = ember::Agent::Create(*options, started_at);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "ember-agent: %s\n", std::string(agent.status().message()).c_str());
+    return 1;
+  }
+  if (absl::Status status = (*agent)->Run(g_stop); !status.ok()) {
+    std::fprintf(stderr, "ember-agent: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

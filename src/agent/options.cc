@@ -1,0 +1,145 @@
+// Parser for ember-agent's flags: --flag=value and --flag value forms.
+#include "agent/options.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ember {
+namespace {
+
+absl::Status FlagError(std::string_view flag, std::string_view expected, std::string_view got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": expected ", expected, ", got '", got, "'"));
+}
+
+// "30s", "1m30s", "500ms"; a bare number means seconds.
+absl::Status ParseDurationFlag(std::string_view flag, std::string_view value, absl::Duration min,
+                               absl::Duration* out) {
+  constexpr std::string_view kExpected = "a duration such as 30s, 5m or 1h30m";
+  absl::Duration d;
+  double seconds = 0;
+  if (absl::SimpleAtod(value, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(value, &d)) {
+    return FlagError(flag, kExpected, value);
+  }
+  if (d < min || d == absl::InfiniteDuration()) {
+    return FlagError(flag, absl::StrCat(kExpected, " of at least ", absl::FormatDuration(min)),
+                     value);
+  }
+  *out = d;
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogLevel(std::string_view value, spdlog::level::level_enum* out) {
+  static const std::map<std::string_view, spdlog::level::level_enum> kLevels = {
+      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+      {"error", spdlog::level::err},   {"off", spdlog::level::off}};
+  auto it = kLevels.find(value);
+  if (it == kLevels.end()) {
+    return FlagError("log-level", "one of trace, debug, info, warn, error, off", value);
+  }
+  *out = it->second;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args) {
+  Options options;
+  using Setter = std::function<absl::Status(std::string_view)>;
+  const std::map<std::string_view, Setter> with_value = {
+      {"duration",
+       [&](std::string_view v) {
+         return ParseDurationFlag("duration", v, absl::Milliseconds(1), &options.duration);
+       }},
+      {"export-interval",
+       [&](std::string_view v) {
+         return ParseDurationFlag("export-interval", v, absl::Seconds(1), &options.export_interval);
+       }},
+      {"pid",
+       [&](std::string_view v) {
+         uint32_t pid = 0;
+         if (!absl::SimpleAtoi(v, &pid) || pid == 0 || pid > (1u << 22)) {
+           return FlagError("pid", "a process id (a positive whole number)", v);
+         }
+         options.pids.push_back(pid);
+         return absl::OkStatus();
+       }},
+      {"sampling-hz",
+       [&](std::string_view v) {
+         int hz = 0;
+         if (!absl::SimpleAtoi(v, &hz) || hz < 1 || hz > 1000) {
+           return FlagError("sampling-hz", "a whole number from 1 to 1000", v);
+         }
+         options.sampling_hz = hz;
+         return absl::OkStatus();
+       }},
+      {"output-dir",
+       [&](std::string_view v) {
+         if (v.empty()) return FlagError("output-dir", "a directory path", v);
+         options.output_dir = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"log-level", [&](std::string_view v) { return ParseLogLevel(v, &options.log_level); }},
+  };
+  const std::map<std::string_view, bool*> switches = {{"help", &options.help},
+                                                      {"version", &options.version}};
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    if (arg == "-h") arg = "--help";
+    if (arg.substr(0, 2) != "--") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (flags start with --; see --help)"));
+    }
+    std::string_view name = arg.substr(2);
+    std::optional<std::string_view> value;
+    if (size_t eq = name.find('='); eq != std::string_view::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (auto it = switches.find(name); it != switches.end()) {
+      if (value) return FlagError(name, "no value", *value);
+      *it->second = true;
+      continue;
+    }
+    auto it = with_value.find(name);
+    if (it == with_value.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
+      }
+      value = args[++i];
+    }
+    if (absl::Status status = it->second(*value); !status.ok()) return status;
+  }
+  return options;
+}
+
+std::string UsageText() {
+  return R"(Usage: ember-agent [flags]
+
+Samples the CPU stacks of every process on this machine (or only --pid ones) with eBPF and writes
+one pprof file per export interval, plus a flame graph of the whole run, to --output-dir.
+Needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE).
+
+Flags:
+  --duration D          stop after D (e.g. 30s, 5m); default: run until SIGINT or SIGTERM
+  --pid PID             profile only this process; repeat for more; default: every process
+  --sampling-hz N       samples per second per CPU, 1 to 1000 (default 19)
+  --export-interval D   length of each profile, at least 1s (default 10s)
+  --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles)
+  --log-level L         trace, debug, info, warn, error or off (default info)
+  --help                show this text
+  --version             print the version
+)";
+}
+
+}  // namespace ember

@@ -1,0 +1,32 @@
+// Command-line flags of ember-agent. A bad value is reported as one line naming the flag.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "spdlog/common.h"
+
+namespace ember {
+
+struct Options {
+  absl::Duration duration = absl::ZeroDuration();  // zero: until SIGINT or SIGTERM
+  std::vector<uint32_t> pids;                      // empty: every process
+  int sampling_hz = 19;
+  absl::Duration export_interval = absl::Seconds(10);
+  std::string output_dir = "ember-profiles";
+  spdlog::level::level_enum log_level = spdlog::level::info;
+  bool help = false;
+  bool version = false;
+};
+
+// args excludes the program name. The error message starts with the flag it is about.
+absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args);
+
+std::string UsageText();
+
+}  // namespace ember

@@ -1,0 +1,121 @@
+// Reads /proc/PID/{comm,stat,maps} for the process table.
+#include "agent/process_table.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "spdlog/spdlog.h"
+
+namespace ember {
+namespace {
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  *out = std::move(buffer).str();
+  return !in.bad();
+}
+
+}  // namespace
+
+const MemoryMapping* Process::Find(ProcessAddress addr) const {
+  auto it = std::upper_bound(mappings.begin(), mappings.end(), addr.value,
+                             [](uint64_t a, const MemoryMapping& m) { return a < m.start; });
+  if (it == mappings.begin()) return nullptr;
+  --it;
+  return it->Contains(addr) ? &*it : nullptr;
+}
+
+uint64_t ParseStatStartTime(std::string_view stat) {
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'.
+  size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos) return 0;
+  std::vector<std::string_view> fields =
+      absl::StrSplit(stat.substr(paren + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state), so field 22 is fields[19].
+  uint64_t start_time = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start_time)) return 0;
+  return start_time;
+}
+
+ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh)
+    : proc_root_(std::move(proc_root)), min_refresh_(min_refresh) {}
+
+std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_root_, "/", pid); }
+
+Process* ProcessTable::Get(uint32_t pid) {
+  auto it = processes_.find(pid);
+  if (it != processes_.end()) return it->second.get();
+  std::unique_ptr<Process> process = Load(pid);
+  if (process == nullptr) return nullptr;
+  return processes_.emplace(pid, std::move(process)).first->second.get();
+}
+
+std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) const {
+  auto process = std::make_unique<Process>();
+  process->pid = pid;
+  std::string text;
+  if (!ReadFile(absl::StrCat(PidDir(pid), "/stat"), &text)) return nullptr;
+  process->start_time = ParseStatStartTime(text);
+  if (ReadFile(absl::StrCat(PidDir(pid), "/comm"), &text)) {
+    process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
+  }
+  if (!ReadMaps(process.get())) return nullptr;
+  return process;
+}
+
+bool ProcessTable::ReadMaps(Process* process) const {
+  process->maps_read_at = std::chrono::steady_clock::now();
+  std::string text;
+  if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
+  auto mappings = ParseProcMaps(text);
+  if (!mappings.ok()) {
+    spdlog::debug("pid {}: {}", process->pid, mappings.status().message());
+    return false;
+  }
+  process->mappings.clear();
+  for (MemoryMapping& m : *mappings) {
+    if (m.executable) process->mappings.push_back(std::move(m));
+  }
+  return true;
+}
+
+bool ProcessTable::RefreshMaps(Process* process) {
+  if (std::chrono::steady_clock::now() - process->maps_read_at < min_refresh_) return false;
+  return ReadMaps(process);
+}
+
+int ProcessTable::DropExited() {
+  int dropped = 0;
+  for (auto it = processes_.begin(); it != processes_.end();) {
+    std::string stat;
+    bool alive = ReadFile(absl::StrCat(PidDir(it->first), "/stat"), &stat) &&
+                 ParseStatStartTime(stat) == it->second->start_time;
+    if (alive) {
+      ++it;
+    } else {
+      it = processes_.erase(it);
+      ++dropped;
+    }
+  }
+  return dropped;
+}
+
+std::string ProcessTable::OpenPath(const Process& process, const MemoryMapping& mapping) const {
+  std::string map_file =
+      absl::StrFormat("%s/map_files/%x-%x", PidDir(process.pid), mapping.start, mapping.end);
+  if (access(map_file.c_str(), R_OK) == 0) return map_file;
+  return absl::StrCat(PidDir(process.pid), "/root", mapping.path);
+}
+
+}  // namespace ember

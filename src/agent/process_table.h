@@ -1,0 +1,58 @@
+// What the agent knows of each sampled process: its name and executable mappings, read from
+// /proc under a configurable root (tests point it at a fixture tree).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/proc_maps.h"
+
+namespace ember {
+
+struct Process {
+  uint32_t pid = 0;
+  std::string name;         // /proc/PID/comm
+  uint64_t start_time = 0;  // /proc/PID/stat field 22: tells a reused pid from the old process
+  std::vector<MemoryMapping> mappings;  // executable mappings, ascending
+  std::chrono::steady_clock::time_point maps_read_at;
+
+  const MemoryMapping* Find(ProcessAddress addr) const;
+};
+
+// Field 22 (starttime) of /proc/PID/stat; 0 when the text is malformed.
+uint64_t ParseStatStartTime(std::string_view stat);
+
+class ProcessTable {
+ public:
+  explicit ProcessTable(std::string proc_root = "/proc",
+                        std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500));
+
+  // The process, read from /proc on first sight; nullptr when it cannot be read (already gone).
+  Process* Get(uint32_t pid);
+  // Re-reads the maps of a process that ran code at an address it does not know, at most once per
+  // min_refresh so a stray address cannot turn every sample into a /proc read.
+  bool RefreshMaps(Process* process);
+  // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
+  int DropExited();
+  size_t size() const { return processes_.size(); }
+
+  // The path to open a mapped file through: map_files (works for deleted files and in other
+  // mount namespaces) when it is readable, else the path under the process's root.
+  std::string OpenPath(const Process& process, const MemoryMapping& mapping) const;
+
+ private:
+  std::unique_ptr<Process> Load(uint32_t pid) const;
+  bool ReadMaps(Process* process) const;
+  std::string PidDir(uint32_t pid) const;
+
+  std::string proc_root_;
+  std::chrono::milliseconds min_refresh_;
+  std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
+};
+
+}  // namespace ember

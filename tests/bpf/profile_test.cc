@@ -1,0 +1,217 @@
+// Profiles real programs with ember-agent (as root, with BPF) and checks the profiles against
+// the programs' own CPU accounting, then reads them with Google's pprof and headless Chromium.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "support/pprof_reader.h"
+#include "support/subprocess.h"
+
+namespace ember::testing {
+namespace {
+
+using std::chrono::seconds;
+
+std::string MakeTempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ember-bpf-XXXXXX").string();
+  char* dir = mkdtemp(pattern.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+bool IsKernelModule(const std::string& module) { return !module.empty() && module[0] == '['; }
+
+// Every sample of every pprof file in dir, for process `pid`.
+std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {
+  std::vector<NamedSample> all;
+  for (const std::string& file : PprofFilesIn(dir)) {
+    auto profile = ReadPprofFile(file);
+    EXPECT_TRUE(profile.ok()) << profile.status();
+    if (!profile.ok()) continue;
+    for (NamedSample& s : NamedSamples(*profile)) {
+      if (s.pid == pid) all.push_back(std::move(s));
+    }
+  }
+  return all;
+}
+
+// Starts the agent on one paused fixture, lets the fixture run to its end, then stops the agent
+// with SIGINT (which must flush the last interval and exit 0).
+struct ProfiledRun {
+  std::string output_dir;
+  std::string agent_log;
+  std::string fixture_output;
+  int64_t pid = 0;
+};
+
+ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz) {
+  ProfiledRun run;
+  run.output_dir = MakeTempDir();
+  Subprocess fixture(fixture_argv);
+  run.pid = fixture.pid();
+  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
+                    std::to_string(hz), "--export-interval", "3s", "--output-dir", run.output_dir});
+  bool attached = agent.WaitForOutput("attached to", seconds(15));
+  EXPECT_TRUE(attached) << agent.output();
+  fixture.WriteStdin("g");
+  EXPECT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
+  run.fixture_output = fixture.output();
+  agent.Signal(SIGINT);
+  EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
+  run.agent_log = agent.output();
+  return run;
+}
+
+class PhasesProfileTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    run_ = new ProfiledRun(ProfileFixture({EMBER_PHASES_BIN, "8"}, 199));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(run_->output_dir);
+    delete run_;
+  }
+  static ProfiledRun* run_;
+};
+ProfiledRun* PhasesProfileTest::run_ = nullptr;
+
+TEST_F(PhasesProfileTest, LeafSharesMatchTheProgramsOwnAccounting) {
+  std::map<std::string, double> measured_ns;
+  std::istringstream lines(run_->fixture_output);
+  std::string name;
+  double ns = 0;
+  double measured_total = 0;
+  while (lines >> name >> ns) {
+    measured_ns[name] = ns;
+    measured_total += ns;
+  }
+  ASSERT_EQ(measured_ns.size(), 3u) << run_->fixture_output;
+
+  std::vector<NamedSample> samples = SamplesOf(run_->output_dir, run_->pid);
+  std::map<std::string, int64_t> leaf_counts;
+  int64_t total = 0;
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      if (IsKernelModule(s.modules[i])) continue;
+      leaf_counts[s.functions[i]] += s.count;  // the innermost user frame
+      break;
+    }
+  }
+  ASSERT_GE(total, 800) << "too few samples of the fixture\n" << run_->agent_log;
+  for (const auto& [leaf, leaf_ns] : measured_ns) {
+    double measured_share = leaf_ns / measured_total;
+    double profiled_share = static_cast<double>(leaf_counts[leaf]) / total;
+    EXPECT_NEAR(profiled_share, measured_share, 0.05)
+        << leaf << ": profile " << leaf_counts[leaf] << "/" << total << " samples";
+  }
+}
+
+TEST_F(PhasesProfileTest, StacksReachMainThroughTheCallChain) {
+  std::vector<NamedSample> samples = SamplesOf(run_->output_dir, run_->pid);
+  int64_t total = 0;
+  int64_t reach_main = 0;
+  int64_t full_chain = 0;
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    const auto& f = s.functions;
+    auto main_it = std::find(f.begin(), f.end(), "main");
+    if (main_it != f.end()) reach_main += s.count;
+    // leaf_X <- run_phase <- run_phases <- main, in that order.
+    auto leaf = std::find_if(f.begin(), f.end(),
+                             [](const std::string& n) { return n.rfind("leaf_", 0) == 0; });
+    if (leaf != f.end() && f.end() - leaf >= 4 && leaf[1] == "run_phase" &&
+        leaf[2] == "run_phases" && leaf[3] == "main") {
+      full_chain += s.count;
+    }
+    EXPECT_EQ(s.process, "phases");
+    EXPECT_EQ(s.thread, "phases");
+  }
+  ASSERT_GT(total, 0);
+  EXPECT_GE(static_cast<double>(reach_main) / total, 0.95)
+      << reach_main << " of " << total << " samples reach main";
+  EXPECT_GE(static_cast<double>(full_chain) / total, 0.9);
+}
+
+TEST_F(PhasesProfileTest, StartupIsPrintedAndUnderOneSecond) {
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(run_->agent_log, match,
+                                std::regex(R"(attached to (\d+) CPUs in (\d+) ms)")))
+      << run_->agent_log;
+  EXPECT_EQ(std::stoi(match[1]), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_LT(std::stoi(match[2]), 1000);
+}
+
+TEST_F(PhasesProfileTest, SigintFlushesEveryInterval) {
+  // 8 s of work with 3 s intervals: at least two full intervals and the flushed last one.
+  EXPECT_GE(PprofFilesIn(run_->output_dir).size(), 3u) << run_->agent_log;
+  EXPECT_NE(run_->agent_log.find("flame graph: "), std::string::npos) << run_->agent_log;
+}
+
+TEST_F(PhasesProfileTest, GooglePprofReadsTheOutput) {
+  ASSERT_FALSE(std::string(EMBER_PPROF_BIN).empty() ||
+               std::string(EMBER_PPROF_BIN).ends_with("NOTFOUND"))
+      << "Google's pprof is missing: run scripts/setup.sh";
+  std::vector<std::string> files = PprofFilesIn(run_->output_dir);
+  ASSERT_FALSE(files.empty());
+  RunResult result = Run({EMBER_PPROF_BIN, "-top", "-symbolize=none", files[0]});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* name : {"leaf_alpha", "leaf_beta", "leaf_gamma"}) {
+    EXPECT_NE(result.output.find(name), std::string::npos) << result.output;
+  }
+}
+
+TEST_F(PhasesProfileTest, FlameGraphLoadsInChromiumWithTheFunctionNames) {
+  RunResult result =
+      Run({"/bin/bash", EMBER_CHECK_FLAMEGRAPH, run_->output_dir + "/flamegraph.html", "main",
+           "run_phases", "leaf_alpha", "leaf_beta", "leaf_gamma"},
+          seconds(120));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST(KernelStackTest, ReadOfDevZeroShowsKernelFrames) {
+  ProfiledRun run = ProfileFixture({EMBER_READ_ZERO_BIN, "4"}, 199);
+  std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
+  const std::set<std::string> read_path = {"read_zero", "iov_iter_zero", "vfs_read", "ksys_read",
+                                           "__x64_sys_read"};
+  int64_t total = 0;
+  int64_t in_read = 0;
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    bool kernel_read = false;
+    bool user_caller = false;
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      if (IsKernelModule(s.modules[i]) && read_path.count(s.functions[i])) kernel_read = true;
+      if (s.functions[i] == "read_zero_loop") user_caller = true;
+    }
+    if (kernel_read && user_caller) in_read += s.count;
+  }
+  std::filesystem::remove_all(run.output_dir);
+  ASSERT_GE(total, 300) << run.agent_log;
+  EXPECT_GE(static_cast<double>(in_read) / total, 0.5)
+      << in_read << " of " << total << " samples show read() in the kernel under read_zero_loop";
+}
+
+TEST(AgentErrorsTest, WithoutPrivilegesSaysWhatIsMissing) {
+  std::string dir = MakeTempDir();
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  RunResult result =
+      Run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+           "--inh-caps=-all", EMBER_AGENT_BIN, "--duration", "2s", "--output-dir", dir});
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("run ember-agent as root"), std::string::npos) << result.output;
+  EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+}
+
+}  // namespace
+}  // namespace ember::testing

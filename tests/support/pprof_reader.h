@@ -1,0 +1,28 @@
+// Reads Ember's gzip-compressed pprof files back for tests, as stacks of function names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pprof/profile.pb.h"
+
+namespace ember::testing {
+
+absl::StatusOr<perftools::profiles::Profile> ReadPprofFile(const std::string& path);
+
+struct NamedSample {
+  std::vector<std::string> functions;  // leaf first; inlined lines expanded
+  std::vector<std::string> modules;    // mapping file name of each entry of `functions`
+  int64_t count = 0;                   // value of the samples/count type
+  std::string process;                 // label "process"
+  std::string thread;                  // label "thread"
+  int64_t pid = 0;                     // label "pid"
+};
+std::vector<NamedSample> NamedSamples(const perftools::profiles::Profile& profile);
+
+// Every *.pb.gz in dir, in name order.
+std::vector<std::string> PprofFilesIn(const std::string& dir);
+
+}  // namespace ember::testing

@@ -1,0 +1,73 @@
+// Flag parsing: every flag, both value forms, and one-line errors naming the flag.
+#include "agent/options.h"
+
+#include "gtest/gtest.h"
+
+namespace ember {
+namespace {
+
+absl::StatusOr<Options> Parse(std::vector<std::string_view> args) { return ParseOptions(args); }
+
+TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
+  auto options = Parse({});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->sampling_hz, 19);
+  EXPECT_EQ(options->export_interval, absl::Seconds(10));
+  EXPECT_EQ(options->duration, absl::ZeroDuration());
+  EXPECT_EQ(options->output_dir, "ember-profiles");
+  EXPECT_TRUE(options->pids.empty());
+}
+
+TEST(OptionsTest, ParsesEveryFlagInBothForms) {
+  auto options = Parse({"--duration=1m30s", "--pid", "12", "--pid=34", "--sampling-hz", "99",
+                        "--export-interval=5", "--output-dir", "/tmp/x", "--log-level=debug"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->duration, absl::Seconds(90));
+  EXPECT_EQ(options->pids, (std::vector<uint32_t>{12, 34}));
+  EXPECT_EQ(options->sampling_hz, 99);
+  EXPECT_EQ(options->export_interval, absl::Seconds(5));
+  EXPECT_EQ(options->output_dir, "/tmp/x");
+  EXPECT_EQ(options->log_level, spdlog::level::debug);
+}
+
+TEST(OptionsTest, HelpAndVersion) {
+  EXPECT_TRUE(Parse({"--help"})->help);
+  EXPECT_TRUE(Parse({"-h"})->help);
+  EXPECT_TRUE(Parse({"--version"})->version);
+  EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
+}
+
+struct BadCase {
+  std::vector<std::string_view> args;
+  std::string_view starts_with;
+};
+
+TEST(OptionsTest, BadValuesNameTheFlag) {
+  const std::vector<BadCase> cases = {
+      {{"--sampling-hz=abc"}, "--sampling-hz: expected"},
+      {{"--sampling-hz=0"}, "--sampling-hz: expected"},
+      {{"--sampling-hz=1001"}, "--sampling-hz: expected"},
+      {{"--pid=-3"}, "--pid: expected"},
+      {{"--pid=0"}, "--pid: expected"},
+      {{"--pid", "12abc"}, "--pid: expected"},
+      {{"--duration=forever"}, "--duration: expected"},
+      {{"--duration=-5s"}, "--duration: expected"},
+      {{"--export-interval=100ms"}, "--export-interval: expected"},
+      {{"--log-level=loud"}, "--log-level: expected"},
+      {{"--output-dir="}, "--output-dir: expected"},
+      {{"--output-dir"}, "--output-dir: missing value"},
+      {{"--help=yes"}, "--help: expected"},
+      {{"--frobnicate"}, "unknown flag --frobnicate"},
+      {{"stray"}, "unexpected argument 'stray'"},
+  };
+  for (const BadCase& c : cases) {
+    auto options = Parse(c.args);
+    ASSERT_FALSE(options.ok()) << c.args[0];
+    std::string message(options.status().message());
+    EXPECT_EQ(message.rfind(c.starts_with, 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,76 @@
+// The process table over a fixture /proc tree.
+#include "agent/process_table.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace ember {
+namespace {
+
+const std::string kProcRoot = std::string(EMBER_TEST_DATA_DIR) + "/proc";
+
+TEST(ProcessTableTest, LoadsNameStartTimeAndExecutableMappings) {
+  ProcessTable table(kProcRoot);
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->name, "phases");
+  EXPECT_EQ(process->start_time, 987654u);
+  // Only the executable mappings of the fixture: phases text, libc, memfd, spaces, deleted,
+  // vdso, vsyscall.
+  EXPECT_EQ(process->mappings.size(), 7u);
+  const MemoryMapping* libc = process->Find(ProcessAddress{0x7f3a1c028000});
+  ASSERT_NE(libc, nullptr);
+  EXPECT_EQ(libc->path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+  EXPECT_EQ(process->Find(ProcessAddress{0x7f3a1c17d000}), nullptr);  // end is exclusive
+  EXPECT_EQ(process->Find(ProcessAddress{0x55d0c9e5e100}), nullptr);  // heap: not executable
+  EXPECT_EQ(process->Find(ProcessAddress{0x10}), nullptr);
+  EXPECT_EQ(table.Get(4242), process);  // cached
+  EXPECT_EQ(table.size(), 1u);
+}
+
+TEST(ProcessTableTest, MissingProcessIsNull) {
+  ProcessTable table(kProcRoot);
+  EXPECT_EQ(table.Get(1), nullptr);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(ProcessTableTest, OpenPathFallsBackToTheProcessRoot) {
+  ProcessTable table(kProcRoot);
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]),
+            kProcRoot + "/4242/root/usr/bin/phases");
+}
+
+TEST(ProcessTableTest, DropsExitedAndReusedPids) {
+  std::string root = std::filesystem::temp_directory_path() / "ember-proc-test";
+  std::filesystem::remove_all(root);
+  std::filesystem::copy(kProcRoot, root, std::filesystem::copy_options::recursive);
+  ProcessTable table(root);
+  ASSERT_NE(table.Get(4242), nullptr);
+  EXPECT_EQ(table.DropExited(), 0);
+
+  // Same pid, another process: a different start time.
+  std::ofstream(root + "/4242/stat")
+      << "4242 (other) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n";
+  EXPECT_EQ(table.DropExited(), 1);
+  ASSERT_NE(table.Get(4242), nullptr);
+  EXPECT_EQ(table.Get(4242)->start_time, 5u);
+
+  std::filesystem::remove_all(root + "/4242");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.size(), 0u);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, StatStartTimeSurvivesOddCommNames) {
+  EXPECT_EQ(ParseStatStartTime("1 (a) b) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0"), 77u);
+  EXPECT_EQ(ParseStatStartTime("1 (x) S 1"), 0u);
+  EXPECT_EQ(ParseStatStartTime(""), 0u);
+  EXPECT_EQ(ParseStatStartTime("no paren at all"), 0u);
+}
+
+}  // namespace
+}  // namespace ember
