@@ -1,0 +1,186 @@
+// Merges interval profiles into one call tree held as a flat node array plus a (parent, name,
+// type) -> child index, and serializes it into the embedded HTML template.
+#include "output/flame_graph.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "output/atomic_file.h"
+#include "output/flame_graph_template.h"
+#include "output/html_json.h"
+#include "spdlog/spdlog.h"
+
+namespace ember {
+namespace {
+
+constexpr absl::string_view kOtherName = "[other]";
+
+// "module+0x1a2b" is how the symbolizer names a frame it could not resolve.
+bool IsUnresolvedName(absl::string_view name) {
+  const size_t plus = name.rfind("+0x");
+  if (plus == absl::string_view::npos || plus == 0 || plus + 3 == name.size()) return false;
+  return std::all_of(name.begin() + plus + 3, name.end(),
+                     [](char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); });
+}
+
+FlameGraph::NodeType TypeOf(const Frame& frame) {
+  if (frame.function.empty() || frame.function == "[truncated]" ||
+      IsUnresolvedName(frame.function)) {
+    return FlameGraph::NodeType::kUnknown;
+  }
+  return frame.kind == FrameKind::kKernel ? FlameGraph::NodeType::kKernel
+                                          : FlameGraph::NodeType::kNative;
+}
+
+}  // namespace
+
+FlameGraph::FlameGraph(size_t max_nodes) : max_nodes_(std::max<size_t>(max_nodes, 1)) {
+  NewNode(0, InternName("all"), NodeType::kRoot);
+}
+
+uint32_t FlameGraph::InternName(absl::string_view name) {
+  if (auto it = name_ids_.find(name); it != name_ids_.end()) return it->second;
+  names_.emplace_back(name);
+  const auto id = static_cast<uint32_t>(names_.size() - 1);
+  name_ids_.emplace(names_.back(), id);
+  return id;
+}
+
+uint32_t FlameGraph::NewNode(uint32_t parent, uint32_t name, NodeType type) {
+  nodes_.push_back(Node{name, parent, 0, type});
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+uint32_t FlameGraph::AddToChild(uint32_t parent, absl::string_view name, NodeType type,
+                                int64_t count) {
+  // Look the name up without interning it: a name that would only be folded away must not grow
+  // the name table either.
+  if (auto name_it = name_ids_.find(name); name_it != name_ids_.end()) {
+    auto it = children_.find(ChildKey{parent, name_it->second, type});
+    if (it != children_.end()) {
+      nodes_[it->second].samples += count;
+      return it->second;
+    }
+  }
+  if (nodes_.size() < max_nodes_) {
+    const uint32_t name_id = InternName(name);
+    const uint32_t child = NewNode(parent, name_id, type);
+    children_.emplace(ChildKey{parent, name_id, type}, child);
+    nodes_[child].samples += count;
+    return child;
+  }
+  if (!warned_full_) {
+    warned_full_ = true;
+    spdlog::warn(
+        "flame graph reached {} nodes; further new call paths are folded into \"[other]\" frames",
+        max_nodes_);
+  }
+  const ChildKey other_key{parent, InternName(kOtherName), NodeType::kOther};
+  auto [it, inserted] = children_.try_emplace(other_key, 0);
+  if (inserted) it->second = NewNode(parent, other_key.name, NodeType::kOther);
+  nodes_[it->second].samples += count;
+  folded_samples_ += count;
+  return kFolded;
+}
+
+void FlameGraph::Add(const IntervalProfile& profile) {
+  if (intervals_ == 0 || profile.start_unix_ns < first_start_ns_) {
+    first_start_ns_ = profile.start_unix_ns;
+  }
+  last_end_ns_ = std::max(last_end_ns_, profile.start_unix_ns + profile.duration_ns);
+  period_ns_ = profile.period_ns;
+  ++intervals_;
+  for (const StackSample& s : profile.samples) {
+    if (s.count <= 0) continue;
+    total_samples_ += s.count;
+    cpu_ns_ += s.count * profile.period_ns;
+    nodes_[0].samples += s.count;
+    std::string pid_name;
+    absl::string_view process = s.process;
+    if (process.empty()) process = pid_name = absl::StrCat("pid ", s.pid);
+    uint32_t node = AddToChild(0, process, NodeType::kProcess, s.count);
+    // Frames are leaf first; the tree grows from the outermost caller down.
+    for (auto it = s.frames.rbegin(); it != s.frames.rend() && node != kFolded; ++it) {
+      if (*it == nullptr) continue;
+      const Frame& frame = **it;
+      node = AddToChild(node, frame.function.empty() ? "[unknown]" : frame.function, TypeOf(frame),
+                        s.count);
+    }
+  }
+}
+
+int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
+  uint32_t node = 0;
+  for (const std::string& step : path) {
+    auto name_it = name_ids_.find(step);
+    if (name_it == name_ids_.end()) return -1;
+    bool found = false;
+    for (NodeType type : {NodeType::kProcess, NodeType::kNative, NodeType::kKernel,
+                          NodeType::kUnknown, NodeType::kOther}) {
+      if (auto it = children_.find(ChildKey{node, name_it->second, type}); it != children_.end()) {
+        node = it->second;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return -1;
+  }
+  return nodes_[node].samples;
+}
+
+std::string FlameGraph::ToJson() const {
+  const size_t n = nodes_.size();
+  // Children lists in one array (CSR), sorted so the page draws the heaviest callee first.
+  std::vector<uint32_t> first(n + 1, 0);
+  for (size_t i = 1; i < n; ++i) ++first[nodes_[i].parent + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<uint32_t> kids(n > 0 ? n - 1 : 0);
+  std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+  for (size_t i = 1; i < n; ++i) kids[fill[nodes_[i].parent]++] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < n; ++i) {
+    std::sort(kids.begin() + first[i], kids.begin() + first[i + 1], [&](uint32_t a, uint32_t b) {
+      if (nodes_[a].samples != nodes_[b].samples) return nodes_[a].samples > nodes_[b].samples;
+      return names_[nodes_[a].name] < names_[nodes_[b].name];
+    });
+  }
+
+  int64_t processes = static_cast<int64_t>(first[1] - first[0]);
+  std::string out;
+  out.reserve(64 + n * 16);
+  absl::StrAppend(&out, "{\"version\":1,\"samples\":", total_samples_, ",\"cpu_ns\":", cpu_ns_,
+                  ",\"period_ns\":", period_ns_, ",\"start_ns\":", first_start_ns_,
+                  ",\"end_ns\":", last_end_ns_, ",\"intervals\":", intervals_,
+                  ",\"processes\":", processes, ",\"nodes\":", n,
+                  ",\"folded_samples\":", folded_samples_, ",\"names\":[");
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonString(&out, names_[i]);
+  }
+  out.append("],\"tree\":[");
+  // Iterative pre-order walk: call trees can be thousands of frames deep.
+  std::vector<uint32_t> stack = {0};
+  bool first_entry = true;
+  while (!stack.empty()) {
+    const uint32_t i = stack.back();
+    stack.pop_back();
+    const Node& node = nodes_[i];
+    absl::StrAppend(&out, first_entry ? "" : ",", node.name, ",", static_cast<int>(node.type), ",",
+                    node.samples, ",", first[i + 1] - first[i]);
+    first_entry = false;
+    for (uint32_t k = first[i + 1]; k > first[i]; --k) stack.push_back(kids[k - 1]);
+  }
+  out.append("]}");
+  return out;
+}
+
+absl::Status FlameGraph::WriteHtml(const std::string& path, const std::string& title) const {
+  const std::string page = absl::StrReplaceAll(
+      kFlameGraphTemplate, {{"{{TITLE}}", HtmlEscape(title)}, {"{{DATA}}", ToJson()}});
+  return WriteFileAtomically(path, page);
+}
+
+}  // namespace ember

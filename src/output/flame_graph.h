@@ -1,0 +1,97 @@
+// The run-long flame graph: every interval's stacks merged into one bounded call tree and written
+// as a single self-contained HTML page (no network access needed to view it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/profile.h"
+
+namespace ember {
+
+// The whole run's stacks merged into one tree (root -> process name -> outermost frame -> ... ->
+// leaf), written as one self-contained HTML page.
+class FlameGraph {
+ public:
+  // What a node stands for; decides its colour on the page. Values are part of the page's JSON.
+  enum class NodeType : uint8_t {
+    kRoot = 0,
+    kProcess = 1,
+    kNative = 2,
+    kKernel = 3,
+    kUnknown = 4,  // "[truncated]", unnamed "module+0x..." frames
+    kOther = 5,    // children folded away by the node bound
+  };
+
+  // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children
+  // are leaves and at most one per node, so the tree never exceeds 2 * max_nodes nodes.
+  explicit FlameGraph(size_t max_nodes = 200000);
+
+  void Add(const IntervalProfile& profile);  // copies names; holds no pointers into profile
+  int64_t total_samples() const { return total_samples_; }
+
+  // Atomically (tmp + rename) writes the page. No network access from the page: all JS/CSS inline,
+  // data embedded as JSON (escape </script>, quotes, control chars, non-ASCII safely).
+  absl::Status WriteHtml(const std::string& path, const std::string& title) const;
+
+  // The JSON the page embeds: run summary, a name table and the tree in pre-order as flat
+  // [name index, NodeType, samples, child count] quadruples, children by descending samples.
+  std::string ToJson() const;
+
+  // For tests and diagnostics.
+  size_t node_count() const { return nodes_.size(); }
+  int64_t folded_samples() const { return folded_samples_; }
+  // Samples of the node reached from the root by `path` (process name, then frame names
+  // outermost first; a step matches a child of any type), or -1 if there is no such node.
+  int64_t SamplesAt(const std::vector<std::string>& path) const;
+
+ private:
+  struct Node {
+    uint32_t name;
+    uint32_t parent;
+    int64_t samples;
+    NodeType type;
+  };
+  struct ChildKey {
+    uint32_t parent;
+    uint32_t name;
+    NodeType type;
+    bool operator==(const ChildKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const ChildKey& k) {
+      return H::combine(std::move(h), k.parent, k.name, k.type);
+    }
+  };
+
+  // Adds `count` to the child of `parent` named `name`, creating it if the bound allows. Returns
+  // the child, or kFolded if the count went to the parent's "[other]" leaf instead.
+  uint32_t AddToChild(uint32_t parent, absl::string_view name, NodeType type, int64_t count);
+  uint32_t InternName(absl::string_view name);
+  uint32_t NewNode(uint32_t parent, uint32_t name, NodeType type);
+
+  static constexpr uint32_t kFolded = UINT32_MAX;
+
+  size_t max_nodes_;
+  std::vector<Node> nodes_;
+  absl::flat_hash_map<ChildKey, uint32_t> children_;
+  // A deque so the views in name_ids_ stay valid as names are added.
+  std::deque<std::string> names_;
+  absl::flat_hash_map<absl::string_view, uint32_t> name_ids_;
+
+  int64_t total_samples_ = 0;
+  int64_t folded_samples_ = 0;
+  int64_t cpu_ns_ = 0;
+  int64_t intervals_ = 0;
+  int64_t first_start_ns_ = 0;
+  int64_t last_end_ns_ = 0;
+  int64_t period_ns_ = 0;
+  bool warned_full_ = false;
+};
+
+}  // namespace ember

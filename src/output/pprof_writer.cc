@@ -1,0 +1,179 @@
+// Builds pprof messages: interns strings, functions, mappings and locations into the profile's
+// tables once per interval, then emits one Sample per StackSample.
+#include "output/pprof_writer.h"
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "output/atomic_file.h"
+
+namespace ember {
+namespace {
+
+namespace pb = perftools::profiles;
+
+class PprofBuilder {
+ public:
+  PprofBuilder() { Intern(""); }  // pprof requires string_table[0] == "".
+
+  pb::Profile Build(const IntervalProfile& profile) && {
+    SetValueType(out_.add_sample_type(), "samples", "count");
+    SetValueType(out_.add_sample_type(), "cpu", "nanoseconds");
+    SetValueType(out_.mutable_period_type(), "cpu", "nanoseconds");
+    out_.set_period(profile.period_ns);
+    out_.set_time_nanos(profile.start_unix_ns);
+    out_.set_duration_nanos(profile.duration_ns);
+    // pprof shows the last sample type by default; CPU time is the more useful default.
+    out_.set_default_sample_type(Intern("cpu"));
+
+    const int64_t pid_key = Intern("pid");
+    const int64_t process_key = Intern("process");
+    const int64_t thread_key = Intern("thread");
+    for (const StackSample& s : profile.samples) {
+      if (s.count <= 0) continue;
+      pb::Sample* sample = out_.add_sample();
+      sample->mutable_location_id()->Reserve(static_cast<int>(s.frames.size()));
+      for (const Frame* frame : s.frames) {
+        if (frame != nullptr) sample->add_location_id(LocationId(*frame));
+      }
+      sample->add_value(s.count);
+      sample->add_value(s.count * profile.period_ns);
+      pb::Label* pid = sample->add_label();
+      pid->set_key(pid_key);
+      pid->set_num(s.pid);
+      AddStrLabel(sample, process_key, s.process);
+      AddStrLabel(sample, thread_key, s.thread);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  int64_t Intern(absl::string_view s) {
+    auto [it, inserted] = strings_.try_emplace(s, out_.string_table_size());
+    if (inserted) out_.add_string_table(std::string(s));
+    return it->second;
+  }
+
+  void SetValueType(pb::ValueType* vt, absl::string_view type, absl::string_view unit) {
+    vt->set_type(Intern(type));
+    vt->set_unit(Intern(unit));
+  }
+
+  void AddStrLabel(pb::Sample* sample, int64_t key, const std::string& value) {
+    if (value.empty()) return;
+    pb::Label* label = sample->add_label();
+    label->set_key(key);
+    label->set_str(Intern(value));
+  }
+
+  uint64_t LocationId(const Frame& frame) {
+    // Most samples of an interval share Frame objects from the symbol cache, so the pointer
+    // lookup usually answers without hashing strings.
+    if (auto it = by_pointer_.find(&frame); it != by_pointer_.end()) return it->second;
+    LocationKey key{frame.kind, frame.module, frame.address, frame.function};
+    auto [it, inserted] = locations_.try_emplace(std::move(key), 0);
+    if (inserted) {
+      pb::Location* loc = out_.add_location();
+      loc->set_id(static_cast<uint64_t>(out_.location_size()));
+      loc->set_mapping_id(MappingId(frame));
+      loc->set_address(frame.address);
+      pb::Line* line = loc->add_line();
+      line->set_function_id(FunctionId(frame));
+      if (frame.line != 0) line->set_line(frame.line);
+      it->second = loc->id();
+    }
+    by_pointer_.emplace(&frame, it->second);
+    return it->second;
+  }
+
+  uint64_t FunctionId(const Frame& frame) {
+    auto [it, inserted] =
+        functions_.try_emplace(std::make_pair(frame.function, frame.source_file), 0);
+    if (inserted) {
+      pb::Function* fn = out_.add_function();
+      fn->set_id(static_cast<uint64_t>(out_.function_size()));
+      fn->set_name(Intern(frame.function));
+      fn->set_system_name(fn->name());
+      if (!frame.source_file.empty()) fn->set_filename(Intern(frame.source_file));
+      it->second = fn->id();
+    }
+    return it->second;
+  }
+
+  uint64_t MappingId(const Frame& frame) {
+    auto [it, inserted] =
+        mappings_.try_emplace(std::make_pair(frame.module, frame.build_id), nullptr);
+    if (inserted) {
+      pb::Mapping* m = out_.add_mapping();
+      m->set_id(static_cast<uint64_t>(out_.mapping_size()));
+      m->set_filename(Intern(frame.module));
+      if (!frame.build_id.empty()) m->set_build_id(Intern(frame.build_id));
+      // Every frame we emit already carries its function name (or "module+0x..."), so pprof
+      // must not try to symbolize these addresses again.
+      m->set_has_functions(true);
+      it->second = m;
+    }
+    pb::Mapping* m = it->second;
+    // Addresses are ELF (or kernel) virtual addresses, not process addresses, so the mapping
+    // covers [0, highest address seen] rather than a real memory range.
+    if (frame.address >= m->memory_limit()) m->set_memory_limit(frame.address + 1);
+    if (!frame.source_file.empty()) m->set_has_filenames(true);
+    if (frame.line != 0) m->set_has_line_numbers(true);
+    return m->id();
+  }
+
+  using LocationKey = std::tuple<FrameKind, std::string, uint64_t, std::string>;
+
+  pb::Profile out_;
+  absl::flat_hash_map<std::string, int64_t> strings_;
+  absl::flat_hash_map<const Frame*, uint64_t> by_pointer_;
+  absl::flat_hash_map<LocationKey, uint64_t> locations_;
+  absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> functions_;
+  // Pointers into out_.mapping stay valid: RepeatedPtrField never moves its elements.
+  absl::flat_hash_map<std::pair<std::string, std::string>, pb::Mapping*> mappings_;
+};
+
+}  // namespace
+
+perftools::profiles::Profile BuildPprof(const IntervalProfile& profile) {
+  return PprofBuilder().Build(profile);
+}
+
+absl::Status GzipCompress(std::string_view data, std::string* out) {
+  z_stream zs{};
+  // windowBits 15 + 16 selects the gzip wrapper instead of raw zlib.
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
+    return absl::InternalError("deflateInit2 failed");
+  }
+  out->resize(deflateBound(&zs, data.size()));
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out->data());
+  zs.avail_out = static_cast<uInt>(out->size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out->resize(zs.total_out);
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    return absl::InternalError(absl::StrCat("gzip compression failed (zlib error ", rc, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WritePprofFile(const IntervalProfile& profile, const std::string& path) {
+  std::string raw;
+  if (!BuildPprof(profile).SerializeToString(&raw)) {
+    return absl::InternalError("cannot serialize pprof profile");
+  }
+  std::string gz;
+  if (absl::Status s = GzipCompress(raw, &gz); !s.ok()) return s;
+  return WriteFileAtomically(path, gz);
+}
+
+}  // namespace ember

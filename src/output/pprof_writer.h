@@ -1,0 +1,32 @@
+// Turns one interval's symbolized profile into a pprof Profile message and a .pb.gz file that
+// Google's `pprof` and other pprof-compatible tools read.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/profile.h"
+#include "pprof/profile.pb.h"
+
+namespace ember {
+
+// The pprof message for one interval: sample types samples/count and cpu/nanoseconds (values
+// count and count*period_ns), period_type cpu/nanoseconds, period, time_nanos, duration_nanos;
+// labels pid (num), process (str), thread (str) on each sample; one Location per distinct Frame
+// (dedupe by kind+module+address+function), one Function per distinct (name, file), Line with line
+// number when known; one Mapping per distinct module with filename and build_id, has_functions=true
+// (and has_filenames/has_line_numbers when any frame of it has them). Kernel frames go to a mapping
+// named after their module ("[kernel.kallsyms]", "[ext4]"). Location.address = Frame::address
+// (mappings: memory_start 0, memory_limit = max address in it + 1). string_table[0] == "".
+//
+// Samples with a count <= 0 are dropped; empty process/thread names get no label. A module seen
+// with two different build ids (same path, different binaries) gets one mapping per build id.
+perftools::profiles::Profile BuildPprof(const IntervalProfile& profile);
+
+// Writes BuildPprof(profile), gzip-compressed, to `path` atomically (tmp file + rename).
+absl::Status WritePprofFile(const IntervalProfile& profile, const std::string& path);
+
+// Gzip-compresses `data` (what pprof expects of a .pb.gz). Exposed for tests and other writers.
+absl::Status GzipCompress(std::string_view data, std::string* out);
+
+}  // namespace ember

@@ -1,0 +1,286 @@
+// FlameGraph: merging, the node bound, hostile names in the embedded JSON, and the written page
+// rendered by headless Chromium through tests/support/check_flamegraph.sh.
+#include "output/flame_graph.h"
+
+#include <stdio.h>
+
+#include <array>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ember {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+Frame Native(std::string name) {
+  Frame f;
+  f.function = std::move(name);
+  f.module = "/usr/bin/app";
+  return f;
+}
+
+Frame Kernel(std::string name) {
+  Frame f = Native(std::move(name));
+  f.kind = FrameKind::kKernel;
+  f.module = "[kernel.kallsyms]";
+  return f;
+}
+
+IntervalProfile Interval(std::vector<StackSample> samples) {
+  IntervalProfile p;
+  p.start_unix_ns = 1'700'000'000'000'000'000;
+  p.duration_ns = 10'000'000'000;
+  p.period_ns = 10'000'000;
+  p.samples = std::move(samples);
+  return p;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(FlameGraphTest, MergesIntervalsIntoOneTree) {
+  Frame main_fn = Native("main"), work = Native("Work"), idle = Native("Idle");
+  Frame syscall = Kernel("do_syscall_64"), kernel_work = Kernel("Work");
+  FlameGraph graph;
+  graph.Add(Interval({
+      {1, "app", "app", {&work, &main_fn}, 5},
+      {1, "app", "app", {&syscall, &work, &main_fn}, 2},
+      {2, "db", "db", {&idle, &main_fn}, 4},
+  }));
+  // A second interval from another thread of app, with frames that are different objects.
+  Frame main_again = Native("main"), work_again = Native("Work");
+  graph.Add(Interval({
+      {3, "app", "other", {&work_again, &main_again}, 1},
+      {3, "app", "other", {&kernel_work, &main_again}, 7},
+      {4, "", "", {&main_again}, 1},
+      {5, "app", "x", {&main_fn}, 0},
+  }));
+
+  EXPECT_EQ(graph.total_samples(), 20);
+  EXPECT_EQ(graph.SamplesAt({}), 20);
+  EXPECT_EQ(graph.SamplesAt({"app"}), 15);
+  EXPECT_EQ(graph.SamplesAt({"app", "main"}), 15);
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "Work"}), 8);  // native Work only
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "Work", "do_syscall_64"}), 2);
+  EXPECT_EQ(graph.SamplesAt({"db", "main", "Idle"}), 4);
+  EXPECT_EQ(graph.SamplesAt({"pid 4", "main"}), 1);
+  EXPECT_EQ(graph.SamplesAt({"db", "Idle"}), -1);
+  // root, app, db, pid 4, 3x main, Work (native), Work (kernel), do_syscall_64, Idle.
+  EXPECT_EQ(graph.node_count(), 11u);
+  EXPECT_EQ(graph.folded_samples(), 0);
+}
+
+TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
+  constexpr size_t kMaxNodes = 20;
+  FlameGraph graph(kMaxNodes);
+  Frame main_fn = Native("main");
+  std::vector<Frame> leaves;
+  leaves.reserve(1000);
+  for (int i = 0; i < 1000; ++i) leaves.push_back(Native(absl::StrCat("leaf", i)));
+  int64_t total = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<StackSample> samples;
+    for (int i = 0; i < 1000; ++i) {
+      samples.push_back({1, "app", "app", {&leaves[i], &main_fn}, 1});
+      ++total;
+    }
+    graph.Add(Interval(std::move(samples)));
+  }
+  EXPECT_LE(graph.node_count(), 2 * kMaxNodes);
+  EXPECT_EQ(graph.total_samples(), total);
+  EXPECT_EQ(graph.SamplesAt({"app", "main"}), total) << "no sample may be lost";
+  // root, app, main and 17 leaves fit; everything after that is folded under main.
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "leaf0"}), 3) << "existing nodes keep counting";
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "leaf16"}), 3);
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "leaf17"}), -1);
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "[other]"}), 3 * (1000 - 17));
+  EXPECT_EQ(graph.folded_samples(), 3 * (1000 - 17));
+
+  // A deep new stack under a full tree folds at the first missing frame, not deeper.
+  std::vector<Frame> deep;
+  for (int i = 0; i < 50; ++i) deep.push_back(Native(absl::StrCat("deep", i)));
+  StackSample s{1, "app", "app", {}, 1};
+  for (Frame& f : deep) s.frames.push_back(&f);
+  s.frames.push_back(&main_fn);
+  graph.Add(Interval({s}));
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "[other]"}), 3 * (1000 - 17) + 1);
+  EXPECT_LE(graph.node_count(), 2 * kMaxNodes);
+  EXPECT_THAT(graph.ToJson(), Not(HasSubstr("deep")));
+}
+
+TEST(FlameGraphTest, JsonEscapesHostileNames) {
+  Frame script = Native("</script><script>alert(1)</script>");
+  Frame quotes = Native("say \"hi\" \\ 'there'");
+  Frame newline = Native("line1\nline2\r\x01");
+  Frame utf8 = Native(
+      "Gr\xC3\xBC\xC3\x9F"
+      "e::na\xC3\xAFve() \xE2\x80\xA8 \xF0\x9F\x94\xA5");
+  Frame bad_utf8 = Native("bad\xFF\xC3(");
+  FlameGraph graph;
+  graph.Add(Interval({{1, "<!--proc-->", "t", {&script, &quotes, &newline, &utf8, &bad_utf8}, 1}}));
+  const std::string json = graph.ToJson();
+  EXPECT_THAT(json, Not(HasSubstr("<")));
+  EXPECT_THAT(json, Not(HasSubstr(">")));
+  EXPECT_THAT(json,
+              HasSubstr(R"(\u003c/script\u003e\u003cscript\u003ealert(1)\u003c/script\u003e)"));
+  EXPECT_THAT(json, HasSubstr(R"(say \"hi\" \\ \u0027there\u0027)"));
+  EXPECT_THAT(json, HasSubstr(R"(line1\nline2\u000d\u0001)"));
+  EXPECT_THAT(json, HasSubstr("Gr\xC3\xBC\xC3\x9F"
+                              "e::na\xC3\xAFve() \\u2028 \xF0\x9F\x94\xA5"));
+  EXPECT_THAT(json, HasSubstr("bad\xEF\xBF\xBD\xEF\xBF\xBD("));
+  for (char c : json) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "raw control character";
+}
+
+// Runs check_flamegraph.sh and returns its exit status and output.
+std::pair<int, std::string> CheckPage(const std::string& page,
+                                      const std::vector<std::string>& names) {
+  auto quote = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  std::string cmd = absl::StrCat("CHROMIUM=", quote(EMBER_CHROMIUM_PATH), " bash ",
+                                 quote(EMBER_CHECK_FLAMEGRAPH), " ", quote(page));
+  for (const std::string& n : names) absl::StrAppend(&cmd, " ", quote(n));
+  std::string output;
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  return {pclose(pipe), output};
+}
+
+class FlameGraphPageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string chromium = EMBER_CHROMIUM_PATH;
+    ASSERT_FALSE(chromium.empty() || chromium.ends_with("-NOTFOUND"))
+        << "chromium was not found; run scripts/setup.sh and reconfigure";
+  }
+};
+
+TEST_F(FlameGraphPageTest, ChromiumRendersFramesWithoutErrors) {
+  Frame main_fn = Native("main"), serve = Native("Server::Serve(Request const&)");
+  Frame parse = Native("ParseJson<std::string>"), hostile = Native("</script><b>x&y</b>");
+  Frame utf8 = Native(
+      "Gr\xC3\xBC\xC3\x9F"
+      "e\xE2\x80\xA8::run");
+  Frame unnamed = Native("libfoo.so+0x1a2b"), truncated = Native("[truncated]");
+  Frame read = Kernel("ksys_read"), syscall = Kernel("do_syscall_64");
+  FlameGraph graph;
+  graph.Add(Interval({
+      {10, "web", "web", {&parse, &serve, &main_fn}, 400},
+      {10, "web", "web", {&read, &syscall, &serve, &main_fn}, 300},
+      {10, "web", "web", {&hostile, &main_fn}, 150},
+      {11, "batch", "batch", {&utf8, &unnamed, &truncated}, 100},
+  }));
+  const std::string page = testing::TempDir() + "/ember_flame_graph_test.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "Ember <test> & \"run\"").ok());
+
+  const std::string html = ReadFile(page);
+  EXPECT_THAT(html, HasSubstr("<title>Ember &lt;test&gt; &amp; &quot;run&quot;</title>"));
+  EXPECT_THAT(html, Not(HasSubstr("{{"))) << "unfilled placeholder";
+  EXPECT_THAT(html, Not(HasSubstr("http://")));
+  EXPECT_THAT(html, Not(HasSubstr("https://")));
+  EXPECT_THAT(html, Not(HasSubstr(" src=")));
+
+  const auto [rc, out] = CheckPage(
+      page, {"all", "web", "main", "Server::Serve(Request const&)", "ParseJson<std::string>",
+             "ksys_read", "do_syscall_64", "</script><b>x&y</b>", "libfoo.so+0x1a2b", "batch"});
+  EXPECT_EQ(rc, 0) << out;
+}
+
+// Drives the page like a user (search, hover, zoom, reset) from a script appended to it; a failed
+// expectation throws, which the page's window.onerror reports and the checker turns into a failure.
+TEST_F(FlameGraphPageTest, SearchTooltipAndZoomWork) {
+  Frame main_fn = Native("main"), serve = Native("Server::Serve(Request const&)");
+  Frame parse = Native("ParseJson"), read = Kernel("ksys_read"), idle = Native("Idle");
+  FlameGraph graph;
+  graph.Add(Interval({
+      {10, "web", "web", {&parse, &serve, &main_fn}, 400},
+      {10, "web", "web", {&read, &serve, &main_fn}, 300},
+      {11, "batch", "batch", {&idle, &main_fn}, 250},
+  }));
+  const std::string page = testing::TempDir() + "/ember_flame_graph_ui.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "ui").ok());
+  std::string html = ReadFile(page);
+  const size_t body_end = html.rfind("</body>");
+  ASSERT_NE(body_end, std::string::npos);
+  html.insert(body_end, R"js(<script>
+(function () {
+  function check(ok, what) { if (!ok) throw new Error('ui check failed: ' + what); }
+  function frame(name) {
+    return Array.prototype.filter.call(document.querySelectorAll('#chart .f'),
+                                       function (e) { return e.textContent === name; })[0];
+  }
+  var chart = document.getElementById('chart');
+  var search = document.getElementById('search');
+  search.value = 'serve';
+  search.dispatchEvent(new Event('input'));
+  var matched = document.getElementById('matched').textContent;
+  check(matched.indexOf('73.7%') !== -1, 'matched share: ' + matched);
+  check(frame('Server::Serve(Request const&)').classList.contains('hit'), 'match highlighted');
+  check(!frame('main').classList.contains('hit'), 'non-match not highlighted');
+
+  frame('ksys_read').dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: 50, clientY: 50}));
+  var tip = document.getElementById('tip').textContent;
+  check(tip.indexOf('ksys_read \u2014 300 samples, 31.6%') === 0, 'tooltip: ' + tip);
+
+  frame('Server::Serve(Request const&)').click();
+  check(!frame('batch'), 'zoom hides unrelated frames');
+  check(parseFloat(frame('Server::Serve(Request const&)').style.width) >= chart.clientWidth - 1,
+        'zoomed frame spans the chart');
+  check(frame('ParseJson') && frame('web'), 'callees and ancestors stay drawn');
+  document.getElementById('reset').click();
+  check(frame('batch') && frame('Idle'), 'reset shows everything again');
+  search.value = '';
+  search.dispatchEvent(new Event('input'));
+  check(document.querySelectorAll('#chart .hit').length === 0, 'clearing search clears highlights');
+})();
+</script>
+)js");
+  std::ofstream(page, std::ios::trunc) << html;
+  const auto [rc, out] = CheckPage(page, {"web", "batch", "Idle", "ksys_read", "ParseJson"});
+  EXPECT_EQ(rc, 0) << out;
+}
+
+TEST_F(FlameGraphPageTest, CheckerRejectsMissingFramesAndScriptErrors) {
+  Frame main_fn = Native("main");
+  FlameGraph graph;
+  graph.Add(Interval({{1, "app", "app", {&main_fn}, 1}}));
+  const std::string page = testing::TempDir() + "/ember_flame_graph_missing.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "t").ok());
+  auto [rc, out] = CheckPage(page, {"main", "NotAFrame"});
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(out, HasSubstr("NotAFrame"));
+
+  const std::string broken = testing::TempDir() + "/ember_flame_graph_broken.html";
+  std::ofstream(broken) << "<html><body><div id=\"errors\"></div>"
+                           "<div class=\"f\">main</div><script>undefinedFunction();</script>"
+                           "</body></html>";
+  std::tie(rc, out) = CheckPage(broken, {"main"});
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(out, HasSubstr("undefinedFunction"));
+}
+
+TEST(FlameGraphFileTest, UnwritableDirectoryIsAnError) {
+  FlameGraph graph;
+  EXPECT_FALSE(graph.WriteHtml("/nonexistent-dir/flame.html", "t").ok());
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,333 @@
+// Round-trips a hand-built interval through WritePprofFile, then checks the file with our own
+// protobuf parser and with Google's pprof, the tool users will actually point at it.
+#include "output/pprof_writer.h"
+
+#include <stdio.h>
+#include <zlib.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ember {
+namespace {
+
+namespace pb = perftools::profiles;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kPeriodNs = 10'000'000;  // 100 Hz
+
+// Frames as the symbol cache would hold them. `work_copy` has the same identity as `work` but is
+// a different object, as happens when two cache generations name the same code.
+struct Fixture {
+  Frame syscall{FrameKind::kKernel, "do_syscall_64",     "", 0,
+                0xffffffff81000100, "[kernel.kallsyms]", ""};
+  Frame ext4{FrameKind::kKernel, "ext4_file_write_iter", "", 0, 0xffffffffc0100200, "[ext4]", ""};
+  Frame app_main{FrameKind::kNative, "main", "src/app.cc", 10, 0x1100, "/usr/bin/app", "abcd01"};
+  Frame work{FrameKind::kNative, "Work(int)", "src/app.cc", 20, 0x1200, "/usr/bin/app", "abcd01"};
+  Frame work_copy = work;
+  Frame work_later{FrameKind::kNative, "Work(int)", "src/app.cc", 22, 0x1210,
+                   "/usr/bin/app",     "abcd01"};
+  Frame libc_write{FrameKind::kNative, "write", "", 0, 0xf5000, "/usr/lib/libc.so.6", "c0ffee"};
+  Frame unnamed{FrameKind::kNative, "libfoo.so+0x1a2b", "", 0, 0x1a2b, "/opt/lib/libfoo.so", ""};
+  Frame tool_main{FrameKind::kNative, "main", "", 0, 0x400, "/usr/bin/tool", ""};
+
+  IntervalProfile profile;
+
+  Fixture() {
+    profile.start_unix_ns = 1'700'000'000'000'000'000;
+    profile.duration_ns = 10'000'000'000;
+    profile.period_ns = kPeriodNs;
+    profile.samples = {
+        {100, "app", "worker", {&work, &app_main}, 5},
+        {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
+        {101, "app", "worker", {&work_later, &app_main}, 1},
+        {200, "tool", "tool", {&unnamed, &tool_main}, 4},
+        {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
+        {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
+    };
+  }
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Gunzip(const std::string& gz) {
+  z_stream zs{};
+  EXPECT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);  // gzip wrapper only
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  zs.avail_in = static_cast<uInt>(gz.size());
+  std::string out;
+  std::array<char, 16384> buf;
+  int rc;
+  do {
+    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+    zs.avail_out = buf.size();
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.append(buf.data(), buf.size() - zs.avail_out);
+  } while (rc == Z_OK);
+  inflateEnd(&zs);
+  EXPECT_EQ(rc, Z_STREAM_END) << "not a complete gzip stream";
+  return out;
+}
+
+std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
+
+class PprofWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = TempPath("ember_pprof_test.pb.gz");
+    ASSERT_TRUE(WritePprofFile(f_.profile, path_).ok());
+    ASSERT_TRUE(p_.ParseFromString(Gunzip(ReadFile(path_))));
+  }
+
+  const std::string& Str(int64_t index) const {
+    EXPECT_GE(index, 0);
+    EXPECT_LT(index, p_.string_table_size());
+    return p_.string_table(static_cast<int>(index));
+  }
+
+  // The tables are written with id == position + 1; the test still looks ids up by value.
+  template <typename T>
+  static const T& ById(const google::protobuf::RepeatedPtrField<T>& table, uint64_t id) {
+    for (const T& entry : table) {
+      if (entry.id() == id) return entry;
+    }
+    ADD_FAILURE() << "no entry with id " << id;
+    return table.Get(0);
+  }
+
+  std::map<std::string, std::string> StrLabels(const pb::Sample& s) const {
+    std::map<std::string, std::string> labels;
+    for (const pb::Label& l : s.label()) {
+      if (l.str() != 0) labels[Str(l.key())] = Str(l.str());
+    }
+    return labels;
+  }
+
+  int64_t PidLabel(const pb::Sample& s) const {
+    for (const pb::Label& l : s.label()) {
+      if (Str(l.key()) == "pid") return l.num();
+    }
+    return -1;
+  }
+
+  std::vector<std::string> FunctionNames(const pb::Sample& s) const {
+    std::vector<std::string> names;
+    for (uint64_t id : s.location_id()) {
+      const pb::Location& loc = ById(p_.location(), id);
+      EXPECT_EQ(loc.line_size(), 1);
+      names.push_back(Str(ById(p_.function(), loc.line(0).function_id()).name()));
+    }
+    return names;
+  }
+
+  Fixture f_;
+  std::string path_;
+  pb::Profile p_;
+};
+
+TEST_F(PprofWriterTest, HeaderFields) {
+  ASSERT_GT(p_.string_table_size(), 0);
+  EXPECT_EQ(p_.string_table(0), "");
+  ASSERT_EQ(p_.sample_type_size(), 2);
+  EXPECT_EQ(Str(p_.sample_type(0).type()), "samples");
+  EXPECT_EQ(Str(p_.sample_type(0).unit()), "count");
+  EXPECT_EQ(Str(p_.sample_type(1).type()), "cpu");
+  EXPECT_EQ(Str(p_.sample_type(1).unit()), "nanoseconds");
+  EXPECT_EQ(Str(p_.period_type().type()), "cpu");
+  EXPECT_EQ(Str(p_.period_type().unit()), "nanoseconds");
+  EXPECT_EQ(p_.period(), kPeriodNs);
+  EXPECT_EQ(p_.time_nanos(), f_.profile.start_unix_ns);
+  EXPECT_EQ(p_.duration_nanos(), f_.profile.duration_ns);
+  EXPECT_EQ(Str(p_.default_sample_type()), "cpu");
+}
+
+TEST_F(PprofWriterTest, SamplesResolveToOriginalFramesInOrder) {
+  ASSERT_EQ(p_.sample_size(), 5) << "the zero-count sample must be dropped";
+  EXPECT_THAT(FunctionNames(p_.sample(0)), ElementsAre("Work(int)", "main"));
+  EXPECT_THAT(FunctionNames(p_.sample(1)),
+              ElementsAre("ext4_file_write_iter", "do_syscall_64", "write", "Work(int)", "main"));
+  EXPECT_THAT(FunctionNames(p_.sample(2)), ElementsAre("Work(int)", "main"));
+  EXPECT_THAT(FunctionNames(p_.sample(3)), ElementsAre("libfoo.so+0x1a2b", "main"));
+  EXPECT_THAT(FunctionNames(p_.sample(4)), ElementsAre("do_syscall_64", "write", "main"));
+
+  // Each location keeps its frame's address, mapping, file and line.
+  for (int i = 0; i < p_.sample_size(); ++i) {
+    const StackSample& in = f_.profile.samples[i];
+    const pb::Sample& out = p_.sample(i);
+    ASSERT_EQ(out.location_id_size(), static_cast<int>(in.frames.size()));
+    for (size_t k = 0; k < in.frames.size(); ++k) {
+      const Frame& frame = *in.frames[k];
+      const pb::Location& loc = ById(p_.location(), out.location_id(static_cast<int>(k)));
+      SCOPED_TRACE(frame.function);
+      EXPECT_EQ(loc.address(), frame.address);
+      const pb::Mapping& m = ById(p_.mapping(), loc.mapping_id());
+      EXPECT_EQ(Str(m.filename()), frame.module);
+      EXPECT_EQ(m.build_id() == 0 ? "" : Str(m.build_id()), frame.build_id);
+      EXPECT_EQ(loc.line(0).line(), frame.line);
+      const pb::Function& fn = ById(p_.function(), loc.line(0).function_id());
+      EXPECT_EQ(fn.filename() == 0 ? "" : Str(fn.filename()), frame.source_file);
+    }
+  }
+}
+
+TEST_F(PprofWriterTest, ValuesAndLabels) {
+  const std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> want = {
+      {5, 100, "app", "worker"}, {3, 100, "app", "main"},  {1, 101, "app", "worker"},
+      {4, 200, "tool", "tool"},  {2, 200, "tool", "tool"},
+  };
+  ASSERT_EQ(p_.sample_size(), static_cast<int>(want.size()));
+  for (int i = 0; i < p_.sample_size(); ++i) {
+    const auto& [count, pid, process, thread] = want[i];
+    const pb::Sample& s = p_.sample(i);
+    EXPECT_THAT(s.value(), ElementsAre(count, count * kPeriodNs));
+    EXPECT_EQ(PidLabel(s), pid);
+    EXPECT_EQ(StrLabels(s),
+              (std::map<std::string, std::string>{{"process", process}, {"thread", thread}}));
+  }
+}
+
+TEST_F(PprofWriterTest, TablesAreDeduplicatedWithValidIds) {
+  // work and work_copy share one location; work_later is another location of the same function;
+  // "main" in app.cc and "main" in the tool are different functions.
+  EXPECT_EQ(p_.location_size(), 8);
+  EXPECT_EQ(p_.function_size(), 7);
+  EXPECT_EQ(p_.mapping_size(), 6);
+
+  auto check_ids = [](const auto& table, const char* what) {
+    std::set<uint64_t> ids;
+    for (const auto& e : table) {
+      EXPECT_GT(e.id(), 0u) << what;
+      EXPECT_LE(e.id(), static_cast<uint64_t>(table.size())) << what;
+      EXPECT_TRUE(ids.insert(e.id()).second) << what << " id " << e.id() << " repeated";
+    }
+  };
+  check_ids(p_.location(), "location");
+  check_ids(p_.function(), "function");
+  check_ids(p_.mapping(), "mapping");
+
+  std::set<std::tuple<uint64_t, uint64_t, uint64_t>> locations;
+  for (const pb::Location& loc : p_.location()) {
+    ASSERT_EQ(loc.line_size(), 1);
+    EXPECT_TRUE(
+        locations.emplace(loc.mapping_id(), loc.address(), loc.line(0).function_id()).second)
+        << "duplicated location at " << loc.address();
+  }
+  std::set<std::pair<std::string, std::string>> functions;
+  for (const pb::Function& fn : p_.function()) {
+    EXPECT_EQ(fn.system_name(), fn.name());
+    EXPECT_TRUE(functions.emplace(Str(fn.name()), Str(fn.filename())).second)
+        << "duplicated function " << Str(fn.name());
+  }
+  std::set<std::string> strings(p_.string_table().begin(), p_.string_table().end());
+  EXPECT_EQ(strings.size(), static_cast<size_t>(p_.string_table_size())) << "duplicated strings";
+}
+
+TEST_F(PprofWriterTest, Mappings) {
+  std::map<std::string, const pb::Mapping*> by_file;
+  for (const pb::Mapping& m : p_.mapping()) {
+    EXPECT_TRUE(by_file.emplace(Str(m.filename()), &m).second)
+        << "duplicated mapping " << Str(m.filename());
+    EXPECT_EQ(m.memory_start(), 0u);
+    EXPECT_TRUE(m.has_functions());
+  }
+  ASSERT_EQ(by_file.size(), 6u);
+  const pb::Mapping& app = *by_file.at("/usr/bin/app");
+  EXPECT_EQ(Str(app.build_id()), "abcd01");
+  EXPECT_EQ(app.memory_limit(), 0x1210u + 1);
+  EXPECT_TRUE(app.has_filenames());
+  EXPECT_TRUE(app.has_line_numbers());
+  const pb::Mapping& kernel = *by_file.at("[kernel.kallsyms]");
+  EXPECT_EQ(kernel.memory_limit(), 0xffffffff81000100u + 1);
+  EXPECT_FALSE(kernel.has_filenames());
+  EXPECT_FALSE(kernel.has_line_numbers());
+  EXPECT_EQ(kernel.build_id(), 0);
+  EXPECT_EQ(by_file.at("[ext4]")->memory_limit(), 0xffffffffc0100200u + 1);
+  EXPECT_EQ(Str(by_file.at("/usr/lib/libc.so.6")->build_id()), "c0ffee");
+  EXPECT_FALSE(by_file.at("/usr/lib/libc.so.6")->has_line_numbers());
+  EXPECT_EQ(by_file.at("/opt/lib/libfoo.so")->memory_limit(), 0x1a2bu + 1);
+  EXPECT_EQ(by_file.count("/usr/bin/tool"), 1u);
+}
+
+TEST(PprofWriterEmptyTest, EmptyIntervalIsValid) {
+  IntervalProfile empty;
+  empty.period_ns = kPeriodNs;
+  const pb::Profile p = BuildPprof(empty);
+  EXPECT_EQ(p.sample_size(), 0);
+  ASSERT_GT(p.string_table_size(), 0);
+  EXPECT_EQ(p.string_table(0), "");
+  EXPECT_EQ(p.sample_type_size(), 2);
+}
+
+TEST(PprofWriterFileTest, UnwritableDirectoryIsAnError) {
+  Fixture f;
+  const absl::Status s = WritePprofFile(f.profile, "/nonexistent-dir/ember/profile.pb.gz");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/nonexistent-dir/ember/profile.pb.gz"));
+}
+
+// Runs `command` and returns its exit status and combined output.
+std::pair<int, std::string> RunCommand(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  return {pclose(pipe), output};
+}
+
+// The flat column of the `pprof -top` row whose name column is `name`, or "" if none.
+std::string FlatOf(const std::string& top, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(top, '\n')) {
+    std::vector<absl::string_view> cols = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (cols.size() >= 6 && cols.back() == name) return std::string(cols[0]);
+  }
+  return "";
+}
+
+TEST(PprofToolTest, GooglePprofReadsTheFile) {
+  const std::string pprof = EMBER_PPROF_PATH;
+  ASSERT_FALSE(pprof.empty() || pprof.ends_with("-NOTFOUND"))
+      << "Google's pprof was not found at .cache/tools/pprof; run scripts/setup.sh and reconfigure";
+  Fixture f;
+  const std::string path = TempPath("ember_pprof_tool_test.pb.gz");
+  ASSERT_TRUE(WritePprofFile(f.profile, path).ok());
+
+  const auto [rc, top] = RunCommand(pprof + " -top -symbolize=none -sample_index=samples " + path);
+  ASSERT_EQ(rc, 0) << top;
+  EXPECT_THAT(top, HasSubstr("Type: samples"));
+  EXPECT_THAT(top, HasSubstr("of 15 total")) << top;
+  EXPECT_EQ(FlatOf(top, "Work(int)"), "6") << top;
+  EXPECT_EQ(FlatOf(top, "ext4_file_write_iter"), "3") << top;
+  EXPECT_EQ(FlatOf(top, "libfoo.so+0x1a2b"), "4") << top;
+  EXPECT_EQ(FlatOf(top, "do_syscall_64"), "2") << top;
+  EXPECT_EQ(FlatOf(top, "write"), "0") << top;
+  EXPECT_THAT(top, HasSubstr(" main\n"));
+
+  // The default sample type is CPU time: 15 samples at 10 ms each.
+  const auto [cpu_rc, cpu_top] = RunCommand(pprof + " -top -symbolize=none " + path);
+  ASSERT_EQ(cpu_rc, 0) << cpu_top;
+  EXPECT_THAT(cpu_top, HasSubstr("Type: cpu"));
+  EXPECT_THAT(cpu_top, HasSubstr("of 150ms total")) << cpu_top;
+  EXPECT_EQ(FlatOf(cpu_top, "Work(int)"), "60ms") << cpu_top;
+}
+
+}  // namespace
+}  // namespace ember
