@@ -1,0 +1,57 @@
+// Internal: one opened and validated ELF file (RAII over the fd and libelf handle), plus the few
+// header lookups the symbolizer needs. Not part of the library's public API.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+typedef struct Elf Elf;
+typedef struct Elf_Scn Elf_Scn;
+
+namespace ember::internal {
+
+struct DebugLink {
+  std::string file_name;  // basename of the separate debug file
+  uint32_t crc = 0;       // CRC-32 of the whole debug file
+};
+
+class ElfFile {
+ public:
+  // Opens `path` read-only, maps it, and checks that every header and section it declares lies
+  // inside the file, so later reads of a truncated or corrupt file fail cleanly instead of
+  // faulting. The fd is closed before returning: a cache of a thousand modules must not hold a
+  // thousand fds. Separate debug files pass check_segments=false: their program headers describe
+  // the original binary's contents, which they no longer carry.
+  static absl::StatusOr<std::unique_ptr<ElfFile>> Open(const std::string& path,
+                                                       bool check_segments = true);
+  ~ElfFile();
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+
+  Elf* elf() const { return elf_; }
+  uint64_t file_size() const { return file_size_; }
+
+  // Lower-case hex GNU build id, "" when there is none.
+  std::string BuildId() const;
+  std::optional<DebugLink> GnuDebugLink() const;
+  // The first section called `name`, nullptr if none.
+  Elf_Scn* FindSection(const char* name) const;
+  // True when `name` exists and has contents in this file (not SHT_NOBITS, as in stripped
+  // binaries' debug files and debug files' code sections).
+  bool HasSectionData(const char* name) const;
+
+ private:
+  ElfFile(Elf* elf, uint64_t file_size) : elf_(elf), file_size_(file_size) {}
+
+  Elf* elf_;
+  uint64_t file_size_;
+};
+
+// CRC-32 (the .gnu_debuglink checksum) of a whole file; nullopt when it cannot be read.
+std::optional<uint32_t> FileCrc32(const std::string& path);
+
+}  // namespace ember::internal

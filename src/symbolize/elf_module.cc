@@ -1,0 +1,155 @@
+// ElfModule: address translation and symbolization of one ELF file, including the search for its
+// separate debug file by build id and .gnu_debuglink.
+#include "symbolize/elf_module.h"
+
+#include <elf.h>
+#include <gelf.h>
+#include <libelf.h>
+
+#include <utility>
+
+#include "symbolize/demangle.h"
+#include "symbolize/dwarf_lines.h"
+#include "symbolize/elf_file.h"
+#include "symbolize/symbol_table.h"
+
+namespace ember {
+namespace {
+
+using internal::ElfFile;
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string JoinPath(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (a.back() == '/' || (!b.empty() && b.front() == '/')) return a + b;
+  return a + "/" + b;
+}
+
+// A candidate separate debug file, accepted when it is the one built with `main`: same build id
+// when both have one, else a matching .gnu_debuglink CRC.
+std::unique_ptr<ElfFile> OpenDebugCandidate(const std::string& path, const std::string& build_id,
+                                            const std::optional<uint32_t>& crc) {
+  absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(path, /*check_segments=*/false);
+  if (!file.ok()) return nullptr;
+  std::string candidate_id = (*file)->BuildId();
+  if (!build_id.empty() && !candidate_id.empty()) {
+    return candidate_id == build_id ? std::move(*file) : nullptr;
+  }
+  if (crc.has_value() && internal::FileCrc32(path) == crc) return std::move(*file);
+  return nullptr;
+}
+
+std::unique_ptr<ElfFile> FindDebugFile(const ElfFile& main, const std::string& display_path,
+                                       const std::string& build_id, const std::string& debug_dir) {
+  if (build_id.size() > 2) {
+    std::string path = JoinPath(
+        debug_dir, ".build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug");
+    if (auto file = OpenDebugCandidate(path, build_id, std::nullopt)) return file;
+  }
+  std::optional<internal::DebugLink> link = main.GnuDebugLink();
+  if (!link.has_value()) return nullptr;
+  // The search order gdb documents: next to the binary, its .debug/, then under the debug root.
+  std::string dir = DirName(display_path);
+  const std::string candidates[] = {
+      JoinPath(dir, link->file_name),
+      JoinPath(JoinPath(dir, ".debug"), link->file_name),
+      JoinPath(JoinPath(debug_dir, dir), link->file_name),
+  };
+  for (const std::string& path : candidates) {
+    if (path == display_path) continue;  // a debuglink naming the binary itself
+    if (auto file = OpenDebugCandidate(path, build_id, link->crc)) return file;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& open_path,
+                                                           const std::string& display_path,
+                                                           const ElfModuleOptions& options) {
+  absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(open_path);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<ElfModule> module(new ElfModule(display_path, options, std::move(*file)));
+  Elf* elf = module->file_->elf();
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr phdr;
+      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
+        continue;
+      }
+      module->segments_.push_back(
+          {phdr.p_offset, phdr.p_filesz, phdr.p_vaddr, (phdr.p_flags & PF_X) != 0});
+    }
+  }
+  module->build_id_ = module->file_->BuildId();
+  return module;
+}
+
+ElfModule::ElfModule(std::string path, ElfModuleOptions options,
+                     std::unique_ptr<internal::ElfFile> file)
+    : path_(std::move(path)), options_(std::move(options)), file_(std::move(file)) {}
+
+ElfModule::~ElfModule() {
+  // DWARF and symbol names read from the files' mappings: drop them before the files.
+  lines_.reset();
+  symbols_.reset();
+  debug_file_.reset();
+}
+
+std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
+  const Segment* found = nullptr;
+  for (const Segment& segment : segments_) {
+    if (offset.value < segment.offset || offset.value - segment.offset >= segment.file_size) {
+      continue;
+    }
+    // Sampled instruction pointers are in code, so an executable segment wins any overlap.
+    if (found == nullptr || (segment.executable && !found->executable)) found = &segment;
+  }
+  if (found == nullptr) return std::nullopt;
+  return ElfAddress{found->vaddr + (offset.value - found->offset)};
+}
+
+void ElfModule::LoadSymbols() const {
+  symbols_loaded_ = true;
+  auto symtab = std::make_unique<internal::SymbolTable>(
+      internal::SymbolTable::Read(file_->elf(), SHT_SYMTAB));
+  bool has_dwarf = file_->HasSectionData(".debug_info");
+  if (symtab->empty() || !has_dwarf) {
+    debug_file_ = FindDebugFile(*file_, path_, build_id_, options_.debug_dir);
+  }
+  if (symtab->empty() && debug_file_ != nullptr) {
+    *symtab = internal::SymbolTable::Read(debug_file_->elf(), SHT_SYMTAB);
+  }
+  if (symtab->empty()) *symtab = internal::SymbolTable::Read(file_->elf(), SHT_DYNSYM);
+  symbols_ = std::move(symtab);
+
+  Elf* dwarf_elf = nullptr;
+  if (has_dwarf) {
+    dwarf_elf = file_->elf();
+  } else if (debug_file_ != nullptr && debug_file_->HasSectionData(".debug_info")) {
+    dwarf_elf = debug_file_->elf();
+  }
+  if (dwarf_elf != nullptr) {
+    lines_ = std::make_unique<internal::DwarfLines>(dwarf_elf);
+    if (!lines_->valid()) lines_.reset();
+  }
+}
+
+std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
+  if (!symbols_loaded_) LoadSymbols();
+  const char* name = symbols_->Find(addr.value);
+  if (name == nullptr) return std::nullopt;
+  SourceSymbol symbol;
+  symbol.function = Demangle(name);
+  if (lines_ != nullptr) lines_->Lookup(addr.value, &symbol.source_file, &symbol.line);
+  return symbol;
+}
+
+}  // namespace ember
