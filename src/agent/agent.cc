@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
@@ -54,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     agent->kernel_symbols_ = std::move(kernel_symbols).value();
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
   } else {
-    spdlog::warn("kernel frames will be unnamed: {}", kernel_symbols.status().message());
+    spdlog::warn("kernel frames will be unnamed: {}",
+                 std::string(kernel_symbols.status().message()));
   }
   agent->interval_start_ = absl::Now();
   return agent;
@@ -67,7 +69,7 @@ void Agent::OnSample(const SampleView& sample) {
   }
   ++samples_seen_;
   const ember_sample& header = *sample.header;
-  std::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
+  absl::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
 
   stack_.clear();
   for (size_t i = 0; i < sample.kernel_ips.size(); ++i) {
@@ -83,7 +85,7 @@ void Agent::OnSample(const SampleView& sample) {
   }
   if (header.user_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
 
-  std::string_view process_name = process != nullptr ? std::string_view(process->name) : thread;
+  absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
   aggregator_.Add(header.pid, process_name, thread, stack_);
 }
 

@@ -1,9 +1,11 @@
 // Interval aggregation of symbolized stacks.
 #include "agent/aggregator.h"
 
+#include "absl/strings/string_view.h"
+
 namespace ember {
 
-void Aggregator::Add(uint32_t pid, std::string_view process, std::string_view thread,
+void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view thread,
                      std::span<const Frame* const> frames) {
   Key key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}};
   ++counts_[std::move(key)];

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "common/profile.h"
 
 namespace ember {
@@ -15,7 +15,7 @@ namespace ember {
 class Aggregator {
  public:
   // frames: leaf first.
-  void Add(uint32_t pid, std::string_view process, std::string_view thread,
+  void Add(uint32_t pid, absl::string_view process, absl::string_view thread,
            std::span<const Frame* const> frames);
   // Hands over everything counted since the last call and starts a new interval.
   IntervalProfile TakeInterval(int64_t start_unix_ns, int64_t duration_ns, int64_t period_ns);

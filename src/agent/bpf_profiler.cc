@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "agent/cpu_list.h"
 #include "profiler.skel.h"
 #include "spdlog/spdlog.h"
@@ -37,7 +38,7 @@ int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args)
   return 0;
 }
 
-absl::Status ErrnoStatus(int err, std::string_view what) {
+absl::Status ErrnoStatus(int err, absl::string_view what) {
   err = err < 0 ? -err : err;
   std::string hint;
   if (err == EPERM || err == EACCES) {

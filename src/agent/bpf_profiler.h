@@ -10,6 +10,11 @@
 #include "absl/status/statusor.h"
 #include "agent/sample_record_layout.h"
 
+// libbpf's and the skeleton's types, which stay out of this header.
+struct profiler_bpf;
+struct bpf_link;
+struct ring_buffer;
+
 namespace ember {
 
 struct BpfProfilerConfig {

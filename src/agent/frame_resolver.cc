@@ -3,13 +3,14 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 
 namespace ember {
 namespace {
 
-std::string_view Basename(std::string_view path) {
+absl::string_view Basename(absl::string_view path) {
   size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+  return slash == absl::string_view::npos ? path : path.substr(slash + 1);
 }
 
 }  // namespace
@@ -36,7 +37,7 @@ const Frame* FrameResolver::Remember(Key key, Frame frame) {
   return entry.frame.get();
 }
 
-const Frame* FrameResolver::Marker(std::string_view name) {
+const Frame* FrameResolver::Marker(absl::string_view name) {
   Key key{.name = std::string(name)};
   if (const Frame* frame = Lookup(key)) return frame;
   Frame frame;

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
+#include "absl/strings/string_view.h"
 #include "agent/process_table.h"
 #include "common/profile.h"
 #include "symbolize/elf_module.h"
@@ -25,7 +25,7 @@ class FrameResolver {
   const Frame* Kernel(uint64_t ip, bool caller);
   const Frame* User(Process* process, uint64_t ip, bool caller);
   // A frame standing for something that is not code, e.g. "[truncated]".
-  const Frame* Marker(std::string_view name);
+  const Frame* Marker(absl::string_view name);
 
   // Drops frames not used in the last two generations. Frames handed out stay valid until then,
   // so call this only after the interval that used them has been written.

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <string_view>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "agent/agent.h"
 #include "agent/options.h"
 #include "spdlog/spdlog.h"
@@ -29,7 +29,7 @@ void InstallSignalHandlers() {
 
 int main(int argc, char** argv) {
   const auto started_at = std::chrono::steady_clock::now();
-  std::vector<std::string_view> args(argv + 1, argv + argc);
+  std::vector<absl::string_view> args(argv + 1, argv + argc);
   auto options = ember::ParseOptions(args);
   if (!options.ok()) {
     std::fprintf(stderr, "ember-agent: %s\n", std::string(options.status().message()).c_str());

@@ -3,22 +3,24 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace ember {
 namespace {
 
-absl::Status FlagError(std::string_view flag, std::string_view expected, std::string_view got) {
+absl::Status FlagError(absl::string_view flag, absl::string_view expected, absl::string_view got) {
   return absl::InvalidArgumentError(
       absl::StrCat("--", flag, ": expected ", expected, ", got '", got, "'"));
 }
 
 // "30s", "1m30s", "500ms"; a bare number means seconds.
-absl::Status ParseDurationFlag(std::string_view flag, std::string_view value, absl::Duration min,
+absl::Status ParseDurationFlag(absl::string_view flag, absl::string_view value, absl::Duration min,
                                absl::Duration* out) {
-  constexpr std::string_view kExpected = "a duration such as 30s, 5m or 1h30m";
+  constexpr absl::string_view kExpected = "a duration such as 30s, 5m or 1h30m";
   absl::Duration d;
   double seconds = 0;
   if (absl::SimpleAtod(value, &seconds)) {
@@ -34,8 +36,8 @@ absl::Status ParseDurationFlag(std::string_view flag, std::string_view value, ab
   return absl::OkStatus();
 }
 
-absl::Status ParseLogLevel(std::string_view value, spdlog::level::level_enum* out) {
-  static const std::map<std::string_view, spdlog::level::level_enum> kLevels = {
+absl::Status ParseLogLevel(absl::string_view value, spdlog::level::level_enum* out) {
+  static const std::map<absl::string_view, spdlog::level::level_enum> kLevels = {
       {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
       {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
       {"error", spdlog::level::err},   {"off", spdlog::level::off}};
@@ -49,20 +51,20 @@ absl::Status ParseLogLevel(std::string_view value, spdlog::level::level_enum* ou
 
 }  // namespace
 
-absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args) {
+absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
   Options options;
-  using Setter = std::function<absl::Status(std::string_view)>;
-  const std::map<std::string_view, Setter> with_value = {
+  using Setter = std::function<absl::Status(absl::string_view)>;
+  const std::map<absl::string_view, Setter> with_value = {
       {"duration",
-       [&](std::string_view v) {
+       [&](absl::string_view v) {
          return ParseDurationFlag("duration", v, absl::Milliseconds(1), &options.duration);
        }},
       {"export-interval",
-       [&](std::string_view v) {
+       [&](absl::string_view v) {
          return ParseDurationFlag("export-interval", v, absl::Seconds(1), &options.export_interval);
        }},
       {"pid",
-       [&](std::string_view v) {
+       [&](absl::string_view v) {
          uint32_t pid = 0;
          if (!absl::SimpleAtoi(v, &pid) || pid == 0 || pid > (1u << 22)) {
            return FlagError("pid", "a process id (a positive whole number)", v);
@@ -71,7 +73,7 @@ absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args) {
          return absl::OkStatus();
        }},
       {"sampling-hz",
-       [&](std::string_view v) {
+       [&](absl::string_view v) {
          int hz = 0;
          if (!absl::SimpleAtoi(v, &hz) || hz < 1 || hz > 1000) {
            return FlagError("sampling-hz", "a whole number from 1 to 1000", v);
@@ -80,26 +82,26 @@ absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args) {
          return absl::OkStatus();
        }},
       {"output-dir",
-       [&](std::string_view v) {
+       [&](absl::string_view v) {
          if (v.empty()) return FlagError("output-dir", "a directory path", v);
          options.output_dir = std::string(v);
          return absl::OkStatus();
        }},
-      {"log-level", [&](std::string_view v) { return ParseLogLevel(v, &options.log_level); }},
+      {"log-level", [&](absl::string_view v) { return ParseLogLevel(v, &options.log_level); }},
   };
-  const std::map<std::string_view, bool*> switches = {{"help", &options.help},
-                                                      {"version", &options.version}};
+  const std::map<absl::string_view, bool*> switches = {{"help", &options.help},
+                                                       {"version", &options.version}};
 
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
+    absl::string_view arg = args[i];
     if (arg == "-h") arg = "--help";
     if (arg.substr(0, 2) != "--") {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected argument '", arg, "' (flags start with --; see --help)"));
     }
-    std::string_view name = arg.substr(2);
-    std::optional<std::string_view> value;
-    if (size_t eq = name.find('='); eq != std::string_view::npos) {
+    absl::string_view name = arg.substr(2);
+    std::optional<absl::string_view> value;
+    if (size_t eq = name.find('='); eq != absl::string_view::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "spdlog/common.h"
 
@@ -25,7 +25,7 @@ struct Options {
 };
 
 // args excludes the program name. The error message starts with the flag it is about.
-absl::StatusOr<Options> ParseOptions(std::span<const std::string_view> args);
+absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args);
 
 std::string UsageText();
 

@@ -3,10 +3,10 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "symbolize/address.h"
 #include "symbolize/elf_module.h"
 
@@ -33,6 +33,6 @@ struct MemoryMapping {
 
 // Parses every line; returns an error naming the first malformed line. Mappings come back in the
 // file's order (ascending addresses).
-absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(std::string_view text);
+absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text);
 
 }  // namespace ember

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {
@@ -36,11 +37,11 @@ const MemoryMapping* Process::Find(ProcessAddress addr) const {
   return it->Contains(addr) ? &*it : nullptr;
 }
 
-uint64_t ParseStatStartTime(std::string_view stat) {
+uint64_t ParseStatStartTime(absl::string_view stat) {
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'.
   size_t paren = stat.rfind(')');
-  if (paren == std::string_view::npos) return 0;
-  std::vector<std::string_view> fields =
+  if (paren == absl::string_view::npos) return 0;
+  std::vector<absl::string_view> fields =
       absl::StrSplit(stat.substr(paren + 1), ' ', absl::SkipEmpty());
   // fields[0] is field 3 (state), so field 22 is fields[19].
   uint64_t start_time = 0;
@@ -80,7 +81,7 @@ bool ProcessTable::ReadMaps(Process* process) const {
   if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
   auto mappings = ParseProcMaps(text);
   if (!mappings.ok()) {
-    spdlog::debug("pid {}: {}", process->pid, mappings.status().message());
+    spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
     return false;
   }
   process->mappings.clear();

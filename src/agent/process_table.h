@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "agent/proc_maps.h"
 
 namespace ember {
@@ -25,7 +25,7 @@ struct Process {
 };
 
 // Field 22 (starttime) of /proc/PID/stat; 0 when the text is malformed.
-uint64_t ParseStatStartTime(std::string_view stat);
+uint64_t ParseStatStartTime(absl::string_view stat);
 
 class ProcessTable {
  public:

@@ -94,7 +94,7 @@ std::optional<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
   return exit_code_;
 }
 
-RunResult Run(std::vector<std::string> argv, std::chrono::milliseconds timeout) {
+RunResult RunProgram(std::vector<std::string> argv, std::chrono::milliseconds timeout) {
   Subprocess process(std::move(argv));
   process.CloseStdin();
   RunResult result;

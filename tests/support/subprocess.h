@@ -43,7 +43,7 @@ struct RunResult {
   std::optional<int> exit_code;
   std::string output;
 };
-RunResult Run(std::vector<std::string> argv,
-              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+RunResult RunProgram(std::vector<std::string> argv,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace ember::testing

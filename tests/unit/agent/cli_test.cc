@@ -9,7 +9,7 @@ namespace {
 
 TEST(CliTest, BadFlagValueIsOneLineNamingTheFlagAndExitCode2) {
   for (const char* arg : {"--sampling-hz=fast", "--pid=abc", "--duration=soon", "--bogus"}) {
-    RunResult result = Run({EMBER_AGENT_BIN, arg});
+    RunResult result = RunProgram({EMBER_AGENT_BIN, arg});
     EXPECT_EQ(result.exit_code, 2) << arg;
     EXPECT_EQ(result.output.rfind("ember-agent: ", 0), 0u) << result.output;
     EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
@@ -17,16 +17,16 @@ TEST(CliTest, BadFlagValueIsOneLineNamingTheFlagAndExitCode2) {
 }
 
 TEST(CliTest, HelpAndVersionExitZero) {
-  RunResult help = Run({EMBER_AGENT_BIN, "--help"});
+  RunResult help = RunProgram({EMBER_AGENT_BIN, "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("--export-interval"), std::string::npos);
-  RunResult version = Run({EMBER_AGENT_BIN, "--version"});
+  RunResult version = RunProgram({EMBER_AGENT_BIN, "--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.output.rfind("ember-agent ", 0), 0u) << version.output;
 }
 
 TEST(CliTest, UnwritableOutputDirIsAClearError) {
-  RunResult result = Run({EMBER_AGENT_BIN, "--output-dir=/proc/ember-cannot-exist"});
+  RunResult result = RunProgram({EMBER_AGENT_BIN, "--output-dir=/proc/ember-cannot-exist"});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("--output-dir: cannot create"), std::string::npos) << result.output;
 }

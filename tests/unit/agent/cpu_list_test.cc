@@ -12,7 +12,7 @@ TEST(CpuListTest, ParsesRangesAndSingles) {
 }
 
 TEST(CpuListTest, RejectsJunk) {
-  for (std::string_view junk : {"", "a", "3-1", "1-", "-1", "0,,1", "0-99999999"}) {
+  for (absl::string_view junk : {"", "a", "3-1", "1-", "-1", "0,,1", "0-99999999"}) {
     EXPECT_FALSE(ParseCpuList(junk).ok()) << junk;
   }
 }

@@ -6,7 +6,7 @@
 namespace ember {
 namespace {
 
-absl::StatusOr<Options> Parse(std::vector<std::string_view> args) { return ParseOptions(args); }
+absl::StatusOr<Options> Parse(std::vector<absl::string_view> args) { return ParseOptions(args); }
 
 TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   auto options = Parse({});
@@ -38,8 +38,8 @@ TEST(OptionsTest, HelpAndVersion) {
 }
 
 struct BadCase {
-  std::vector<std::string_view> args;
-  std::string_view starts_with;
+  std::vector<absl::string_view> args;
+  absl::string_view starts_with;
 };
 
 TEST(OptionsTest, BadValuesNameTheFlag) {
@@ -64,7 +64,7 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
     auto options = Parse(c.args);
     ASSERT_FALSE(options.ok()) << c.args[0];
     std::string message(options.status().message());
-    EXPECT_EQ(message.rfind(c.starts_with, 0), 0u) << message;
+    EXPECT_EQ(message.rfind(std::string(c.starts_with), 0), 0u) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }

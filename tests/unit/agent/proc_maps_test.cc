@@ -52,7 +52,7 @@ TEST(ProcMapsTest, EmptyIsNoMappings) {
 }
 
 TEST(ProcMapsTest, MalformedLinesAreErrorsNamingTheLine) {
-  for (std::string_view junk : {
+  for (absl::string_view junk : {
            "garbage\n",
            "55d0c8a00000 r--p 00000000 fd:01 1835012 /x\n",          // no range
            "55d0c8a02000-55d0c8a00000 r--p 00000000 fd:01 1 /x\n",   // end < start
