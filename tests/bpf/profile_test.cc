@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -53,11 +55,14 @@ struct ProfiledRun {
   int64_t pid = 0;
 };
 
-ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz) {
+// after_start runs once the fixture has been started, before the agent.
+ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
+                           const std::function<void(pid_t)>& after_start = nullptr) {
   ProfiledRun run;
   run.output_dir = MakeTempDir();
   Subprocess fixture(fixture_argv);
   run.pid = fixture.pid();
+  if (after_start) after_start(fixture.pid());
   Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
                     std::to_string(hz), "--export-interval", "3s", "--output-dir", run.output_dir});
   bool attached = agent.WaitForOutput("attached to", seconds(15));
@@ -201,6 +206,36 @@ TEST(KernelStackTest, ReadOfDevZeroShowsKernelFrames) {
   ASSERT_GE(total, 300) << run.agent_log;
   EXPECT_GE(static_cast<double>(in_read) / total, 0.5)
       << in_read << " of " << total << " samples show read() in the kernel under main";
+}
+
+TEST(DeletedBinaryTest, FramesOfABinaryDeletedAfterStartKeepTheirNames) {
+  std::string dir = MakeTempDir();
+  std::string copy = dir + "/phases-deleted";
+  std::filesystem::copy_file(EMBER_PHASES_BIN, copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  ProfiledRun run = ProfileFixture({copy, "3"}, 199, [&](pid_t pid) {
+    // Delete the binary once the fixture runs it (its comm changes at exec).
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+      std::string name;
+      if (std::getline(comm, name) && name == "phases-deleted") break;
+      usleep(10000);
+    }
+    std::filesystem::remove(copy);
+  });
+  std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
+  std::filesystem::remove_all(run.output_dir);
+  std::filesystem::remove_all(dir);
+  int64_t total = 0;
+  int64_t named = 0;
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    if (std::find(s.functions.begin(), s.functions.end(), "run_phases") != s.functions.end()) {
+      named += s.count;
+    }
+  }
+  ASSERT_GE(total, 200) << run.agent_log;
+  EXPECT_GE(static_cast<double>(named) / total, 0.9) << named << " of " << total;
 }
 
 TEST(AgentErrorsTest, WithoutPrivilegesSaysWhatIsMissing) {
