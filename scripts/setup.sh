@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   # build
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   # BPF: compiler for the bpf target, skeleton generator, loader
   clang llvm bpftool libbpf-dev linux-libc-dev
   # libraries
@@ -29,7 +29,7 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
     "${missing[@]}" >/dev/null
 fi
 

@@ -47,7 +47,7 @@ std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {
 }
 
 // Starts the agent on one paused fixture, lets the fixture run to its end, then stops the agent
-// with SIGINT (which must flush the last interval and exit 0).
+// with a signal.
 struct ProfiledRun {
   std::string output_dir;
   std::string agent_log;
@@ -55,9 +55,11 @@ struct ProfiledRun {
   int64_t pid = 0;
 };
 
-// after_start runs once the fixture has been started, before the agent.
+// after_start runs once the fixture has been started, before the agent. stop_signal (SIGINT or
+// SIGTERM) must make the agent write its last interval and exit 0.
 ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
-                           const std::function<void(pid_t)>& after_start = nullptr) {
+                           const std::function<void(pid_t)>& after_start = nullptr,
+                           int stop_signal = SIGINT) {
   ProfiledRun run;
   run.output_dir = MakeTempDir();
   Subprocess fixture(fixture_argv);
@@ -70,7 +72,7 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   fixture.WriteStdin("g");
   EXPECT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
   run.fixture_output = fixture.output();
-  agent.Signal(SIGINT);
+  agent.Signal(stop_signal);
   EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
   run.agent_log = agent.output();
   return run;
@@ -184,7 +186,7 @@ TEST_F(PhasesProfileTest, FlameGraphLoadsInChromiumWithTheFunctionNames) {
 }
 
 TEST(KernelStackTest, ReadOfDevZeroShowsKernelFrames) {
-  ProfiledRun run = ProfileFixture({EMBER_READ_ZERO_BIN, "4"}, 199);
+  ProfiledRun run = ProfileFixture({EMBER_READ_ZERO_BIN, "4"}, 199, nullptr, SIGTERM);
   std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
   const std::set<std::string> read_path = {"read_zero", "iov_iter_zero", "vfs_read", "ksys_read",
                                            "__x64_sys_read"};
