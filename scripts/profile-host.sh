@@ -5,9 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-sudo_cmd=()
-if [[ $EUID -ne 0 ]]; then sudo_cmd=(sudo); fi
-"${sudo_cmd[@]}" build/ember-agent --duration 30s --output-dir ./ember-profiles "$@"
+scripts/as-root.sh build/ember-agent --duration 30s --output-dir ./ember-profiles "$@"
 echo
 echo "Open the flame graph: $PWD/ember-profiles/flamegraph.html"
 echo "Or read a profile:    .cache/tools/pprof -top ember-profiles/cpu-*.pb.gz"

@@ -5,8 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-sudo_cmd=()
-if [[ $EUID -ne 0 ]]; then sudo_cmd=(sudo); fi
 cd build
 # One run of both labels (bpf tests are RUN_SERIAL, so nothing competes with them for the CPU).
-"${sudo_cmd[@]}" ctest --output-on-failure --timeout 300 -j2
+../scripts/as-root.sh ctest --output-on-failure --timeout 300 -j2

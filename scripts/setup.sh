@@ -17,9 +17,6 @@ packages=(
   golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps
 )
 
-sudo_cmd=()
-if [[ $EUID -ne 0 ]]; then sudo_cmd=(sudo); fi
-
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -28,8 +25,8 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+  scripts/as-root.sh apt-get update -qq
+  scripts/as-root.sh env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     "${missing[@]}" >/dev/null
 fi
 
