@@ -153,7 +153,8 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
                stats.ring_buffer_full, profiles_written_, options_.output_dir);
   if (flame_graph_.total_samples() > 0) {
     std::error_code error;
-    auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error);
+    auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error)
+                    .lexically_normal();
     spdlog::info("flame graph: {}", page.string());
   } else {
     spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
