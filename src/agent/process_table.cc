@@ -68,9 +68,6 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) const {
   std::string text;
   if (!ReadFile(absl::StrCat(PidDir(pid), "/stat"), &text)) return nullptr;
   process->start_time = ParseStatStartTime(text);
-  if (ReadFile(absl::StrCat(PidDir(pid), "/comm"), &text)) {
-    process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
-  }
   if (!ReadMaps(process.get())) return nullptr;
   return process;
 }
@@ -78,6 +75,10 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) const {
 bool ProcessTable::ReadMaps(Process* process) const {
   process->maps_read_at = std::chrono::steady_clock::now();
   std::string text;
+  // Read with the maps: an exec replaces both, and unknown addresses are how we notice one.
+  if (ReadFile(absl::StrCat(PidDir(process->pid), "/comm"), &text)) {
+    process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
+  }
   if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
   auto mappings = ParseProcMaps(text);
   if (!mappings.ok()) {

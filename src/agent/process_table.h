@@ -34,8 +34,8 @@ class ProcessTable {
 
   // The process, read from /proc on first sight; nullptr when it cannot be read (already gone).
   Process* Get(uint32_t pid);
-  // Re-reads the maps of a process that ran code at an address it does not know, at most once per
-  // min_refresh so a stray address cannot turn every sample into a /proc read.
+  // Re-reads the maps (and name) of a process that ran code at an address it does not know, at
+  // most once per min_refresh so a stray address cannot turn every sample into a /proc read.
   bool RefreshMaps(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();

@@ -65,6 +65,33 @@ TEST(ProcessTableTest, DropsExitedAndReusedPids) {
   std::filesystem::remove_all(root);
 }
 
+TEST(ProcessTableTest, RefreshAfterExecPicksUpNewMapsAndName) {
+  std::string root = std::filesystem::temp_directory_path() / "ember-proc-exec-test";
+  std::filesystem::remove_all(root);
+  std::filesystem::copy(kProcRoot, root, std::filesystem::copy_options::recursive);
+  ProcessTable table(root, std::chrono::milliseconds(0));
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->Find(ProcessAddress{0x400100}), nullptr);
+
+  std::ofstream(root + "/4242/comm") << "new-program\n";
+  std::ofstream(root + "/4242/maps")
+      << "00400000-00401000 r-xp 00000000 fd:01 5                          /usr/bin/new-program\n";
+  ASSERT_TRUE(table.RefreshMaps(process));
+  EXPECT_EQ(process->name, "new-program");
+  const MemoryMapping* mapping = process->Find(ProcessAddress{0x400100});
+  ASSERT_NE(mapping, nullptr);
+  EXPECT_EQ(mapping->path, "/usr/bin/new-program");
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, RefreshIsRateLimited) {
+  ProcessTable table(kProcRoot, std::chrono::hours(1));
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_FALSE(table.RefreshMaps(process));
+}
+
 TEST(ProcessTableTest, StatStartTimeSurvivesOddCommNames) {
   EXPECT_EQ(ParseStatStartTime("1 (a) b) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0"), 77u);
   EXPECT_EQ(ParseStatStartTime("1 (x) S 1"), 0u);
