@@ -2,8 +2,10 @@
 #include "agent/agent.h"
 
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -15,6 +17,17 @@ namespace ember {
 namespace {
 
 constexpr int kMaxPollMs = 100;
+
+// The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
+std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
+  std::ifstream status(absl::StrCat("/proc/", id, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    uint32_t tgid = 0;
+    if (line.rfind("Tgid:", 0) == 0 && absl::SimpleAtoi(line.substr(5), &tgid)) return tgid;
+  }
+  return std::nullopt;
+}
 
 int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
@@ -39,7 +52,17 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
         absl::StrCat("--output-dir: cannot create '", options.output_dir, "': ", error.message()));
   }
 
-  BpfProfilerConfig config{.sampling_hz = options.sampling_hz, .pids = options.pids};
+  std::vector<uint32_t> pids;
+  for (uint32_t pid : options.pids) {
+    std::optional<uint32_t> tgid = ThreadGroupOf(pid);
+    if (!tgid) {
+      return absl::InvalidArgumentError(absl::StrCat("--pid: no running process with id ", pid));
+    }
+    if (*tgid != pid)
+      spdlog::info("--pid {} is a thread of process {}: profiling that", pid, *tgid);
+    pids.push_back(*tgid);
+  }
+  BpfProfilerConfig config{.sampling_hz = options.sampling_hz, .pids = pids};
   Agent* self = agent.get();
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
@@ -76,6 +99,10 @@ void Agent::OnSample(const SampleView& sample) {
     stack_.push_back(frames_.Kernel(sample.kernel_ips[i], /*caller=*/i > 0));
   }
   Process* process = processes_.Get(header.pid);
+  // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames.
+  if (process != nullptr && header.tid == header.pid && thread != process->name) {
+    processes_.RefreshMaps(process);
+  }
   if (process != nullptr) {
     for (size_t i = 0; i < sample.user_ips.size(); ++i) {
       stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
@@ -93,7 +120,10 @@ std::string Agent::NextPprofPath(absl::Time now) const {
   std::string stem = absl::StrCat(options_.output_dir, "/cpu-",
                                   absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
   std::string path = stem + ".pb.gz";
-  for (int n = 2; std::filesystem::exists(path); ++n) path = absl::StrCat(stem, "-", n, ".pb.gz");
+  std::error_code error;
+  for (int n = 2; std::filesystem::exists(path, error); ++n) {
+    path = absl::StrCat(stem, "-", n, ".pb.gz");
+  }
   return path;
 }
 
@@ -106,13 +136,22 @@ absl::Status Agent::ExportInterval(absl::Time now) {
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0) {
+    // A full or read-only disk loses this interval, not the agent: it keeps sampling.
     std::string path = NextPprofPath(now);
-    RETURN_IF_ERROR(WritePprofFile(profile, path));
-    ++profiles_written_;
+    if (absl::Status status = WritePprofFile(profile, path); status.ok()) {
+      ++profiles_written_;
+      spdlog::info("wrote {} ({} samples, {} stacks)", path, samples, profile.samples.size());
+    } else {
+      ++write_failures_;
+      spdlog::error("interval of {} samples lost: {}", samples, std::string(status.message()));
+    }
     flame_graph_.Add(profile);
-    RETURN_IF_ERROR(
-        flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile"));
-    spdlog::info("wrote {} ({} samples, {} stacks)", path, samples, profile.samples.size());
+    if (absl::Status status =
+            flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
+        !status.ok()) {
+      ++write_failures_;
+      spdlog::error("flame graph not updated: {}", std::string(status.message()));
+    }
   }
   BpfStats stats = profiler_->ReadStats();
   if (stats.ring_buffer_full > ring_buffer_full_reported_) {
@@ -149,8 +188,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ExportInterval(absl::Now()));
 
   BpfStats stats = profiler_->ReadStats();
-  spdlog::info("done: {} samples, {} lost, {} profile(s) in {}", samples_seen_,
-               stats.ring_buffer_full, profiles_written_, options_.output_dir);
+  spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",
+               samples_seen_, stats.ring_buffer_full, profiler_->malformed_records(),
+               profiles_written_, options_.output_dir, write_failures_);
   if (flame_graph_.total_samples() > 0) {
     std::error_code error;
     auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error)

@@ -49,6 +49,7 @@ class Agent {
   absl::Time interval_start_;
   bool seen_first_sample_ = false;
   int profiles_written_ = 0;
+  int write_failures_ = 0;
   uint64_t samples_seen_ = 0;
   uint64_t ring_buffer_full_reported_ = 0;
   std::vector<const Frame*> stack_;  // reused per sample

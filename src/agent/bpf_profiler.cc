@@ -42,17 +42,17 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
   err = err < 0 ? -err : err;
   std::string hint;
   if (err == EPERM || err == EACCES) {
-    hint = " (run ember-agent as root, or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)";
+    hint = " (run ember-agent as root)";
   }
   return absl::PermissionDeniedError(absl::StrCat(what, ": ", strerror(err), hint));
 }
 
-size_t RingBufferBytes(int cpus) {
-  // 256 KiB per CPU holds over a second of samples at 99 Hz with full stacks; a power of two
-  // is what the kernel requires.
-  size_t want = static_cast<size_t>(cpus) * 256 * 1024;
+size_t RingBufferBytes(int cpus, int hz) {
+  // A record is at most 2 KiB (two full stacks): 2.5 s of full-stack samples per CPU, so a slow
+  // first symbolization of a big library does not lose samples. The kernel wants a power of two.
+  size_t want = static_cast<size_t>(cpus) * static_cast<size_t>(hz) * 2048 * 5 / 2;
   size_t bytes = 1 << 20;
-  while (bytes < want) bytes <<= 1;
+  while (bytes < want && bytes < (size_t{64} << 20)) bytes <<= 1;
   return bytes;
 }
 
@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   if (self->skeleton_ == nullptr) return ErrnoStatus(errno, "opening the BPF object");
 
   self->skeleton_->rodata->filter_pids = !config.pids.empty();
-  size_t ring_bytes =
-      config.ring_buffer_bytes ? config.ring_buffer_bytes : RingBufferBytes(cpus->size());
+  size_t ring_bytes = config.ring_buffer_bytes ? config.ring_buffer_bytes
+                                               : RingBufferBytes(cpus->size(), config.sampling_hz);
   if (int err = bpf_map__set_max_entries(self->skeleton_->maps.samples, ring_bytes); err != 0) {
     return ErrnoStatus(err, "sizing the ring buffer");
   }

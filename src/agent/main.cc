@@ -20,7 +20,9 @@ void InstallSignalHandlers() {
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: the ring-buffer poll returns at once
+  // No SA_RESTART: the ring-buffer poll returns at once. SA_RESETHAND: a second signal is not
+  // caught, so it ends a run whose last export hangs.
+  action.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
   auto agent = ember::Agent::Create(*options, started_at);
   if (!agent.ok()) {
     std::fprintf(stderr, "ember-agent: %s\n", std::string(agent.status().message()).c_str());
-    return 1;
+    return absl::IsInvalidArgument(agent.status()) ? 2 : 1;
   }
   if (absl::Status status = (*agent)->Run(g_stop); !status.ok()) {
     std::fprintf(stderr, "ember-agent: %s\n", std::string(status.message()).c_str());

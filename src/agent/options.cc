@@ -130,7 +130,7 @@ std::string UsageText() {
 
 Samples the CPU stacks of every process on this machine (or only --pid ones) with eBPF and writes
 one pprof file per export interval, plus a flame graph of the whole run, to --output-dir.
-Needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE).
+Needs root: BPF and perf events, and reading every process's maps, binaries and kernel symbols.
 
 Flags:
   --duration D          stop after D (e.g. 30s, 5m); default: run until SIGINT or SIGTERM

@@ -13,7 +13,9 @@ extern "C" {
 namespace ember {
 
 static_assert(sizeof(ember_sample) == 64);
+static_assert(offsetof(ember_sample, flags) == 4);
 static_assert(offsetof(ember_sample, pid) == 8);
+static_assert(offsetof(ember_sample, tid) == 12);
 static_assert(offsetof(ember_sample, timestamp_ns) == 16);
 static_assert(offsetof(ember_sample, cgroup_id) == 24);
 static_assert(offsetof(ember_sample, cpu) == 32);
@@ -21,6 +23,7 @@ static_assert(offsetof(ember_sample, kernel_depth) == 36);
 static_assert(offsetof(ember_sample, user_depth) == 38);
 static_assert(offsetof(ember_sample, comm) == 40);
 static_assert(offsetof(ember_sample, user_snapshot_bytes) == 56);
+static_assert(offsetof(ember_sample, reserved) == 60);
 
 // A record checked against its own sizes; views point into the ring buffer.
 struct SampleView {

@@ -243,9 +243,13 @@ TEST(DeletedBinaryTest, FramesOfABinaryDeletedAfterStartKeepTheirNames) {
 TEST(AgentErrorsTest, WithoutPrivilegesSaysWhatIsMissing) {
   std::string dir = MakeTempDir();
   std::filesystem::permissions(dir, std::filesystem::perms::all);
+  // A copy the unprivileged user can reach even when the checkout is in a 0700 home.
+  std::string agent = dir + "/ember-agent";
+  std::filesystem::copy_file(EMBER_AGENT_BIN, agent);
+  std::filesystem::permissions(agent, std::filesystem::perms::all);
   RunResult result =
       RunProgram({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                  "--inh-caps=-all", EMBER_AGENT_BIN, "--duration", "2s", "--output-dir", dir});
+                  "--inh-caps=-all", agent, "--duration", "2s", "--output-dir", dir + "/out"});
   std::filesystem::remove_all(dir);
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("run ember-agent as root"), std::string::npos) << result.output;

@@ -25,6 +25,12 @@ TEST(CliTest, HelpAndVersionExitZero) {
   EXPECT_EQ(version.output.rfind("ember-agent ", 0), 0u) << version.output;
 }
 
+TEST(CliTest, PidOfNoRunningProcessIsAFlagError) {
+  RunResult result = RunProgram({EMBER_AGENT_BIN, "--pid=4194000", "--output-dir=/tmp"});
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_EQ(result.output, "ember-agent: --pid: no running process with id 4194000\n");
+}
+
 TEST(CliTest, UnwritableOutputDirIsAClearError) {
   RunResult result = RunProgram({EMBER_AGENT_BIN, "--output-dir=/proc/ember-cannot-exist"});
   EXPECT_EQ(result.exit_code, 1);
