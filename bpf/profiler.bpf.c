@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // Samples every CPU from a cpu-clock perf event: who ran, and their kernel and user stacks.
+// Kernel types first: the libbpf headers and sample_record.h build on them.
 #include "vmlinux.h"
 
 #include <bpf/bpf_helpers.h>
@@ -88,8 +89,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   bpf_get_current_comm(s->comm, sizeof(s->comm));
 
   __u32 flags = 0;
-  __u32 kernel_depth =
-      stack__read(ctx, buf->ips, 0, EMBER_SAMPLE_KERNEL_STACK_ERROR, &flags);
+  __u32 kernel_depth = stack__read(ctx, buf->ips, 0, EMBER_SAMPLE_KERNEL_STACK_ERROR, &flags);
   if (kernel_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier: bounds the offset
   // From kernel context the kernel walks the task's saved user registers.
   __u32 user_depth = stack__read(ctx, &buf->ips[kernel_depth], BPF_F_USER_STACK,

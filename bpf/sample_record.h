@@ -27,13 +27,13 @@ enum ember_record_kind {
  * snapshot (zero until stack snapshots exist; appended without moving anything above). Only the
  * bytes actually used travel through the ring buffer. */
 struct ember_sample {
-  __u16 version;    /* EMBER_RECORD_VERSION */
-  __u16 kind;       /* enum ember_record_kind */
-  __u32 flags;      /* EMBER_SAMPLE_* */
-  __u32 pid;        /* thread group id in the initial pid namespace */
-  __u32 tid;        /* thread id in the initial pid namespace */
+  __u16 version;      /* EMBER_RECORD_VERSION */
+  __u16 kind;         /* enum ember_record_kind */
+  __u32 flags;        /* EMBER_SAMPLE_* */
+  __u32 pid;          /* thread group id in the initial pid namespace */
+  __u32 tid;          /* thread id in the initial pid namespace */
   __u64 timestamp_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
-  __u64 cgroup_id;  /* cgroup v2 id of the task */
+  __u64 cgroup_id;    /* cgroup v2 id of the task */
   __u32 cpu;
   __u16 kernel_depth;
   __u16 user_depth;
@@ -45,8 +45,8 @@ struct ember_sample {
 
 /* Indexes of the per-CPU counters in the `stats` map. */
 enum ember_stat {
-  EMBER_STAT_SAMPLES = 0,       /* records written to the ring buffer */
-  EMBER_STAT_RINGBUF_FULL = 1,  /* records lost: ring buffer full */
+  EMBER_STAT_SAMPLES = 0,      /* records written to the ring buffer */
+  EMBER_STAT_RINGBUF_FULL = 1, /* records lost: ring buffer full */
   EMBER_STAT_KERNEL_STACK_ERRORS = 2,
   EMBER_STAT_USER_STACK_ERRORS = 3,
   EMBER_STAT_COUNT = 4,
