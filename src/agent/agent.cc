@@ -58,8 +58,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     if (!tgid) {
       return absl::InvalidArgumentError(absl::StrCat("--pid: no running process with id ", pid));
     }
-    if (*tgid != pid)
+    if (*tgid != pid) {
       spdlog::info("--pid {} is a thread of process {}: profiling that", pid, *tgid);
+    }
     pids.push_back(*tgid);
   }
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz, .pids = pids};
@@ -127,7 +128,7 @@ std::string Agent::NextPprofPath(absl::Time now) const {
   return path;
 }
 
-absl::Status Agent::ExportInterval(absl::Time now) {
+void Agent::ExportInterval(absl::Time now) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile =
       aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
@@ -163,7 +164,6 @@ absl::Status Agent::ExportInterval(absl::Time now) {
   frames_.NextGeneration();
   modules_.NextGeneration();
   processes_.DropExited();
-  return absl::OkStatus();
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
@@ -175,7 +175,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (now >= next_export) {
-      RETURN_IF_ERROR(ExportInterval(now));
+      ExportInterval(now);
       next_export += options_.export_interval;
       if (next_export <= now) next_export = now + options_.export_interval;
     }
@@ -185,7 +185,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
-  RETURN_IF_ERROR(ExportInterval(absl::Now()));
+  ExportInterval(absl::Now());
 
   BpfStats stats = profiler_->ReadStats();
   spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",

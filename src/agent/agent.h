@@ -33,7 +33,8 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
-  absl::Status ExportInterval(absl::Time now);
+  // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
+  void ExportInterval(absl::Time now);
   std::string NextPprofPath(absl::Time now) const;
 
   Options options_;
