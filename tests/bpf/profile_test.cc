@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -118,6 +119,9 @@ TEST_F(PhasesProfileTest, LeafSharesMatchTheProgramsOwnAccounting) {
   for (const auto& [leaf, leaf_ns] : measured_ns) {
     double measured_share = leaf_ns / measured_total;
     double profiled_share = static_cast<double>(leaf_counts[leaf]) / total;
+    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
+                leaf.c_str(), 100 * profiled_share, static_cast<long long>(leaf_counts[leaf]),
+                static_cast<long long>(total), 100 * measured_share);
     EXPECT_NEAR(profiled_share, measured_share, 0.05)
         << leaf << ": profile " << leaf_counts[leaf] << "/" << total << " samples";
   }
@@ -144,6 +148,9 @@ TEST_F(PhasesProfileTest, StacksReachMainThroughTheCallChain) {
     EXPECT_EQ(s.thread, "phases");
   }
   ASSERT_GT(total, 0);
+  std::printf("reach main: %.1f%%, whole chain: %.1f%% of %lld samples\n",
+              100.0 * reach_main / total, 100.0 * full_chain / total,
+              static_cast<long long>(total));
   EXPECT_GE(static_cast<double>(reach_main) / total, 0.95)
       << reach_main << " of " << total << " samples reach main";
   EXPECT_GE(static_cast<double>(full_chain) / total, 0.9);
