@@ -2,9 +2,7 @@
 // rendered by headless Chromium through tests/support/check_flamegraph.sh.
 #include "output/flame_graph.h"
 
-#include <stdio.h>
-
-#include <array>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/subprocess.h"
 
 namespace ember {
 namespace {
@@ -144,24 +143,13 @@ TEST(FlameGraphTest, JsonEscapesHostileNames) {
   for (char c : json) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "raw control character";
 }
 
-// Runs check_flamegraph.sh and returns its exit status and output.
-std::pair<int, std::string> CheckPage(const std::string& page,
-                                      const std::vector<std::string>& names) {
-  auto quote = [](const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  };
-  std::string cmd = absl::StrCat("CHROMIUM=", quote(EMBER_CHROMIUM_PATH), " bash ",
-                                 quote(EMBER_CHECK_FLAMEGRAPH), " ", quote(page));
-  for (const std::string& n : names) absl::StrAppend(&cmd, " ", quote(n));
-  std::string output;
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  return {pclose(pipe), output};
+// Runs check_flamegraph.sh on page with the Chromium found at configure time.
+ember::testing::RunResult CheckPage(const std::string& page,
+                                    const std::vector<std::string>& names) {
+  std::vector<std::string> argv = {"/usr/bin/env", std::string("CHROMIUM=") + EMBER_CHROMIUM_PATH,
+                                   "/bin/bash", EMBER_CHECK_FLAMEGRAPH, page};
+  argv.insert(argv.end(), names.begin(), names.end());
+  return ember::testing::RunProgram(std::move(argv), std::chrono::seconds(120));
 }
 
 class FlameGraphPageTest : public ::testing::Test {
@@ -188,7 +176,7 @@ TEST_F(FlameGraphPageTest, ChromiumRendersFramesWithoutErrors) {
       {10, "web", "web", {&hostile, &main_fn}, 150},
       {11, "batch", "batch", {&utf8, &unnamed, &truncated}, 100},
   }));
-  const std::string page = testing::TempDir() + "/ember_flame_graph_test.html";
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_test.html";
   ASSERT_TRUE(graph.WriteHtml(page, "Ember <test> & \"run\"").ok());
 
   const std::string html = ReadFile(page);
@@ -215,7 +203,7 @@ TEST_F(FlameGraphPageTest, SearchTooltipAndZoomWork) {
       {10, "web", "web", {&read, &serve, &main_fn}, 300},
       {11, "batch", "batch", {&idle, &main_fn}, 250},
   }));
-  const std::string page = testing::TempDir() + "/ember_flame_graph_ui.html";
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_ui.html";
   ASSERT_TRUE(graph.WriteHtml(page, "ui").ok());
   std::string html = ReadFile(page);
   const size_t body_end = html.rfind("</body>");
@@ -262,19 +250,19 @@ TEST_F(FlameGraphPageTest, CheckerRejectsMissingFramesAndScriptErrors) {
   Frame main_fn = Native("main");
   FlameGraph graph;
   graph.Add(Interval({{1, "app", "app", {&main_fn}, 1}}));
-  const std::string page = testing::TempDir() + "/ember_flame_graph_missing.html";
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_missing.html";
   ASSERT_TRUE(graph.WriteHtml(page, "t").ok());
   auto [rc, out] = CheckPage(page, {"main", "NotAFrame"});
   EXPECT_NE(rc, 0);
   EXPECT_THAT(out, HasSubstr("NotAFrame"));
 
-  const std::string broken = testing::TempDir() + "/ember_flame_graph_broken.html";
+  const std::string broken = ::testing::TempDir() + "/ember_flame_graph_broken.html";
   std::ofstream(broken) << "<html><body><div id=\"errors\"></div>"
                            "<div class=\"f\">main</div><script>undefinedFunction();</script>"
                            "</body></html>";
-  std::tie(rc, out) = CheckPage(broken, {"main"});
-  EXPECT_NE(rc, 0);
-  EXPECT_THAT(out, HasSubstr("undefinedFunction"));
+  auto [broken_rc, broken_out] = CheckPage(broken, {"main"});
+  EXPECT_NE(broken_rc, 0);
+  EXPECT_THAT(broken_out, HasSubstr("undefinedFunction"));
 }
 
 TEST(FlameGraphFileTest, UnwritableDirectoryIsAnError) {

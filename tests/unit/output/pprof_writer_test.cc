@@ -2,11 +2,9 @@
 // protobuf parser and with Google's pprof, the tool users will actually point at it.
 #include "output/pprof_writer.h"
 
-#include <stdio.h>
 #include <zlib.h>
 
 #include <array>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/subprocess.h"
 
 namespace ember {
 namespace {
@@ -86,7 +85,7 @@ std::string Gunzip(const std::string& gz) {
   return out;
 }
 
-std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 class PprofWriterTest : public ::testing::Test {
  protected:
@@ -282,17 +281,6 @@ TEST(PprofWriterFileTest, UnwritableDirectoryIsAnError) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("/nonexistent-dir/ember/profile.pb.gz"));
 }
 
-// Runs `command` and returns its exit status and combined output.
-std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  return {pclose(pipe), output};
-}
-
 // The flat column of the `pprof -top` row whose name column is `name`, or "" if none.
 std::string FlatOf(const std::string& top, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(top, '\n')) {
@@ -310,7 +298,8 @@ TEST(PprofToolTest, GooglePprofReadsTheFile) {
   const std::string path = TempPath("ember_pprof_tool_test.pb.gz");
   ASSERT_TRUE(WritePprofFile(f.profile, path).ok());
 
-  const auto [rc, top] = RunCommand(pprof + " -top -symbolize=none -sample_index=samples " + path);
+  const auto [rc, top] =
+      ember::testing::RunProgram({pprof, "-top", "-symbolize=none", "-sample_index=samples", path});
   ASSERT_EQ(rc, 0) << top;
   EXPECT_THAT(top, HasSubstr("Type: samples"));
   EXPECT_THAT(top, HasSubstr("of 15 total")) << top;
@@ -322,7 +311,8 @@ TEST(PprofToolTest, GooglePprofReadsTheFile) {
   EXPECT_THAT(top, HasSubstr(" main\n"));
 
   // The default sample type is CPU time: 15 samples at 10 ms each.
-  const auto [cpu_rc, cpu_top] = RunCommand(pprof + " -top -symbolize=none " + path);
+  const auto [cpu_rc, cpu_top] =
+      ember::testing::RunProgram({pprof, "-top", "-symbolize=none", path});
   ASSERT_EQ(cpu_rc, 0) << cpu_top;
   EXPECT_THAT(cpu_top, HasSubstr("Type: cpu"));
   EXPECT_THAT(cpu_top, HasSubstr("of 150ms total")) << cpu_top;
