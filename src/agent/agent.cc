@@ -1,6 +1,7 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -63,7 +64,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
     pids.push_back(*tgid);
   }
-  BpfProfilerConfig config{.sampling_hz = options.sampling_hz, .pids = pids};
+  static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
+  BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
+                           .pids = pids,
+                           .stack_snapshot_bytes = options.stack_snapshot_bytes};
   Agent* self = agent.get();
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
@@ -105,16 +109,70 @@ void Agent::OnSample(const SampleView& sample) {
     processes_.RefreshMaps(process);
   }
   if (process != nullptr) {
-    for (size_t i = 0; i < sample.user_ips.size(); ++i) {
-      stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
-    }
-  } else if (!sample.user_ips.empty()) {
+    AppendUserFrames(process, sample);
+  } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
     stack_.push_back(frames_.Marker("[process exited]"));  // gone before we could read its maps
   }
-  if (header.user_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
   aggregator_.Add(header.pid, process_name, thread, stack_);
+}
+
+std::vector<ExecutableMapping> Agent::ExecutableMappingsOf(const Process& process) const {
+  std::vector<ExecutableMapping> mappings;
+  mappings.reserve(process.mappings.size());
+  for (const MemoryMapping& m : process.mappings) {
+    mappings.push_back({.start = m.start,
+                        .end = m.end,
+                        .offset = m.offset,
+                        .file = m.file,
+                        .name = m.path,
+                        .open_path = m.IsFileBacked() ? processes_.OpenPath(process, m) : ""});
+  }
+  return mappings;
+}
+
+void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
+  const ember_sample& header = *sample.header;
+  if (sample.user_stack.empty()) {
+    for (size_t i = 0; i < sample.user_ips.size(); ++i) {
+      stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
+    }
+    if (header.user_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
+    return;
+  }
+  UserStack user_stack{.registers = sample.user_regs,
+                       .stack = sample.user_stack,
+                       .clamped = (header.flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
+  UnwindResult unwound = unwinder_.Unwind(
+      header.pid, process->maps_version, [&] { return ExecutableMappingsOf(*process); },
+      user_stack);
+  for (const UnwoundFrame& frame : unwound.frames) {
+    stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));
+  }
+  switch (unwound.end) {
+    case UnwindEnd::kOutermost:
+      ++unwound_complete_;
+      return;
+    case UnwindEnd::kTruncated:
+      ++unwound_truncated_;
+      stack_.push_back(frames_.Marker("[truncated]"));
+      return;
+    case UnwindEnd::kError:
+      break;
+  }
+  ++unwound_failed_;
+  // CFI could not go on (e.g. JIT code): where the frame-pointer walk passed the same frame,
+  // its callers carry on from there.
+  const uint64_t last_pc = unwound.frames.back().pc;
+  auto same = std::find(sample.user_ips.begin(), sample.user_ips.end(), last_pc);
+  if (same != sample.user_ips.end() && same + 1 != sample.user_ips.end()) {
+    for (auto it = same + 1; it != sample.user_ips.end(); ++it) {
+      stack_.push_back(frames_.User(process, *it, /*caller=*/true));
+    }
+    return;
+  }
+  stack_.push_back(frames_.Marker("[truncated]"));
 }
 
 std::string Agent::NextPprofPath(absl::Time now) const {
@@ -163,6 +221,7 @@ void Agent::ExportInterval(absl::Time now) {
   // Only now, with the interval written, may cached frames and modules go.
   frames_.NextGeneration();
   modules_.NextGeneration();
+  unwinder_.NextGeneration();
   processes_.DropExited();
 }
 
@@ -191,6 +250,10 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",
                samples_seen_, stats.ring_buffer_full, profiler_->malformed_records(),
                profiles_written_, options_.output_dir, write_failures_);
+  spdlog::info(
+      "user stacks unwound from snapshots: {} complete, {} truncated, {} failed; {} snapshot "
+      "errors",
+      unwound_complete_, unwound_truncated_, unwound_failed_, stats.snapshot_errors);
   if (flame_graph_.total_samples() > 0) {
     std::error_code error;
     auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error)

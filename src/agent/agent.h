@@ -18,6 +18,7 @@
 #include "output/flame_graph.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
+#include "unwind/dwarf_unwinder.h"
 
 namespace ember {
 
@@ -33,6 +34,10 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
+  // Appends the user frames of a sample to stack_: unwound with DWARF CFI from its snapshot when
+  // it has one, else the frame-pointer walk done in BPF.
+  void AppendUserFrames(Process* process, const SampleView& sample);
+  std::vector<ExecutableMapping> ExecutableMappingsOf(const Process& process) const;
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   void ExportInterval(absl::Time now);
   std::string NextPprofPath(absl::Time now) const;
@@ -43,6 +48,7 @@ class Agent {
   ProcessTable processes_;
   ModuleCache modules_;
   FrameResolver frames_;
+  DwarfUnwinder unwinder_;
   Aggregator aggregator_;
   FlameGraph flame_graph_;
   std::unique_ptr<BpfProfiler> profiler_;
@@ -53,6 +59,11 @@ class Agent {
   int write_failures_ = 0;
   uint64_t samples_seen_ = 0;
   uint64_t ring_buffer_full_reported_ = 0;
+  // Samples by how their user stack ended: reached the thread's first frame, cut by the
+  // snapshot or frame limit, stopped by a frame neither CFI nor a frame pointer could unwind.
+  uint64_t unwound_complete_ = 0;
+  uint64_t unwound_truncated_ = 0;
+  uint64_t unwound_failed_ = 0;
   std::vector<const Frame*> stack_;  // reused per sample
 };
 

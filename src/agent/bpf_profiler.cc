@@ -47,10 +47,13 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
   return absl::PermissionDeniedError(absl::StrCat(what, ": ", strerror(err), hint));
 }
 
-size_t RingBufferBytes(int cpus, int hz) {
-  // A record is at most 2 KiB (two full stacks): 2.5 s of full-stack samples per CPU, so a slow
-  // first symbolization of a big library does not lose samples. The kernel wants a power of two.
-  size_t want = static_cast<size_t>(cpus) * static_cast<size_t>(hz) * 2048 * 5 / 2;
+size_t RingBufferBytes(int cpus, int hz, uint32_t snapshot_bytes) {
+  // A record is at most 2 KiB (two full stacks) plus its snapshot: 2.5 s of the largest records
+  // per CPU, so a slow first symbolization of a big library does not lose samples. Most
+  // snapshots are far below the limit, so this holds several times that in practice. The kernel
+  // wants a power of two.
+  size_t record = 2048 + size_t{snapshot_bytes};
+  size_t want = static_cast<size_t>(cpus) * static_cast<size_t>(hz) * record * 5 / 2;
   size_t bytes = 1 << 20;
   while (bytes < want && bytes < (size_t{64} << 20)) bytes <<= 1;
   return bytes;
@@ -90,9 +93,20 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   self->skeleton_ = profiler_bpf__open();
   if (self->skeleton_ == nullptr) return ErrnoStatus(errno, "opening the BPF object");
 
+  if (config.stack_snapshot_bytes > EMBER_MAX_SNAPSHOT_BYTES) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stack-snapshot-bytes: at most ", EMBER_MAX_SNAPSHOT_BYTES));
+  }
   self->skeleton_->rodata->filter_pids = !config.pids.empty();
+  self->skeleton_->rodata->snapshot_limit = config.stack_snapshot_bytes;
   size_t ring_bytes = config.ring_buffer_bytes ? config.ring_buffer_bytes
-                                               : RingBufferBytes(cpus->size(), config.sampling_hz);
+                                               : RingBufferBytes(cpus->size(), config.sampling_hz,
+                                                                 config.stack_snapshot_bytes);
+  int possible_cpus = libbpf_num_possible_cpus();
+  if (possible_cpus <= 0) return ErrnoStatus(possible_cpus, "counting the possible CPUs");
+  if (int err = bpf_map__set_max_entries(self->skeleton_->maps.scratch, possible_cpus); err != 0) {
+    return ErrnoStatus(err, "sizing the per-CPU record buffers");
+  }
   if (int err = bpf_map__set_max_entries(self->skeleton_->maps.samples, ring_bytes); err != 0) {
     return ErrnoStatus(err, "sizing the ring buffer");
   }
@@ -155,8 +169,9 @@ BpfStats BpfProfiler::ReadStats() const {
   int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) return stats;
   std::vector<uint64_t> values(ncpus);
-  uint64_t* fields[] = {&stats.samples, &stats.ring_buffer_full, &stats.kernel_stack_errors,
-                        &stats.user_stack_errors};
+  uint64_t* fields[] = {
+      &stats.samples,           &stats.ring_buffer_full, &stats.kernel_stack_errors,
+      &stats.user_stack_errors, &stats.snapshot_errors,  &stats.snapshot_clamped};
   static_assert(std::size(fields) == EMBER_STAT_COUNT);
   for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
     if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),

@@ -21,6 +21,9 @@ struct BpfProfilerConfig {
   int sampling_hz = 19;
   std::vector<uint32_t> pids;    // empty: every process
   size_t ring_buffer_bytes = 0;  // 0: chosen from the number of CPUs
+  // User stack bytes copied per sample for DWARF unwinding (at most EMBER_MAX_SNAPSHOT_BYTES);
+  // 0 copies none and leaves frame-pointer stacks only.
+  uint32_t stack_snapshot_bytes = 0;
 };
 
 // Kernel-side counters, summed over CPUs.
@@ -29,6 +32,8 @@ struct BpfStats {
   uint64_t ring_buffer_full = 0;
   uint64_t kernel_stack_errors = 0;
   uint64_t user_stack_errors = 0;
+  uint64_t snapshot_errors = 0;   // stack mapping not found or copy faulted
+  uint64_t snapshot_clamped = 0;  // stacks deeper than the snapshot
 };
 
 class BpfProfiler {

@@ -81,6 +81,16 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          options.sampling_hz = hz;
          return absl::OkStatus();
        }},
+      {"stack-snapshot-bytes",
+       [&](absl::string_view v) {
+         uint32_t bytes = 0;
+         if (!absl::SimpleAtoi(v, &bytes) || bytes > kMaxStackSnapshotBytes) {
+           return FlagError("stack-snapshot-bytes",
+                            absl::StrCat("a whole number from 0 to ", kMaxStackSnapshotBytes), v);
+         }
+         options.stack_snapshot_bytes = bytes;
+         return absl::OkStatus();
+       }},
       {"output-dir",
        [&](absl::string_view v) {
          if (v.empty()) return FlagError("output-dir", "a directory path", v);
@@ -136,6 +146,9 @@ Flags:
   --duration D          stop after D (e.g. 30s, 5m); default: run until SIGINT or SIGTERM
   --pid PID             profile only this process; repeat for more; default: every process
   --sampling-hz N       samples per second per CPU, 1 to 1000 (default 19)
+  --stack-snapshot-bytes N
+                        user stack bytes copied per sample for DWARF unwinding of code without
+                        frame pointers, 0 to 65536; 0 walks frame pointers only (default 16384)
   --export-interval D   length of each profile, at least 1s (default 10s)
   --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles)
   --log-level L         trace, debug, info, warn, error or off (default info)

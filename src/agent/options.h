@@ -13,10 +13,14 @@
 
 namespace ember {
 
+inline constexpr uint32_t kMaxStackSnapshotBytes = 65536;
+
 struct Options {
   absl::Duration duration = absl::ZeroDuration();  // zero: until SIGINT or SIGTERM
   std::vector<uint32_t> pids;                      // empty: every process
   int sampling_hz = 19;
+  // See UsageText; the BPF scratch buffer bounds it (EMBER_MAX_SNAPSHOT_BYTES).
+  uint32_t stack_snapshot_bytes = 16384;
   absl::Duration export_interval = absl::Seconds(10);
   std::string output_dir = "ember-profiles";
   spdlog::level::level_enum log_level = spdlog::level::info;

@@ -62,7 +62,7 @@ Process* ProcessTable::Get(uint32_t pid) {
   return processes_.emplace(pid, std::move(process)).first->second.get();
 }
 
-std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) const {
+std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
   auto process = std::make_unique<Process>();
   process->pid = pid;
   std::string text;
@@ -72,8 +72,9 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) const {
   return process;
 }
 
-bool ProcessTable::ReadMaps(Process* process) const {
+bool ProcessTable::ReadMaps(Process* process) {
   process->maps_read_at = std::chrono::steady_clock::now();
+  process->maps_version = ++maps_versions_;
   std::string text;
   // Read with the maps: an exec replaces both, and unknown addresses are how we notice one.
   if (ReadFile(absl::StrCat(PidDir(process->pid), "/comm"), &text)) {

@@ -20,6 +20,8 @@ struct Process {
   uint64_t start_time = 0;  // /proc/PID/stat field 22: tells a reused pid from the old process
   std::vector<MemoryMapping> mappings;  // executable mappings, ascending
   std::chrono::steady_clock::time_point maps_read_at;
+  // Unique across the table and over time: changes with every re-read of the maps.
+  uint64_t maps_version = 0;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -46,13 +48,14 @@ class ProcessTable {
   std::string OpenPath(const Process& process, const MemoryMapping& mapping) const;
 
  private:
-  std::unique_ptr<Process> Load(uint32_t pid) const;
-  bool ReadMaps(Process* process) const;
+  std::unique_ptr<Process> Load(uint32_t pid);
+  bool ReadMaps(Process* process);
   std::string PidDir(uint32_t pid) const;
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
+  uint64_t maps_versions_ = 0;
 };
 
 }  // namespace ember

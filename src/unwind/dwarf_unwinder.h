@@ -1,0 +1,107 @@
+// Unwinds user stacks from a sample's registers and stack snapshot with DWARF CFI (.eh_frame,
+// then .debug_frame), through elfutils libdwfl, which falls back to frame pointers where a module
+// has no CFI. Keeps one libdwfl address space per process, built from its executable mappings;
+// the ELF images behind them are opened once per file and shared by every process.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "symbolize/elf_module.h"
+#include "unwind/elf_image.h"
+
+typedef struct Dwfl Dwfl;
+
+namespace ember {
+
+struct UnwindCallbacks;
+
+// x86-64 DWARF register numbers of the registers a snapshot carries.
+inline constexpr int kUnwindRegisterCount = 17;  // rax..r15, then rip
+inline constexpr int kUnwindRegisterSp = 7;
+inline constexpr int kUnwindRegisterIp = 16;
+
+// What a sample carries for unwinding.
+struct UserStack {
+  std::span<const uint64_t> registers;  // kUnwindRegisterCount values, DWARF order
+  std::span<const uint8_t> stack;       // memory from registers[kUnwindRegisterSp] upwards
+  bool clamped = false;                 // the stack goes on past `stack`
+};
+
+// One executable mapping of a process, as the unwinder needs it.
+struct ExecutableMapping {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t offset = 0;    // file offset of `start`
+  FileIdentity file;      // {0, 0} for memory that is not a file
+  std::string name;       // the path as the process mapped it, or "[vdso]"
+  std::string open_path;  // what to open it through (e.g. /proc/PID/map_files/...)
+};
+
+struct UnwoundFrame {
+  uint64_t pc = 0;
+  // A return address (the call is the byte before it), as opposed to the interrupted
+  // instruction itself (the leaf, and the frame a signal interrupted).
+  bool is_return_address = false;
+};
+
+enum class UnwindEnd {
+  kOutermost,  // reached the first frame of the thread (or the end of its stack memory)
+  kTruncated,  // the snapshot or the frame limit ended first: there are more frames
+  kError,      // a frame could be unwound neither by CFI nor by its frame pointer
+};
+
+struct UnwindResult {
+  std::vector<UnwoundFrame> frames;  // leaf first
+  UnwindEnd end = UnwindEnd::kError;
+};
+
+class DwarfUnwinder {
+ public:
+  struct Limits {
+    size_t max_processes = 256;  // address spaces kept; the least recently used go first
+    size_t max_frames = 127;
+  };
+
+  DwarfUnwinder() : DwarfUnwinder(Limits{}) {}
+  explicit DwarfUnwinder(Limits limits);
+  ~DwarfUnwinder();
+  DwarfUnwinder(const DwarfUnwinder&) = delete;
+  DwarfUnwinder& operator=(const DwarfUnwinder&) = delete;
+
+  // Unwinds one stack of process `pid`. `layout_version` names the process's current mappings
+  // (it changes with every re-read of its maps); `mappings` is called only when this version is
+  // new, to (re)build the process's address space.
+  using MappingsFn = absl::FunctionRef<std::vector<ExecutableMapping>()>;
+  UnwindResult Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings,
+                      const UserStack& stack);
+
+  // Drops address spaces not used for keep_generations generations, and unused images. Called
+  // once per export interval.
+  void NextGeneration(int keep_generations = 2);
+
+  size_t processes() const { return spaces_.size(); }
+  size_t images() const { return images_.size(); }
+
+ private:
+  struct AddressSpace;
+  friend struct UnwindCallbacks;  // libdwfl's callbacks read the unwind in progress
+  AddressSpace* SpaceFor(uint32_t pid, uint64_t layout_version, MappingsFn mappings);
+  std::unique_ptr<AddressSpace> Build(uint32_t pid, uint64_t layout_version,
+                                      const std::vector<ExecutableMapping>& mappings);
+
+  Limits limits_;
+  ElfImageCache images_;
+  uint64_t generation_ = 0;
+  // Most recently used first.
+  std::list<std::unique_ptr<AddressSpace>> lru_;
+  std::unordered_map<uint32_t, std::list<std::unique_ptr<AddressSpace>>::iterator> spaces_;
+};
+
+}  // namespace ember

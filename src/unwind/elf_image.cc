@@ -1,0 +1,133 @@
+// ElfImage: an ELF file's loadable segments, for placing it in a process for libdwfl.
+#include "unwind/elf_image.h"
+
+#include <elf.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/auxv.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "symbolize/elf_file.h"
+
+namespace ember {
+
+ElfImage::ElfImage(std::unique_ptr<internal::ElfFile> file, Elf* elf)
+    : file_(std::move(file)), elf_(elf) {}
+
+ElfImage::~ElfImage() {
+  if (file_ == nullptr) elf_end(elf_);  // the vDSO's handle is ours; ElfFile ends its own
+}
+
+absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::Open(const std::string& path) {
+  auto file = internal::ElfFile::Open(path);
+  if (!file.ok()) return file.status();
+  Elf* elf = (*file)->elf();
+  std::shared_ptr<ElfImage> image(new ElfImage(std::move(file).value(), elf));
+  if (absl::Status status = image->ReadSegments(); !status.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", status.message()));
+  }
+  return image;
+}
+
+absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::OpenOwnVdso() {
+  auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(getauxval(AT_SYSINFO_EHDR));
+  if (ehdr == nullptr) return absl::NotFoundError("this process has no vDSO");
+  // The section header table comes last in the vDSO image, so it ends the image.
+  size_t size = ehdr->e_shoff + size_t{ehdr->e_shnum} * ehdr->e_shentsize;
+  if (ehdr->e_shoff == 0 || size > (size_t{1} << 20)) {
+    return absl::DataLossError("the vDSO image has no usable section headers");
+  }
+  // libelf only reads the image: the kernel keeps it mapped for the life of the process.
+  Elf* elf = elf_memory(const_cast<char*>(reinterpret_cast<const char*>(ehdr)), size);
+  if (elf == nullptr) return absl::DataLossError(absl::StrCat("vDSO: ", elf_errmsg(-1)));
+  std::shared_ptr<ElfImage> image(new ElfImage(nullptr, elf));
+  if (absl::Status status = image->ReadSegments(); !status.ok()) {
+    return absl::DataLossError(absl::StrCat("vDSO: ", status.message()));
+  }
+  return image;
+}
+
+absl::Status ElfImage::ReadSegments() {
+  size_t count = 0;
+  if (elf_getphdrnum(elf_, &count) != 0) return absl::DataLossError("no program headers");
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf_, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
+      continue;
+    }
+    segments_.push_back({.offset = phdr.p_offset,
+                         .vaddr = phdr.p_vaddr,
+                         .file_size = phdr.p_filesz,
+                         .mem_size = phdr.p_memsz,
+                         .align = phdr.p_align});
+  }
+  if (segments_.empty()) return absl::DataLossError("no loadable segments");
+  return absl::OkStatus();
+}
+
+std::optional<ModulePlacement> ElfImage::Place(uint64_t start, uint64_t file_offset) const {
+  constexpr uint64_t kPage = 4096;
+  const Segment* mapped = nullptr;
+  for (const Segment& s : segments_) {
+    if ((s.offset & ~(kPage - 1)) <= file_offset && file_offset < s.offset + s.file_size) {
+      mapped = &s;
+      break;
+    }
+  }
+  if (mapped == nullptr) return std::nullopt;
+  ModulePlacement placement;
+  placement.bias = start - (mapped->vaddr - mapped->offset + file_offset);
+  // libdwfl takes the first segment's address rounded down to its alignment as the module start
+  // and computes the bias back from it, so report exactly that.
+  const Segment& first = segments_.front();
+  uint64_t first_vaddr = first.align > 1 ? first.vaddr & ~(first.align - 1) : first.vaddr;
+  placement.low = placement.bias + first_vaddr;
+  uint64_t end = 0;
+  for (const Segment& s : segments_) end = std::max(end, s.vaddr + s.mem_size);
+  placement.high = placement.bias + end;
+  if (placement.high <= placement.low) return std::nullopt;
+  return placement;
+}
+
+std::shared_ptr<ElfImage> ElfImageCache::Get(const FileIdentity& file,
+                                             const std::string& open_path) {
+  auto [it, inserted] = entries_.try_emplace(file);
+  it->second.last_generation = generation_;
+  if (inserted) {
+    auto image = ElfImage::Open(open_path);
+    if (image.ok()) {
+      it->second.image = std::move(image).value();
+    } else {
+      spdlog::debug("no CFI from {}: {}", open_path, std::string(image.status().message()));
+    }
+  }
+  return it->second.image;
+}
+
+std::shared_ptr<ElfImage> ElfImageCache::Vdso() {
+  if (!vdso_) {
+    auto image = ElfImage::OpenOwnVdso();
+    if (!image.ok())
+      spdlog::warn("vDSO frames will not unwind: {}", std::string(image.status().message()));
+    vdso_ = image.ok() ? std::move(image).value() : nullptr;
+  }
+  return *vdso_;
+}
+
+void ElfImageCache::NextGeneration(int keep_generations) {
+  ++generation_;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    bool stale = generation_ - it->second.last_generation > static_cast<uint64_t>(keep_generations);
+    bool over = entries_.size() > max_images_;
+    if ((stale || over) && it->second.image.use_count() <= 1) {
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ember
