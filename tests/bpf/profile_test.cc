@@ -1,14 +1,12 @@
 // Profiles real programs with ember-agent (as root, with BPF) and checks the profiles against
 // the programs' own CPU accounting, then reads them with Google's pprof and headless Chromium.
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "profiled_run.h"
 #include "support/pprof_reader.h"
 #include "support/subprocess.h"
 
@@ -24,60 +23,6 @@ namespace ember::testing {
 namespace {
 
 using std::chrono::seconds;
-
-std::string MakeTempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "ember-bpf-XXXXXX").string();
-  char* dir = mkdtemp(pattern.data());
-  return dir ? std::string(dir) : std::string();
-}
-
-bool IsKernelModule(const std::string& module) { return !module.empty() && module[0] == '['; }
-
-// Every sample of every pprof file in dir, for process `pid`.
-std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {
-  std::vector<NamedSample> all;
-  for (const std::string& file : PprofFilesIn(dir)) {
-    auto profile = ReadPprofFile(file);
-    EXPECT_TRUE(profile.ok()) << profile.status();
-    if (!profile.ok()) continue;
-    for (NamedSample& s : NamedSamples(*profile)) {
-      if (s.pid == pid) all.push_back(std::move(s));
-    }
-  }
-  return all;
-}
-
-// Starts the agent on one paused fixture, lets the fixture run to its end, then stops the agent
-// with a signal.
-struct ProfiledRun {
-  std::string output_dir;
-  std::string agent_log;
-  std::string fixture_output;
-  int64_t pid = 0;
-};
-
-// after_start runs once the fixture has been started, before the agent. stop_signal (SIGINT or
-// SIGTERM) must make the agent write its last interval and exit 0.
-ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
-                           const std::function<void(pid_t)>& after_start = nullptr,
-                           int stop_signal = SIGINT) {
-  ProfiledRun run;
-  run.output_dir = MakeTempDir();
-  Subprocess fixture(fixture_argv);
-  run.pid = fixture.pid();
-  if (after_start) after_start(fixture.pid());
-  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
-                    std::to_string(hz), "--export-interval", "3s", "--output-dir", run.output_dir});
-  bool attached = agent.WaitForOutput("attached to", seconds(15));
-  EXPECT_TRUE(attached) << agent.output();
-  fixture.WriteStdin("g");
-  EXPECT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
-  run.fixture_output = fixture.output();
-  agent.Signal(stop_signal);
-  EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
-  run.agent_log = agent.output();
-  return run;
-}
 
 class PhasesProfileTest : public ::testing::Test {
  protected:

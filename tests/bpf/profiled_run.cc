@@ -1,0 +1,58 @@
+// Runs fixtures under build/ember-agent (EMBER_AGENT_BIN) for the bpf tests.
+#include "profiled_run.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "support/subprocess.h"
+
+namespace ember::testing {
+
+using std::chrono::seconds;
+
+std::string MakeTempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ember-bpf-XXXXXX").string();
+  char* dir = mkdtemp(pattern.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+bool IsKernelModule(const std::string& module) { return !module.empty() && module[0] == '['; }
+
+std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {
+  std::vector<NamedSample> all;
+  for (const std::string& file : PprofFilesIn(dir)) {
+    auto profile = ReadPprofFile(file);
+    EXPECT_TRUE(profile.ok()) << profile.status();
+    if (!profile.ok()) continue;
+    for (NamedSample& s : NamedSamples(*profile)) {
+      if (s.pid == pid) all.push_back(std::move(s));
+    }
+  }
+  return all;
+}
+
+ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
+                           const std::function<void(pid_t)>& after_start, int stop_signal) {
+  ProfiledRun run;
+  run.output_dir = MakeTempDir();
+  Subprocess fixture(fixture_argv);
+  run.pid = fixture.pid();
+  if (after_start) after_start(fixture.pid());
+  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
+                    std::to_string(hz), "--export-interval", "3s", "--output-dir", run.output_dir});
+  bool attached = agent.WaitForOutput("attached to", seconds(15));
+  EXPECT_TRUE(attached) << agent.output();
+  fixture.WriteStdin("g");
+  EXPECT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
+  run.fixture_output = fixture.output();
+  agent.Signal(stop_signal);
+  EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
+  run.agent_log = agent.output();
+  return run;
+}
+
+}  // namespace ember::testing

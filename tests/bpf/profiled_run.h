@@ -1,0 +1,43 @@
+// Helpers the bpf tests share: run a fixture program under ember-agent and read back the samples
+// the agent wrote for it.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "support/pprof_reader.h"
+
+namespace ember::testing {
+
+// A fresh private directory under the system temp dir; "" if it cannot be made.
+std::string MakeTempDir();
+
+// Kernel frames carry a "[kernel.kallsyms]" or "[module]" mapping; so do marker frames such as
+// "[truncated]" and "[vdso]", which are not code of the profiled program either.
+bool IsKernelModule(const std::string& module);
+
+// Every sample of every pprof file in dir, for process `pid`.
+std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid);
+
+// Starts the agent on one paused fixture, lets the fixture run to its end, then stops the agent
+// with a signal.
+struct ProfiledRun {
+  std::string output_dir;
+  std::string agent_log;
+  std::string fixture_output;
+  int64_t pid = 0;
+};
+
+// after_start runs once the fixture has been started, before the agent. stop_signal (SIGINT or
+// SIGTERM) must make the agent write its last interval and exit 0. Failures are reported with
+// gtest's EXPECT_* and the run is returned as far as it went.
+ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
+                           const std::function<void(pid_t)>& after_start = nullptr,
+                           int stop_signal = SIGINT);
+
+}  // namespace ember::testing

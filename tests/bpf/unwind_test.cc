@@ -1,0 +1,205 @@
+// Profiles a program built by GCC without frame pointers (tests/fixtures/unwind/cfi_chains.c) and
+// checks that the agent unwinds it with DWARF CFI: through a 17-frame chain, a short one, and
+// libc's qsort, back to main, with leaf shares that match the program's own CPU accounting (issue
+// 3).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "profiled_run.h"
+#include "support/pprof_reader.h"
+
+namespace ember::testing {
+namespace {
+
+// Where every phase of the fixture is entered from: run_phase <- run_phases <- main.
+const std::vector<std::string> kRunPhaseChain = {"run_phase", "run_phases", "main"};
+
+// Index of the innermost frame that is neither kernel nor marker; functions.size() if none.
+size_t LeafIndex(const NamedSample& s) {
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    if (!IsKernelModule(s.modules[i])) return i;
+  }
+  return s.functions.size();
+}
+
+std::string LeafOf(const NamedSample& s) {
+  size_t leaf = LeafIndex(s);
+  return leaf < s.functions.size() ? s.functions[leaf] : "";
+}
+
+// True if functions[from...] starts with `chain`.
+bool ChainAt(const std::vector<std::string>& functions, size_t from,
+             const std::vector<std::string>& chain) {
+  return from + chain.size() <= functions.size() &&
+         std::equal(chain.begin(), chain.end(), functions.begin() + from);
+}
+
+double Share(int64_t part, int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / whole : 0.0;
+}
+
+// The most common stacks among `samples` that `bad` picks, user frames from the leaf outwards,
+// so that a failure shows where unwinding stopped.
+template <typename Pred>
+std::string CommonStacks(const std::vector<NamedSample>& samples, Pred bad, size_t limit = 3) {
+  std::map<std::string, int64_t> counts;
+  for (const NamedSample& s : samples) {
+    if (!bad(s)) continue;
+    std::vector<std::string> frames(s.functions.begin() + LeafIndex(s), s.functions.end());
+    counts[absl::StrJoin(frames, " <- ")] += s.count;
+  }
+  std::vector<std::pair<int64_t, std::string>> sorted;
+  for (auto& [stack, count] : counts) sorted.emplace_back(count, stack);
+  std::sort(sorted.rbegin(), sorted.rend());
+  std::string out;
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    absl::StrAppend(&out, "  ", sorted[i].first, " x ", sorted[i].second, "\n");
+  }
+  return out;
+}
+
+class CfiUnwindTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    run_ = new ProfiledRun(ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199));
+    samples_ = new std::vector<NamedSample>(SamplesOf(run_->output_dir, run_->pid));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(run_->output_dir);
+    delete samples_;
+    delete run_;
+  }
+  void SetUp() override {
+    total_ = 0;
+    for (const NamedSample& s : *samples_) {
+      ASSERT_EQ(s.functions.size(), s.modules.size());
+      total_ += s.count;
+    }
+    ASSERT_GE(total_, 800) << "too few samples of the fixture\n" << run_->agent_log;
+  }
+
+  static ProfiledRun* run_;
+  static std::vector<NamedSample>* samples_;
+  int64_t total_ = 0;
+};
+ProfiledRun* CfiUnwindTest::run_ = nullptr;
+std::vector<NamedSample>* CfiUnwindTest::samples_ = nullptr;
+
+TEST_F(CfiUnwindTest, SamplesReachMain) {
+  auto misses_main = [](const NamedSample& s) {
+    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
+  };
+  int64_t reach_main = 0;
+  for (const NamedSample& s : *samples_) {
+    if (!misses_main(s)) reach_main += s.count;
+  }
+  std::printf("reach main: %.1f%% (%lld of %lld samples)\n", 100 * Share(reach_main, total_),
+              static_cast<long long>(reach_main), static_cast<long long>(total_));
+  EXPECT_GE(Share(reach_main, total_), 0.98)
+      << reach_main << " of " << total_ << " samples reach main; most common of the others:\n"
+      << CommonStacks(*samples_, misses_main);
+}
+
+TEST_F(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
+  std::map<std::string, double> measured_ns;
+  std::istringstream lines(run_->fixture_output);
+  std::string name;
+  double ns = 0;
+  double measured_total = 0;
+  while (lines >> name >> ns) {
+    measured_ns[name] = ns;
+    measured_total += ns;
+  }
+  ASSERT_EQ(measured_ns.size(), 3u) << run_->fixture_output;
+
+  std::map<std::string, int64_t> leaf_counts;
+  for (const NamedSample& s : *samples_) leaf_counts[LeafOf(s)] += s.count;
+  for (const auto& [leaf, leaf_ns] : measured_ns) {
+    double measured_share = leaf_ns / measured_total;
+    double profiled_share = Share(leaf_counts[leaf], total_);
+    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
+                leaf.c_str(), 100 * profiled_share, static_cast<long long>(leaf_counts[leaf]),
+                static_cast<long long>(total_), 100 * measured_share);
+    EXPECT_NEAR(profiled_share, measured_share, 0.03)
+        << leaf << ": profile " << leaf_counts[leaf] << "/" << total_ << " samples";
+  }
+}
+
+// Samples whose leaf is `leaf`, and how many of them continue with exactly `callers`.
+struct ChainCount {
+  int64_t with_leaf = 0;
+  int64_t whole = 0;
+};
+
+ChainCount CountChain(const std::vector<NamedSample>& samples, const std::string& leaf,
+                      const std::vector<std::string>& callers) {
+  ChainCount count;
+  for (const NamedSample& s : samples) {
+    size_t i = LeafIndex(s);
+    if (i == s.functions.size() || s.functions[i] != leaf) continue;
+    count.with_leaf += s.count;
+    if (ChainAt(s.functions, i + 1, callers)) count.whole += s.count;
+  }
+  return count;
+}
+
+TEST_F(CfiUnwindTest, DeepChainIsWhole) {
+  // leaf_deep <- deep_16 <- ... <- deep_01 <- run_phase <- run_phases <- main.
+  std::vector<std::string> callers;
+  for (int i = 16; i >= 1; --i) callers.push_back(absl::StrCat(i < 10 ? "deep_0" : "deep_", i));
+  callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
+  ChainCount count = CountChain(*samples_, "leaf_deep", callers);
+  std::printf("leaf_deep: whole 20-frame chain in %.1f%% of %lld samples\n",
+              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
+  ASSERT_GT(count.with_leaf, 0);
+  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
+      << count.whole << " of " << count.with_leaf << "; most common leaf_deep stacks:\n"
+      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_deep"; });
+}
+
+TEST_F(CfiUnwindTest, ShallowChainIsWhole) {
+  std::vector<std::string> callers = {"shallow_caller"};
+  callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
+  ChainCount count = CountChain(*samples_, "leaf_shallow", callers);
+  std::printf("leaf_shallow: whole chain in %.1f%% of %lld samples\n",
+              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
+  ASSERT_GT(count.with_leaf, 0);
+  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
+      << count.whole << " of " << count.with_leaf << "; most common leaf_shallow stacks:\n"
+      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_shallow"; });
+}
+
+TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
+  // compare_items <- one or more libc frames (qsort's merge sort) <- sort_phase <- run_phase <-
+  // run_phases <- main. Debian's libc has no frame pointers, only CFI.
+  std::vector<std::string> callers = {"sort_phase"};
+  callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
+  int64_t with_leaf = 0;
+  int64_t whole = 0;
+  for (const NamedSample& s : *samples_) {
+    size_t i = LeafIndex(s);
+    if (i == s.functions.size() || s.functions[i] != "compare_items") continue;
+    with_leaf += s.count;
+    size_t j = i + 1;
+    while (j < s.functions.size() && s.modules[j].find("libc.so") != std::string::npos) ++j;
+    if (j > i + 1 && ChainAt(s.functions, j, callers)) whole += s.count;
+  }
+  std::printf("compare_items: through libc to main in %.1f%% of %lld samples\n",
+              100 * Share(whole, with_leaf), static_cast<long long>(with_leaf));
+  ASSERT_GT(with_leaf, 0);
+  EXPECT_GE(Share(whole, with_leaf), 0.95)
+      << whole << " of " << with_leaf << "; most common compare_items stacks:\n"
+      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
+}
+
+}  // namespace
+}  // namespace ember::testing
