@@ -103,10 +103,13 @@ void Agent::OnSample(const SampleView& sample) {
   for (size_t i = 0; i < sample.kernel_ips.size(); ++i) {
     stack_.push_back(frames_.Kernel(sample.kernel_ips[i], /*caller=*/i > 0));
   }
+  // Kernel frames past the limit are missing between these and the user frames.
+  if (header.kernel_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
   Process* process = processes_.Get(header.pid);
-  // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames.
+  // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames
+  // and stop its unwinding. Reloading sets the name, so this happens once per rename.
   if (process != nullptr && header.tid == header.pid && thread != process->name) {
-    processes_.RefreshMaps(process);
+    processes_.ReloadMaps(process);
   }
   if (process != nullptr) {
     AppendUserFrames(process, sample);

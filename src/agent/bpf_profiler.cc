@@ -48,11 +48,12 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
 }
 
 size_t RingBufferBytes(int cpus, int hz, uint32_t snapshot_bytes) {
-  // A record is at most 2 KiB (two full stacks) plus its snapshot: 2.5 s of the largest records
-  // per CPU, so a slow first symbolization of a big library does not lose samples. Most
-  // snapshots are far below the limit, so this holds several times that in practice. The kernel
-  // wants a power of two.
-  size_t record = 2048 + size_t{snapshot_bytes};
+  // Room for 2.5 s of samples per CPU, so a slow first symbolization of a big library does not
+  // lose samples. A record is at most 2 KiB of stacks plus its snapshot, but a snapshot only
+  // holds the stack actually in use, a few KiB for most threads, so a quarter of the limit is
+  // budgeted per record. The kernel wants a power of two; user space maps it twice, so its
+  // resident size counts double.
+  size_t record = 2048 + size_t{snapshot_bytes} / 4;
   size_t want = static_cast<size_t>(cpus) * static_cast<size_t>(hz) * record * 5 / 2;
   size_t bytes = 1 << 20;
   while (bytes < want && bytes < (size_t{64} << 20)) bytes <<= 1;

@@ -39,6 +39,9 @@ class ProcessTable {
   // Re-reads the maps (and name) of a process that ran code at an address it does not know, at
   // most once per min_refresh so a stray address cannot turn every sample into a /proc read.
   bool RefreshMaps(Process* process);
+  // Re-reads them now, whenever it was last done: the main thread's name changed, which is how an
+  // exec shows, and every sample until a rate-limited refresh would use the old image's maps.
+  bool ReloadMaps(Process* process) { return ReadMaps(process); }
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
   size_t size() const { return processes_.size(); }
