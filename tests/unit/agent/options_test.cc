@@ -15,12 +15,14 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->export_interval, absl::Seconds(10));
   EXPECT_EQ(options->duration, absl::ZeroDuration());
   EXPECT_EQ(options->output_dir, "ember-profiles");
+  EXPECT_EQ(options->stack_snapshot_bytes, 16384u);
   EXPECT_TRUE(options->pids.empty());
 }
 
 TEST(OptionsTest, ParsesEveryFlagInBothForms) {
   auto options = Parse({"--duration=1m30s", "--pid", "12", "--pid=34", "--sampling-hz", "99",
-                        "--export-interval=5", "--output-dir", "/tmp/x", "--log-level=debug"});
+                        "--export-interval=5", "--output-dir", "/tmp/x", "--log-level=debug",
+                        "--stack-snapshot-bytes", "65536"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->duration, absl::Seconds(90));
   EXPECT_EQ(options->pids, (std::vector<uint32_t>{12, 34}));
@@ -28,6 +30,8 @@ TEST(OptionsTest, ParsesEveryFlagInBothForms) {
   EXPECT_EQ(options->export_interval, absl::Seconds(5));
   EXPECT_EQ(options->output_dir, "/tmp/x");
   EXPECT_EQ(options->log_level, spdlog::level::debug);
+  EXPECT_EQ(options->stack_snapshot_bytes, 65536u);
+  EXPECT_EQ(Parse({"--stack-snapshot-bytes=0"})->stack_snapshot_bytes, 0u);  // frame pointers only
 }
 
 TEST(OptionsTest, HelpAndVersion) {
@@ -54,6 +58,9 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--duration=-5s"}, "--duration: expected"},
       {{"--export-interval=100ms"}, "--export-interval: expected"},
       {{"--log-level=loud"}, "--log-level: expected"},
+      {{"--stack-snapshot-bytes=65537"}, "--stack-snapshot-bytes: expected"},
+      {{"--stack-snapshot-bytes=-1"}, "--stack-snapshot-bytes: expected"},
+      {{"--stack-snapshot-bytes=16K"}, "--stack-snapshot-bytes: expected"},
       {{"--output-dir="}, "--output-dir: expected"},
       {{"--output-dir"}, "--output-dir: missing value"},
       {{"--help=yes"}, "--help: expected"},
