@@ -167,7 +167,7 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   ++unwound_failed_;
   // CFI could not go on (e.g. JIT code): where the frame-pointer walk passed the same frame,
   // its callers carry on from there.
-  const uint64_t last_pc = unwound.frames.back().pc;
+  const uint64_t last_pc = unwound.frames.empty() ? 0 : unwound.frames.back().pc;
   auto same = std::find(sample.user_ips.begin(), sample.user_ips.end(), last_pc);
   if (same != sample.user_ips.end() && same + 1 != sample.user_ips.end()) {
     for (auto it = same + 1; it != sample.user_ips.end(); ++it) {
