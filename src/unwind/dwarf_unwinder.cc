@@ -75,7 +75,8 @@ struct UnwindCallbacks {
       std::memcpy(result, s.stack.data() + (addr - sp), sizeof(Dwarf_Word));
       return true;
     }
-    if (addr >= sp + size) space->read_past_snapshot = true;
+    // Includes a word that starts inside the snapshot but ends past it (any byte length).
+    if (addr >= sp) space->read_past_snapshot = true;
     return false;
   }
 
@@ -203,13 +204,17 @@ UnwindResult DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, Mappin
   int rc = dwfl_getthread_frames(space->dwfl, static_cast<pid_t>(pid), OnFrame, &walk);
   space->stack = nullptr;
 
-  if (rc == 0 || walk.hit_zero) {
-    result.end = UnwindEnd::kOutermost;
-  } else if (walk.hit_limit) {
+  if (walk.hit_limit) {
     result.end = UnwindEnd::kTruncated;
+  } else if (walk.hit_zero) {
+    result.end = UnwindEnd::kOutermost;
   } else if (space->read_past_snapshot) {
-    // Past the end of a whole stack there is nothing left to find.
+    // libdwfl takes a return address it cannot read for an undefined one and ends the walk with
+    // success (rc 0), so the snapshot's end must be checked before rc. Past the end of a whole
+    // stack there is nothing left to find.
     result.end = stack.clamped ? UnwindEnd::kTruncated : UnwindEnd::kOutermost;
+  } else if (rc == 0) {
+    result.end = UnwindEnd::kOutermost;
   } else {
     result.end = UnwindEnd::kError;
   }

@@ -47,5 +47,83 @@ TEST(SampleRecordTest, RejectsShortWrongVersionAndOverlongRecords) {
   EXPECT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kBadKind);
 }
 
+// A record with `kernel` + `user` addresses, then `snapshot` snapshot bytes (0xa0, 0xa1, ...),
+// with user registers when `flags` says so.
+std::vector<uint8_t> RecordWithSnapshot(uint16_t kernel, uint16_t user, uint32_t snapshot,
+                                        uint32_t flags) {
+  std::vector<uint8_t> bytes = Record(kernel, user, snapshot);
+  ember_sample header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  header.flags = flags;
+  header.user_snapshot_bytes = snapshot;
+  for (int i = 0; i < EMBER_USER_REG_COUNT; ++i) {
+    header.user_regs[i] = (flags & EMBER_SAMPLE_USER_REGS) ? 0x7000 + i : 0;
+  }
+  std::memcpy(bytes.data(), &header, sizeof(header));
+  const size_t snapshot_at = sizeof(ember_sample) + (kernel + user) * 8;
+  for (uint32_t i = 0; i < snapshot; ++i) bytes[snapshot_at + i] = static_cast<uint8_t>(0xa0 + i);
+  return bytes;
+}
+
+TEST(SampleRecordTest, ViewsRegistersAndTheSnapshotAfterTheAddresses) {
+  std::vector<uint8_t> bytes =
+      RecordWithSnapshot(2, 3, 21, EMBER_SAMPLE_USER_REGS | EMBER_SAMPLE_SNAPSHOT_CLAMPED);
+  SampleView view;
+  ASSERT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  EXPECT_EQ(view.kernel_ips.size(), 2u);
+  ASSERT_EQ(view.user_ips.size(), 3u);
+  EXPECT_EQ(view.user_ips[2], 0x1004u);
+
+  ASSERT_EQ(view.user_regs.size(), size_t{EMBER_USER_REG_COUNT});
+  EXPECT_EQ(view.user_regs[0], 0x7000u);
+  EXPECT_EQ(view.user_regs[EMBER_USER_REG_SP], 0x7000u + EMBER_USER_REG_SP);
+  EXPECT_EQ(view.user_regs[EMBER_USER_REG_IP], 0x7000u + EMBER_USER_REG_IP);
+
+  ASSERT_EQ(view.user_stack.size(), 21u);
+  EXPECT_EQ(view.user_stack.data(), bytes.data() + sizeof(ember_sample) + 5 * 8);
+  EXPECT_EQ(view.user_stack.front(), 0xa0);
+  EXPECT_EQ(view.user_stack.back(), 0xa0 + 20);
+  EXPECT_EQ(view.user_stack.data() + view.user_stack.size(), bytes.data() + bytes.size());
+  EXPECT_TRUE(view.header->flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED);
+}
+
+TEST(SampleRecordTest, RegistersWithoutASnapshotGiveAnEmptyStack) {
+  std::vector<uint8_t> bytes = RecordWithSnapshot(0, 4, 0, EMBER_SAMPLE_USER_REGS);
+  SampleView view;
+  ASSERT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  EXPECT_EQ(view.user_regs.size(), size_t{EMBER_USER_REG_COUNT});
+  EXPECT_TRUE(view.user_stack.empty());
+  EXPECT_EQ(view.user_ips.size(), 4u);
+}
+
+TEST(SampleRecordTest, RejectsASnapshotLongerThanTheRecord) {
+  SampleView view;
+  std::vector<uint8_t> bytes = RecordWithSnapshot(1, 1, 64, EMBER_SAMPLE_USER_REGS);
+  EXPECT_EQ(DecodeSample(bytes.data(), bytes.size() - 1, &view), DecodeResult::kBadLength);
+  for (uint32_t claimed : {65u, EMBER_MAX_SNAPSHOT_BYTES + 1u, 0xffffffffu}) {
+    ember_sample header;
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    header.user_snapshot_bytes = claimed;
+    std::memcpy(bytes.data(), &header, sizeof(header));
+    EXPECT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kBadLength) << claimed;
+  }
+}
+
+// Kernel threads have no user registers: no registers and no stack, whatever else the record
+// holds, even in a view that held another record's.
+TEST(SampleRecordTest, WithoutTheRegistersFlagThereAreNoRegistersAndNoStack) {
+  SampleView view;
+  std::vector<uint8_t> with = RecordWithSnapshot(1, 1, 16, EMBER_SAMPLE_USER_REGS);
+  ASSERT_EQ(DecodeSample(with.data(), with.size(), &view), DecodeResult::kOk);
+  ASSERT_FALSE(view.user_stack.empty());
+
+  std::vector<uint8_t> without = RecordWithSnapshot(1, 1, 16, 0);
+  ASSERT_EQ(DecodeSample(without.data(), without.size(), &view), DecodeResult::kOk);
+  EXPECT_TRUE(view.user_regs.empty());
+  EXPECT_TRUE(view.user_stack.empty());
+  EXPECT_EQ(view.kernel_ips.size(), 1u);
+  EXPECT_EQ(view.user_ips.size(), 1u);
+}
+
 }  // namespace
 }  // namespace ember

@@ -1,0 +1,626 @@
+// DwarfUnwinder on stacks this test process captures from itself: built by GCC -O2 without frame
+// pointers, so only CFI gets through, and checked against glibc backtrace() (libgcc's unwinder).
+#include "unwind/dwarf_unwinder.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <ostream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agent/proc_maps.h"
+#include "gtest/gtest.h"
+
+// Keeps the chain's frames real: no inlining, no cloning, no assumptions across calls.
+#if defined(__clang__)
+#define EMBER_FRAME [[gnu::noinline]]
+#else
+#define EMBER_FRAME [[gnu::noinline, gnu::noipa]]
+#endif
+
+namespace ember {
+
+// Failure messages name the end instead of printing its bytes.
+inline void PrintTo(UnwindEnd end, std::ostream* out) {
+  switch (end) {
+    case UnwindEnd::kOutermost:
+      *out << "kOutermost";
+      return;
+    case UnwindEnd::kTruncated:
+      *out << "kTruncated";
+      return;
+    case UnwindEnd::kError:
+      *out << "kError";
+      return;
+  }
+  *out << "UnwindEnd(" << static_cast<int>(end) << ")";
+}
+
+namespace unwind_test {
+
+// One thread's stack as a sample would carry it, plus what libgcc's unwinder made of it.
+struct Capture {
+  std::array<uint64_t, kUnwindRegisterCount> registers{};
+  std::vector<uint8_t> stack;  // from registers[kUnwindRegisterSp] upwards
+  bool clamped = false;
+  std::vector<uint64_t> backtrace;  // glibc backtrace(), taken right after the registers
+  uint64_t chain_a_local = 0;       // the address of a local in ChainA's frame
+  int calls = 0;
+};
+
+constexpr size_t kMaxSnapshotBytes = 256 * 1024;
+
+// The extern functions below have external linkage (and the binary exports them) so dladdr can
+// name the function a return address lies in.
+
+EMBER_FRAME void CaptureHere(Capture* capture) {
+  ucontext_t context;
+  std::memset(&context, 0, sizeof(context));
+  if (getcontext(&context) != 0) std::abort();
+  // getcontext returns with the registers of this very point (rip just after the call).
+  static constexpr int kDwarfToGreg[kUnwindRegisterCount] = {
+      REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI, REG_RBP, REG_RSP, REG_R8,
+      REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+  for (int i = 0; i < kUnwindRegisterCount; ++i) {
+    capture->registers[i] = static_cast<uint64_t>(context.uc_mcontext.gregs[kDwarfToGreg[i]]);
+  }
+  const uint64_t sp = capture->registers[kUnwindRegisterSp];
+
+  pthread_attr_t attr;
+  void* stack_low = nullptr;
+  size_t stack_size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) std::abort();
+  pthread_attr_getstack(&attr, &stack_low, &stack_size);
+  pthread_attr_destroy(&attr);
+  const uint64_t stack_end = reinterpret_cast<uint64_t>(stack_low) + stack_size;
+  if (sp >= stack_end) std::abort();
+  const size_t bytes = std::min<uint64_t>(stack_end - sp, kMaxSnapshotBytes);
+  capture->clamped = bytes < stack_end - sp;
+  const auto* from = reinterpret_cast<const uint8_t*>(sp);
+  capture->stack.assign(from, from + bytes);
+
+  void* frames[256];
+  int depth = backtrace(frames, 256);
+  capture->backtrace.clear();
+  for (int i = 0; i < depth; ++i) {
+    capture->backtrace.push_back(reinterpret_cast<uint64_t>(frames[i]));
+  }
+}
+
+// Work after each call keeps the calls from becoming tail calls.
+EMBER_FRAME int ChainC(Capture* capture) {
+  CaptureHere(capture);
+  return ++capture->calls;
+}
+
+EMBER_FRAME int ChainB(Capture* capture) {
+  int calls = ChainC(capture);
+  capture->calls += 10;
+  return calls + 1;
+}
+
+EMBER_FRAME int ChainA(Capture* capture) {
+  volatile int marker = 1;  // lives in this frame, above ChainB's return address
+  capture->chain_a_local = reinterpret_cast<uint64_t>(&marker);
+  int calls = ChainB(capture);
+  capture->calls += marker;
+  return calls + 1;
+}
+
+// qsort's comparator captures: libc's frames (built without frame pointers) lie between.
+Capture* g_sort_capture = nullptr;
+
+EMBER_FRAME int CompareAndCapture(const void* a, const void* b) {
+  if (g_sort_capture != nullptr) {
+    CaptureHere(g_sort_capture);
+    g_sort_capture = nullptr;
+  }
+  int x = *static_cast<const int*>(a), y = *static_cast<const int*>(b);
+  return (x > y) - (x < y);
+}
+
+EMBER_FRAME int SortAndCapture(Capture* capture) {
+  int values[] = {5, 3, 9, 1, 7, 2, 8, 6, 4};
+  g_sort_capture = capture;
+  qsort(values, sizeof(values) / sizeof(values[0]), sizeof(values[0]), CompareAndCapture);
+  capture->calls += values[0];
+  return values[0];
+}
+
+namespace {
+
+std::vector<MemoryMapping> OwnMaps() {
+  std::ifstream in("/proc/self/maps");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto maps = ParseProcMaps(text.str());
+  if (!maps.ok()) std::abort();
+  return *std::move(maps);
+}
+
+// What the agent hands the unwinder, for this process, with files opened by their own path.
+std::vector<ExecutableMapping> OwnExecutableMappings() {
+  std::vector<ExecutableMapping> mappings;
+  for (const MemoryMapping& m : OwnMaps()) {
+    if (!m.executable) continue;
+    mappings.push_back({.start = m.start,
+                        .end = m.end,
+                        .offset = m.offset,
+                        .file = m.file,
+                        .name = m.path,
+                        .open_path = m.IsFileBacked() ? m.path : ""});
+  }
+  return mappings;
+}
+
+UserStack StackOf(const Capture& capture, size_t bytes, bool clamped) {
+  return {.registers = capture.registers,
+          .stack = std::span<const uint8_t>(capture.stack).first(bytes),
+          .clamped = clamped};
+}
+
+UserStack WholeStackOf(const Capture& capture) {
+  return StackOf(capture, capture.stack.size(), capture.clamped);
+}
+
+UnwindResult UnwindOwn(DwarfUnwinder& unwinder, const UserStack& stack) {
+  return unwinder.Unwind(getpid(), 1, OwnExecutableMappings, stack);
+}
+
+std::vector<uint64_t> Pcs(const UnwindResult& result) {
+  std::vector<uint64_t> pcs;
+  for (const UnwoundFrame& frame : result.frames) pcs.push_back(frame.pc);
+  return pcs;
+}
+
+std::string Describe(uint64_t pc) {
+  Dl_info info;
+  std::ostringstream out;
+  out << "0x" << std::hex << pc;
+  if (dladdr(reinterpret_cast<void*>(pc), &info) != 0) {
+    out << " " << (info.dli_sname != nullptr ? info.dli_sname : "?") << " in "
+        << (info.dli_fname != nullptr ? info.dli_fname : "?");
+  }
+  return out.str();
+}
+
+std::string Describe(const std::vector<uint64_t>& pcs) {
+  std::string text;
+  for (uint64_t pc : pcs) text += "\n  " + Describe(pc);
+  return text;
+}
+
+// The function (by its exported symbol) that holds `pc`.
+uint64_t FunctionOf(uint64_t pc) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(pc), &info) == 0 || info.dli_saddr == nullptr) return 0;
+  return reinterpret_cast<uint64_t>(info.dli_saddr);
+}
+
+template <typename F>
+uint64_t AddressOf(F* function) {
+  return reinterpret_cast<uint64_t>(function);
+}
+
+bool IsPrefix(const std::vector<uint64_t>& prefix, const std::vector<uint64_t>& whole) {
+  return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
+}
+
+// The executable mapping that holds `addr`.
+MemoryMapping MappingOf(uint64_t addr) {
+  for (const MemoryMapping& m : OwnMaps()) {
+    if (m.start <= addr && addr < m.end) return m;
+  }
+  return {};
+}
+
+class DwarfUnwinderSelfTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    chain_ = new Capture;
+    if (ChainA(chain_) <= 0) std::abort();  // not a tail call: this frame stays on the stack
+  }
+  static void TearDownTestSuite() {
+    delete chain_;
+    chain_ = nullptr;
+  }
+  static Capture* chain_;
+};
+Capture* DwarfUnwinderSelfTest::chain_ = nullptr;
+
+TEST_F(DwarfUnwinderSelfTest, MatchesLibgccFrameForFrameUpToTheFirstFrameOfTheThread) {
+  DwarfUnwinder unwinder;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(*chain_));
+  std::vector<uint64_t> ours = Pcs(result);
+  const std::vector<uint64_t>& theirs = chain_->backtrace;
+  SCOPED_TRACE("ours:" + Describe(ours) + "\nbacktrace():" + Describe(theirs));
+
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  ASSERT_GE(ours.size(), 5u);
+  // Both start in CaptureHere (at different calls), then agree on every return address.
+  EXPECT_EQ(FunctionOf(ours[0]), AddressOf(CaptureHere));
+  EXPECT_EQ(FunctionOf(theirs[0]), AddressOf(CaptureHere));
+  auto common = std::find(theirs.begin(), theirs.end(), ours[1]);
+  ASSERT_NE(common, theirs.end());
+  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+            std::vector<uint64_t>(common, theirs.end()));
+
+  EXPECT_FALSE(result.frames[0].is_return_address);
+  for (size_t i = 1; i < result.frames.size(); ++i) {
+    EXPECT_TRUE(result.frames[i].is_return_address) << i;
+  }
+}
+
+TEST_F(DwarfUnwinderSelfTest, ReturnAddressesLieInTheChainFunctionsInOrder) {
+  DwarfUnwinder unwinder;
+  std::vector<uint64_t> ours = Pcs(UnwindOwn(unwinder, WholeStackOf(*chain_)));
+  SCOPED_TRACE("ours:" + Describe(ours));
+  ASSERT_GE(ours.size(), 4u);
+  EXPECT_EQ(FunctionOf(ours[0]), AddressOf(CaptureHere));
+  EXPECT_EQ(FunctionOf(ours[1]), AddressOf(ChainC));
+  EXPECT_EQ(FunctionOf(ours[2]), AddressOf(ChainB));
+  EXPECT_EQ(FunctionOf(ours[3]), AddressOf(ChainA));
+  // A return address is past the call, so strictly inside its function.
+  EXPECT_GT(ours[1], AddressOf(ChainC));
+  EXPECT_GT(ours[3], AddressOf(ChainA));
+}
+
+TEST_F(DwarfUnwinderSelfTest, ReachesMainThroughLibcWithoutFramePointers) {
+  Capture capture;
+  SortAndCapture(&capture);
+  ASSERT_FALSE(capture.stack.empty());
+  DwarfUnwinder unwinder;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  std::vector<uint64_t> ours = Pcs(result);
+  SCOPED_TRACE("ours:" + Describe(ours) + "\nbacktrace():" + Describe(capture.backtrace));
+
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  ASSERT_GE(ours.size(), 4u);
+  EXPECT_EQ(FunctionOf(ours[1]), AddressOf(CompareAndCapture));
+  auto caller = std::find_if(ours.begin(), ours.end(), [](uint64_t pc) {
+    return FunctionOf(pc) == AddressOf(SortAndCapture);
+  });
+  ASSERT_NE(caller, ours.end());
+  // Everything between the comparator and qsort's caller is libc.
+  MemoryMapping libc = MappingOf(reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "qsort")));
+  ASSERT_TRUE(libc.executable) << libc.path;
+  ASSERT_GT(caller - ours.begin(), 2);
+  for (auto pc = ours.begin() + 2; pc != caller; ++pc) {
+    EXPECT_TRUE(libc.start <= *pc && *pc < libc.end) << Describe(*pc) << " is not in " << libc.path;
+  }
+  auto main_frame = std::find_if(caller, ours.end(), [](uint64_t pc) {
+    return FunctionOf(pc) == reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "main"));
+  });
+  EXPECT_NE(main_frame, ours.end());
+  // And the same frames as libgcc's unwinder from the comparator on.
+  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
+  ASSERT_NE(common, capture.backtrace.end());
+  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+            std::vector<uint64_t>(common, capture.backtrace.end()));
+}
+
+TEST_F(DwarfUnwinderSelfTest, ClampedSnapshotEndsTruncatedWithAPrefixOfTheWholeStack) {
+  DwarfUnwinder unwinder;
+  std::vector<uint64_t> whole = Pcs(UnwindOwn(unwinder, WholeStackOf(*chain_)));
+  // Up to ChainA's local: holds the return addresses into ChainC, ChainB and ChainA.
+  const size_t bytes = chain_->chain_a_local - chain_->registers[kUnwindRegisterSp];
+  ASSERT_LT(bytes, chain_->stack.size());
+  UnwindResult result = UnwindOwn(unwinder, StackOf(*chain_, bytes, /*clamped=*/true));
+  std::vector<uint64_t> part = Pcs(result);
+  SCOPED_TRACE("part:" + Describe(part) + "\nwhole:" + Describe(whole));
+  EXPECT_EQ(result.end, UnwindEnd::kTruncated);
+  EXPECT_GE(part.size(), 4u);
+  EXPECT_LT(part.size(), whole.size());
+  EXPECT_TRUE(IsPrefix(part, whole));
+}
+
+// Every cut of the snapshot, aligned or not: a prefix of the whole unwind, never an error. A
+// clamped snapshot that lost frames says so; a whole (unclamped) short stack ends there.
+TEST_F(DwarfUnwinderSelfTest, EveryCutOfTheSnapshotGivesAPrefixAndNoError) {
+  DwarfUnwinder unwinder;
+  std::vector<uint64_t> whole = Pcs(UnwindOwn(unwinder, WholeStackOf(*chain_)));
+  const size_t size = chain_->stack.size();
+  size_t longest_cut_with_lost_frames = 0;
+  for (size_t bytes = 0; bytes < size; ++bytes) {
+    for (bool clamped : {true, false}) {
+      UnwindResult result = UnwindOwn(unwinder, StackOf(*chain_, bytes, clamped));
+      std::vector<uint64_t> part = Pcs(result);
+      ASSERT_TRUE(IsPrefix(part, whole)) << bytes << " bytes:" << Describe(part);
+      ASSERT_NE(result.end, UnwindEnd::kError) << bytes << " bytes, clamped " << clamped;
+      if (clamped && part.size() < whole.size()) {
+        ASSERT_EQ(result.end, UnwindEnd::kTruncated) << bytes << " bytes";
+        longest_cut_with_lost_frames = bytes;
+      }
+    }
+  }
+  // The sweep did cut frames off.
+  EXPECT_GT(longest_cut_with_lost_frames, 0u);
+}
+
+TEST_F(DwarfUnwinderSelfTest, FrameLimitTruncates) {
+  DwarfUnwinder whole_unwinder;
+  std::vector<uint64_t> whole = Pcs(UnwindOwn(whole_unwinder, WholeStackOf(*chain_)));
+  ASSERT_GT(whole.size(), 3u);
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.max_frames = 3});
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(*chain_));
+  EXPECT_EQ(result.end, UnwindEnd::kTruncated);
+  EXPECT_EQ(Pcs(result), std::vector<uint64_t>(whole.begin(), whole.begin() + 3));
+}
+
+// Garbage in: no crash, the leaf frame, and no more frames than the limit.
+TEST_F(DwarfUnwinderSelfTest, SurvivesGarbageRegistersAndStacks) {
+  constexpr size_t kMaxFrames = 24;
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.max_frames = kMaxFrames});
+  std::vector<ExecutableMapping> mappings = OwnExecutableMappings();
+  std::mt19937_64 random(20261122);
+  auto random_code_address = [&] {
+    const ExecutableMapping& m = mappings[random() % mappings.size()];
+    return m.start + random() % (m.end - m.start);
+  };
+  for (int round = 0; round < 3000; ++round) {
+    Capture garbage = *chain_;
+    const int kind = round % 3;
+    if (kind == 0) {  // everything random
+      for (uint64_t& reg : garbage.registers) reg = random();
+      garbage.stack.resize(random() % 4096);
+      for (uint8_t& byte : garbage.stack) byte = static_cast<uint8_t>(random());
+    } else if (kind == 1) {  // real registers; random words, many of them code addresses
+      garbage.stack.resize(8 * (random() % 1024));
+      for (size_t i = 0; i < garbage.stack.size(); i += 8) {
+        uint64_t word = random() % 2 ? random_code_address() : random();
+        std::memcpy(&garbage.stack[i], &word, 8);
+      }
+    } else {  // the real stack with some words overwritten and a random pc
+      garbage.registers[kUnwindRegisterIp] = random_code_address();
+      for (int i = 0; i < 32; ++i) {
+        size_t at = (random() % (garbage.stack.size() / 8)) * 8;
+        uint64_t word = random() % 2 ? random_code_address() : random();
+        std::memcpy(&garbage.stack[at], &word, 8);
+      }
+    }
+    UnwindResult result = UnwindOwn(unwinder, StackOf(garbage, garbage.stack.size(), round % 2));
+    ASSERT_FALSE(result.frames.empty()) << round;
+    ASSERT_LE(result.frames.size(), kMaxFrames) << round;
+    ASSERT_EQ(result.frames[0].pc, garbage.registers[kUnwindRegisterIp]) << round;
+  }
+}
+
+TEST_F(DwarfUnwinderSelfTest, PcOutsideEveryMappingIsStillTheLeaf) {
+  DwarfUnwinder unwinder;
+  Capture capture = *chain_;
+  capture.registers[kUnwindRegisterIp] = 0x1000;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  ASSERT_FALSE(result.frames.empty());
+  EXPECT_EQ(result.frames[0].pc, 0x1000u);
+  EXPECT_LE(result.frames.size(), DwarfUnwinder::Limits{}.max_frames);
+}
+
+TEST_F(DwarfUnwinderSelfTest, WrongRegisterCountGivesNothing) {
+  DwarfUnwinder unwinder;
+  UserStack stack = WholeStackOf(*chain_);
+  stack.registers = stack.registers.first(kUnwindRegisterCount - 1);
+  UnwindResult result = UnwindOwn(unwinder, stack);
+  EXPECT_EQ(result.end, UnwindEnd::kError);
+  EXPECT_EQ(unwinder.processes(), 0u);
+}
+
+// A temporary file with the given bytes, removed on destruction.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& bytes) {
+    path_ = testing::TempDir() + "/ember_unwind_XXXXXX";
+    int fd = mkstemp(path_.data());
+    if (fd < 0 || write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
+      std::abort();
+    }
+    close(fd);
+  }
+  ~TempFile() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+  FileIdentity identity() const {
+    struct stat st;
+    if (stat(path_.c_str(), &st) != 0) std::abort();
+    return {.dev = st.st_dev, .inode = st.st_ino};
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string FirstBytesOf(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::string data(bytes, '\0');
+  in.read(data.data(), static_cast<std::streamsize>(bytes));
+  data.resize(static_cast<size_t>(in.gcount()));
+  return data;
+}
+
+// Nothing to unwind with is an error, not a complete stack: the agent then falls back to the
+// frame-pointer walk.
+TEST_F(DwarfUnwinderSelfTest, UnreadableMappingsGiveTheLeafAndAnError) {
+  TempFile not_elf(std::string(8192, 'x'));
+  TempFile header_only(FirstBytesOf("/proc/self/exe", 64));  // program headers past the end
+  const uint64_t rip = chain_->registers[kUnwindRegisterIp];
+  const uint64_t page = rip & ~uint64_t{0xfff};
+  auto covering_rip = [&](const std::string& path, FileIdentity file) {
+    return ExecutableMapping{.start = page,
+                             .end = page + 0x2000,
+                             .offset = 0,
+                             .file = file,
+                             .name = path,
+                             .open_path = path};
+  };
+  const std::vector<std::vector<ExecutableMapping>> cases = {
+      {},
+      {covering_rip(not_elf.path(), not_elf.identity())},
+      {covering_rip(header_only.path(), header_only.identity())},
+      {covering_rip("/nonexistent/ember/lib.so", {.dev = 1, .inode = 424242})},
+  };
+  uint32_t pid = 5000;
+  for (const auto& mappings : cases) {
+    DwarfUnwinder unwinder;
+    UnwindResult result = unwinder.Unwind(
+        ++pid, 1, [&] { return mappings; }, WholeStackOf(*chain_));
+    ASSERT_EQ(result.frames.size(), 1u) << pid;
+    EXPECT_EQ(result.frames[0].pc, rip);
+    EXPECT_EQ(result.end, UnwindEnd::kError) << pid;
+  }
+}
+
+// Bad mappings next to good ones cost only their own frames.
+TEST_F(DwarfUnwinderSelfTest, UnreadableMappingsDoNotSpoilTheOthers) {
+  TempFile not_elf(std::string(8192, 'x'));
+  TempFile header_only(FirstBytesOf("/proc/self/exe", 64));
+  std::vector<ExecutableMapping> mappings = OwnExecutableMappings();
+  // Low addresses that nothing maps: below the executable in a PIE process.
+  const std::vector<std::pair<std::string, FileIdentity>> bad = {
+      {not_elf.path(), not_elf.identity()},
+      {header_only.path(), header_only.identity()},
+      {"/nonexistent/ember/lib.so", {.dev = 1, .inode = 424242}}};
+  uint64_t next = 0x10000;
+  for (const auto& [path, file] : bad) {
+    mappings.push_back(
+        {.start = next, .end = next + 0x2000, .file = file, .name = path, .open_path = path});
+    next += 0x10000;
+  }
+  std::sort(mappings.begin(), mappings.end(),
+            [](const auto& a, const auto& b) { return a.start < b.start; });
+
+  DwarfUnwinder reference;
+  UnwindResult expected = UnwindOwn(reference, WholeStackOf(*chain_));
+  DwarfUnwinder unwinder;
+  UnwindResult result = unwinder.Unwind(
+      getpid(), 1, [&] { return mappings; }, WholeStackOf(*chain_));
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  EXPECT_EQ(Pcs(result), Pcs(expected));
+}
+
+// Counts how often the unwinder asks for a process's mappings.
+struct CountingMappings {
+  std::vector<ExecutableMapping> mappings = OwnExecutableMappings();
+  int calls = 0;
+  std::vector<ExecutableMapping> Get() {
+    ++calls;
+    return mappings;
+  }
+};
+
+TEST_F(DwarfUnwinderSelfTest, RebuildsAProcessOnlyForANewLayoutVersion) {
+  DwarfUnwinder unwinder;
+  CountingMappings maps;
+  auto unwind = [&](uint64_t version) {
+    return unwinder.Unwind(
+        77, version, [&] { return maps.Get(); }, WholeStackOf(*chain_));
+  };
+  std::vector<uint64_t> first = Pcs(unwind(1));
+  EXPECT_EQ(maps.calls, 1);
+  EXPECT_EQ(Pcs(unwind(1)), first);
+  EXPECT_EQ(maps.calls, 1);
+  EXPECT_EQ(Pcs(unwind(2)), first);
+  EXPECT_EQ(maps.calls, 2);
+  unwind(2);
+  EXPECT_EQ(maps.calls, 2);
+  EXPECT_EQ(unwinder.processes(), 1u);
+}
+
+TEST_F(DwarfUnwinderSelfTest, KeepsAtMostMaxProcessesEvictingTheLeastRecentlyUsed) {
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.max_processes = 2});
+  CountingMappings maps[4];
+  auto unwind = [&](uint32_t pid) {
+    UnwindResult result = unwinder.Unwind(
+        pid, 1, [&] { return maps[pid].Get(); }, WholeStackOf(*chain_));
+    EXPECT_EQ(result.end, UnwindEnd::kOutermost) << pid;
+    EXPECT_LE(unwinder.processes(), 2u);
+  };
+  unwind(1);
+  unwind(2);
+  unwind(1);  // now 2 is the least recently used
+  unwind(3);  // evicts 2
+  EXPECT_EQ(unwinder.processes(), 2u);
+  unwind(1);
+  EXPECT_EQ(maps[1].calls, 1);
+  unwind(2);  // built again; evicts 3
+  EXPECT_EQ(maps[2].calls, 2);
+  unwind(1);
+  EXPECT_EQ(maps[1].calls, 1);
+  unwind(3);
+  EXPECT_EQ(maps[3].calls, 2);
+}
+
+TEST_F(DwarfUnwinderSelfTest, NextGenerationDropsProcessesUnusedForKeepGenerations) {
+  DwarfUnwinder unwinder;
+  CountingMappings busy, idle;
+  unwinder.Unwind(
+      1, 1, [&] { return busy.Get(); }, WholeStackOf(*chain_));
+  unwinder.Unwind(
+      2, 1, [&] { return idle.Get(); }, WholeStackOf(*chain_));
+  // Process 2 was used in generation 0 only; it survives while that is one of the last two.
+  for (int generation = 1; generation <= 2; ++generation) {
+    unwinder.NextGeneration(2);
+    EXPECT_EQ(unwinder.processes(), 2u) << generation;
+    unwinder.Unwind(
+        1, 1, [&] { return busy.Get(); }, WholeStackOf(*chain_));
+  }
+  unwinder.NextGeneration(2);
+  EXPECT_EQ(unwinder.processes(), 1u);
+  EXPECT_EQ(busy.calls, 1);
+  unwinder.Unwind(
+      2, 1, [&] { return idle.Get(); }, WholeStackOf(*chain_));
+  EXPECT_EQ(idle.calls, 2);  // rebuilt
+}
+
+size_t DistinctFiles(const std::vector<ExecutableMapping>& mappings) {
+  std::set<std::pair<uint64_t, uint64_t>> files;
+  for (const ExecutableMapping& m : mappings) {
+    if (m.file.inode != 0 && !m.name.empty() && m.name[0] == '/') {
+      files.insert({m.file.dev, m.file.inode});
+    }
+  }
+  return files.size();
+}
+
+TEST_F(DwarfUnwinderSelfTest, ProcessesMappingTheSameFilesShareTheirImages) {
+  DwarfUnwinder unwinder;
+  std::vector<ExecutableMapping> mappings = OwnExecutableMappings();
+  const size_t files = DistinctFiles(mappings);
+  ASSERT_GE(files, 2u);  // at least the test binary and libc
+  std::vector<uint64_t> first;
+  for (uint32_t pid = 100; pid < 105; ++pid) {
+    UnwindResult result = unwinder.Unwind(
+        pid, 1, [&] { return mappings; }, WholeStackOf(*chain_));
+    EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+    if (first.empty()) first = Pcs(result);
+    EXPECT_EQ(Pcs(result), first);
+  }
+  EXPECT_EQ(unwinder.processes(), 5u);
+  EXPECT_EQ(unwinder.images(), files);
+
+  // A process with only some of the files adds none.
+  std::vector<ExecutableMapping> some(mappings.begin(), mappings.begin() + 1);
+  unwinder.Unwind(
+      200, 1, [&] { return some; }, WholeStackOf(*chain_));
+  EXPECT_EQ(unwinder.images(), files);
+
+  // Once no process uses them, the images go too: the cache stays bounded.
+  for (int i = 0; i < 10; ++i) unwinder.NextGeneration();
+  EXPECT_EQ(unwinder.processes(), 0u);
+  EXPECT_EQ(unwinder.images(), 0u);
+}
+
+}  // namespace
+}  // namespace unwind_test
+}  // namespace ember
