@@ -3,8 +3,10 @@
 #include "unwind/dwarf_unwinder.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <execinfo.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 #include <random>
 #include <set>
@@ -139,6 +142,35 @@ EMBER_FRAME int SortAndCapture(Capture* capture) {
   qsort(values, sizeof(values) / sizeof(values[0]), sizeof(values[0]), CompareAndCapture);
   capture->calls += values[0];
   return values[0];
+}
+
+// A signal handler that captures: the stack then holds the kernel's signal frame, which only the
+// CFI of libc's __restore_rt (a signal-frame FDE) explains.
+Capture* g_signal_capture = nullptr;
+
+EMBER_FRAME void CaptureInHandler(int) {
+  if (g_signal_capture == nullptr) return;
+  CaptureHere(g_signal_capture);
+  ++g_signal_capture->calls;  // not a tail call: this frame stays
+}
+
+EMBER_FRAME int RaiseAndCapture(Capture* capture) {
+  struct sigaction action {};
+  struct sigaction old {};
+  action.sa_handler = CaptureInHandler;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGUSR1, &action, &old) != 0) std::abort();
+  g_signal_capture = capture;
+  raise(SIGUSR1);
+  g_signal_capture = nullptr;
+  sigaction(SIGUSR1, &old, nullptr);
+  return ++capture->calls;
+}
+
+// A thread's first frame is libc's clone3/start_thread, not _start.
+EMBER_FRAME void* CaptureInThread(void* capture) {
+  ChainA(static_cast<Capture*>(capture));
+  return capture;
 }
 
 namespace {
@@ -619,6 +651,128 @@ TEST_F(DwarfUnwinderSelfTest, ProcessesMappingTheSameFilesShareTheirImages) {
   for (int i = 0; i < 10; ++i) unwinder.NextGeneration();
   EXPECT_EQ(unwinder.processes(), 0u);
   EXPECT_EQ(unwinder.images(), 0u);
+}
+
+TEST_F(DwarfUnwinderSelfTest, UnwindsThroughASignalFrameToTheInterruptedCode) {
+  Capture capture;
+  RaiseAndCapture(&capture);
+  ASSERT_FALSE(capture.stack.empty());
+  DwarfUnwinder unwinder;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  std::vector<uint64_t> ours = Pcs(result);
+  SCOPED_TRACE("ours:" + Describe(ours) + "\nbacktrace():" + Describe(capture.backtrace));
+
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  ASSERT_GE(ours.size(), 4u);
+  EXPECT_EQ(FunctionOf(ours[1]), AddressOf(CaptureInHandler));
+  auto raiser = std::find_if(ours.begin(), ours.end(), [](uint64_t pc) {
+    return FunctionOf(pc) == AddressOf(RaiseAndCapture);
+  });
+  ASSERT_NE(raiser, ours.end()) << "the unwind did not cross the signal frame";
+  // Two frames are exact instructions, not return addresses: the signal trampoline the kernel
+  // "returned" to (its first byte; a byte before it is another function), and the instruction
+  // the signal interrupted. Both lie between the handler and the raiser.
+  std::vector<size_t> activations;
+  for (size_t i = 1; i < result.frames.size(); ++i) {
+    if (!result.frames[i].is_return_address) activations.push_back(i);
+  }
+  EXPECT_EQ(activations, (std::vector<size_t>{2, 3}));
+  EXPECT_GT(raiser - ours.begin(), 3);
+  // libgcc's unwinder agrees from the handler on.
+  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
+  ASSERT_NE(common, capture.backtrace.end());
+  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+            std::vector<uint64_t>(common, capture.backtrace.end()));
+}
+
+TEST_F(DwarfUnwinderSelfTest, AThreadStackEndsAtTheThreadsFirstFrame) {
+  Capture capture;
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, nullptr, CaptureInThread, &capture), 0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  ASSERT_FALSE(capture.stack.empty());
+  DwarfUnwinder unwinder;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  std::vector<uint64_t> ours = Pcs(result);
+  SCOPED_TRACE("ours:" + Describe(ours) + "\nbacktrace():" + Describe(capture.backtrace));
+
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  auto entry = std::find_if(ours.begin(), ours.end(), [](uint64_t pc) {
+    return FunctionOf(pc) == AddressOf(CaptureInThread);
+  });
+  ASSERT_NE(entry, ours.end());
+  // Above the thread's entry only libc's thread start remains.
+  MemoryMapping libc = MappingOf(reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "qsort")));
+  ASSERT_NE(entry + 1, ours.end());
+  for (auto pc = entry + 1; pc != ours.end(); ++pc) {
+    EXPECT_TRUE(libc.start <= *pc && *pc < libc.end) << Describe(*pc);
+  }
+  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
+  ASSERT_NE(common, capture.backtrace.end());
+  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+            std::vector<uint64_t>(common, capture.backtrace.end()));
+}
+
+// The start of this executable's .plt section in memory, from its section headers.
+uint64_t OwnPltAddress() {
+  std::ifstream in("/proc/self/exe", std::ios::binary);
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (image.size() < sizeof(Elf64_Ehdr)) return 0;
+  const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(image.data());
+  if (ehdr->e_shoff + uint64_t{ehdr->e_shnum} * sizeof(Elf64_Shdr) > image.size()) return 0;
+  const auto* shdrs = reinterpret_cast<const Elf64_Shdr*>(image.data() + ehdr->e_shoff);
+  const Elf64_Shdr& names = shdrs[ehdr->e_shstrndx];
+  for (int i = 0; i < ehdr->e_shnum; ++i) {
+    const char* name = image.data() + names.sh_offset + shdrs[i].sh_name;
+    if (std::strcmp(name, ".plt") != 0) continue;
+    // The load bias: where the function really is minus where the ELF file says it is.
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&ChainA), &info) == 0) return 0;
+    return reinterpret_cast<uint64_t>(info.dli_fbase) + shdrs[i].sh_addr;
+  }
+  return 0;
+}
+
+// A sample that lands in a PLT stub: the stub has no frame of its own, and its CFI is an
+// expression on rip (the CFA is rsp+8 before the stub's push, rsp+16 after it).
+TEST_F(DwarfUnwinderSelfTest, UnwindsFromInsideAPltStub) {
+  DwarfUnwinder unwinder;
+  std::vector<uint64_t> whole = Pcs(UnwindOwn(unwinder, WholeStackOf(*chain_)));
+  ASSERT_GE(whole.size(), 4u);
+  const uint64_t plt = OwnPltAddress();
+  ASSERT_NE(plt, 0u);
+  // Where CaptureHere's return address into ChainC lies: a call into a stub from ChainC would
+  // have put it at the same place.
+  const uint64_t sp = chain_->registers[kUnwindRegisterSp];
+  size_t slot = 0;
+  while (slot + 8 <= chain_->stack.size()) {
+    uint64_t word;
+    std::memcpy(&word, chain_->stack.data() + slot, 8);
+    if (word == whole[1]) break;
+    slot += 8;
+  }
+  ASSERT_LT(slot + 8, chain_->stack.size());
+
+  for (uint64_t offset_in_entry : {0, 11}) {
+    SCOPED_TRACE("at byte " + std::to_string(offset_in_entry) + " of the second PLT entry");
+    Capture at_stub = *chain_;
+    // Byte 11 of a lazy-binding entry is past its push of the relocation index.
+    const size_t pushed = offset_in_entry >= 11 ? 8 : 0;
+    const uint64_t stub_sp = sp + slot - pushed;
+    at_stub.stack.assign(chain_->stack.begin() + slot, chain_->stack.end());
+    at_stub.stack.insert(at_stub.stack.begin(), pushed, 0);
+    at_stub.registers[kUnwindRegisterSp] = stub_sp;
+    at_stub.registers[kUnwindRegisterIp] = plt + 16 + offset_in_entry;
+    UnwindResult result = UnwindOwn(unwinder, WholeStackOf(at_stub));
+    std::vector<uint64_t> ours = Pcs(result);
+    SCOPED_TRACE("ours:" + Describe(ours) + "\nwhole:" + Describe(whole));
+    EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+    ASSERT_GE(ours.size(), 2u);
+    EXPECT_EQ(ours[0], plt + 16 + offset_in_entry);
+    // Then exactly the callers the real call had.
+    EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+              std::vector<uint64_t>(whole.begin() + 1, whole.end()));
+  }
 }
 
 }  // namespace
