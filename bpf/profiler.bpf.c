@@ -188,26 +188,30 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   __u32 flags = 0;
   __u32 kernel_depth = stack__read(ctx, ips, 0, EMBER_SAMPLE_KERNEL_STACK_ERROR, &flags);
   if (kernel_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier: bounds the offset
-  // From kernel context the kernel walks the task's saved user registers.
-  __u32 user_depth =
-      stack__read(ctx, &ips[kernel_depth], BPF_F_USER_STACK, EMBER_SAMPLE_USER_STACK_ERROR, &flags);
-  if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;
   if (flags & EMBER_SAMPLE_KERNEL_STACK_ERROR) stats__add(EMBER_STAT_KERNEL_STACK_ERRORS);
-  if (flags & EMBER_SAMPLE_USER_STACK_ERROR) stats__add(EMBER_STAT_USER_STACK_ERRORS);
 
+  // The user stack: a snapshot for DWARF unwinding when there is one, else a frame-pointer walk
+  // (from kernel context the kernel walks the task's saved user registers). The agent unwinds a
+  // snapshot's frame-pointer code itself, so walking both would only add cost.
   __u32 snapshot_bytes = 0;
   struct task_struct *task = bpf_get_current_task_btf();
   if (task->mm && regs__read_user(ctx, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
     if (snapshot_limit > 0) {
-      __u32 ips_bytes = (kernel_depth + user_depth) * sizeof(__u64);
-      snapshot_bytes =
-          stack__snapshot(task, s->user_regs[EMBER_USER_REG_SP], buf->tail + ips_bytes, &flags);
+      snapshot_bytes = stack__snapshot(task, s->user_regs[EMBER_USER_REG_SP],
+                                       buf->tail + kernel_depth * sizeof(__u64), &flags);
       if (flags & EMBER_SAMPLE_SNAPSHOT_ERROR) stats__add(EMBER_STAT_SNAPSHOT_ERRORS);
       if (flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) stats__add(EMBER_STAT_SNAPSHOT_CLAMPED);
     }
   } else {
     __builtin_memset(s->user_regs, 0, sizeof(s->user_regs));
+  }
+  __u32 user_depth = 0;
+  if (snapshot_bytes == 0) {
+    user_depth = stack__read(ctx, &ips[kernel_depth], BPF_F_USER_STACK,
+                             EMBER_SAMPLE_USER_STACK_ERROR, &flags);
+    if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;
+    if (flags & EMBER_SAMPLE_USER_STACK_ERROR) stats__add(EMBER_STAT_USER_STACK_ERRORS);
   }
   s->flags = flags;
   s->kernel_depth = kernel_depth;

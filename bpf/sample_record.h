@@ -38,7 +38,8 @@ enum ember_record_kind {
 /* One CPU sample. Variable length: the fixed header, then user_regs, then kernel_depth kernel
  * addresses and user_depth frame-pointer user addresses (each leaf first), then
  * user_snapshot_bytes bytes of the user stack copied from user_regs[EMBER_USER_REG_SP] upwards.
- * Only the bytes actually used travel through the ring buffer. */
+ * A record has a snapshot or frame-pointer user addresses, not both. Only the bytes actually used
+ * travel through the ring buffer. */
 struct ember_sample {
   __u16 version;      /* EMBER_RECORD_VERSION */
   __u16 kind;         /* enum ember_record_kind */

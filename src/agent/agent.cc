@@ -159,21 +159,10 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
       return;
     case UnwindEnd::kTruncated:
       ++unwound_truncated_;
-      stack_.push_back(frames_.Marker("[truncated]"));
-      return;
-    case UnwindEnd::kError:
       break;
-  }
-  ++unwound_failed_;
-  // CFI could not go on (e.g. JIT code): where the frame-pointer walk passed the same frame,
-  // its callers carry on from there.
-  const uint64_t last_pc = unwound.frames.empty() ? 0 : unwound.frames.back().pc;
-  auto same = std::find(sample.user_ips.begin(), sample.user_ips.end(), last_pc);
-  if (same != sample.user_ips.end() && same + 1 != sample.user_ips.end()) {
-    for (auto it = same + 1; it != sample.user_ips.end(); ++it) {
-      stack_.push_back(frames_.User(process, *it, /*caller=*/true));
-    }
-    return;
+    case UnwindEnd::kError:  // neither CFI nor a frame pointer explained a frame
+      ++unwound_failed_;
+      break;
   }
   stack_.push_back(frames_.Marker("[truncated]"));
 }

@@ -34,8 +34,9 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
-  // Appends the user frames of a sample to stack_: unwound with DWARF CFI from its snapshot when
-  // it has one, else the frame-pointer walk done in BPF.
+  // Appends the user frames of a sample to stack_: unwound with DWARF CFI (and frame pointers
+  // where a module has no CFI) from its snapshot when it has one, else the frame-pointer walk
+  // done in BPF. A stack that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
   std::vector<ExecutableMapping> ExecutableMappingsOf(const Process& process) const;
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
