@@ -96,21 +96,6 @@ struct Replay {
   std::vector<SampleView> samples;            // the records that carry a snapshot, decoded
 };
 
-// What Agent::ExecutableMappingsOf builds.
-std::vector<ExecutableMapping> ExecutableMappingsOf(const ProcessTable& processes,
-                                                    const Process& process) {
-  std::vector<ExecutableMapping> mappings;
-  for (const MemoryMapping& m : process.mappings) {
-    mappings.push_back({.start = m.start,
-                        .end = m.end,
-                        .offset = m.offset,
-                        .file = m.file,
-                        .name = m.path,
-                        .open_path = m.IsFileBacked() ? processes.OpenPath(process, m) : ""});
-  }
-  return mappings;
-}
-
 UnwindResult Unwind(DwarfUnwinder& unwinder, const Replay& replay, const SampleView& sample) {
   UserStack stack{.registers = sample.user_regs,
                   .stack = sample.user_stack,
@@ -155,7 +140,7 @@ absl::Status Record(size_t wanted, Replay* replay, Fixture* fixture) {
 
   replay->process = replay->processes.Get(replay->pid);
   if (replay->process == nullptr) return absl::InternalError("cannot read the fixture's maps");
-  replay->mappings = ExecutableMappingsOf(replay->processes, *replay->process);
+  replay->mappings = UnwindMappingsOf(replay->processes, *replay->process);
   for (const std::vector<uint8_t>& record : replay->records) {
     SampleView view;
     if (DecodeSample(record.data(), record.size(), &view) == DecodeResult::kOk &&

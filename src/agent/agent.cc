@@ -121,20 +121,6 @@ void Agent::OnSample(const SampleView& sample) {
   aggregator_.Add(header.pid, process_name, thread, stack_);
 }
 
-std::vector<ExecutableMapping> Agent::ExecutableMappingsOf(const Process& process) const {
-  std::vector<ExecutableMapping> mappings;
-  mappings.reserve(process.mappings.size());
-  for (const MemoryMapping& m : process.mappings) {
-    mappings.push_back({.start = m.start,
-                        .end = m.end,
-                        .offset = m.offset,
-                        .file = m.file,
-                        .name = m.path,
-                        .open_path = m.IsFileBacked() ? processes_.OpenPath(process, m) : ""});
-  }
-  return mappings;
-}
-
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   const ember_sample& header = *sample.header;
   if (sample.user_stack.empty()) {
@@ -148,7 +134,7 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
                        .stack = sample.user_stack,
                        .clamped = (header.flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
   UnwindResult unwound = unwinder_.Unwind(
-      header.pid, process->maps_version, [&] { return ExecutableMappingsOf(*process); },
+      header.pid, process->maps_version, [&] { return UnwindMappingsOf(processes_, *process); },
       user_stack);
   for (const UnwoundFrame& frame : unwound.frames) {
     stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));

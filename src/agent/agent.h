@@ -38,7 +38,6 @@ class Agent {
   // where a module has no CFI) from its snapshot when it has one, else the frame-pointer walk
   // done in BPF. A stack that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
-  std::vector<ExecutableMapping> ExecutableMappingsOf(const Process& process) const;
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   void ExportInterval(absl::Time now);
   std::string NextPprofPath(absl::Time now) const;

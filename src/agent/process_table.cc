@@ -121,4 +121,18 @@ std::string ProcessTable::OpenPath(const Process& process, const MemoryMapping& 
   return absl::StrCat(PidDir(process.pid), "/root", mapping.path);
 }
 
+std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const Process& process) {
+  std::vector<ExecutableMapping> mappings;
+  mappings.reserve(process.mappings.size());
+  for (const MemoryMapping& m : process.mappings) {
+    mappings.push_back({.start = m.start,
+                        .end = m.end,
+                        .offset = m.offset,
+                        .file = m.file,
+                        .name = m.path,
+                        .open_path = m.IsFileBacked() ? table.OpenPath(process, m) : ""});
+  }
+  return mappings;
+}
+
 }  // namespace ember

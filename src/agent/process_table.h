@@ -11,6 +11,7 @@
 
 #include "absl/strings/string_view.h"
 #include "agent/proc_maps.h"
+#include "unwind/dwarf_unwinder.h"
 
 namespace ember {
 
@@ -60,5 +61,8 @@ class ProcessTable {
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
   uint64_t maps_versions_ = 0;
 };
+
+// A process's executable mappings as the unwinder takes them, each with the path to open it by.
+std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const Process& process);
 
 }  // namespace ember
