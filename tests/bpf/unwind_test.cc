@@ -201,5 +201,33 @@ TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
       << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
 }
 
+// The same program with its CFI only in .debug_frame (the functions of its own have no .eh_frame
+// entries), as some toolchains and -fno-asynchronous-unwind-tables builds leave it.
+TEST(DebugFrameUnwindTest, StacksReachMainThroughTheDeepChain) {
+  ProfiledRun run = ProfileFixture({EMBER_CFI_CHAINS_DEBUG_FRAME_BIN, "4"}, 199);
+  std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
+  std::filesystem::remove_all(run.output_dir);
+  int64_t total = 0;
+  int64_t reach_main = 0;
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    if (std::find(s.functions.begin(), s.functions.end(), "main") != s.functions.end()) {
+      reach_main += s.count;
+    }
+  }
+  ASSERT_GE(total, 400) << run.agent_log;
+  std::printf("reach main: %.1f%% of %lld samples\n", 100 * Share(reach_main, total),
+              static_cast<long long>(total));
+  EXPECT_GE(Share(reach_main, total), 0.98) << CommonStacks(samples, [](const NamedSample& s) {
+    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
+  });
+  std::vector<std::string> callers;
+  for (int i = 16; i >= 1; --i) callers.push_back(absl::StrCat(i < 10 ? "deep_0" : "deep_", i));
+  callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
+  ChainCount deep = CountChain(samples, "leaf_deep", callers);
+  ASSERT_GT(deep.with_leaf, 0);
+  EXPECT_GE(Share(deep.whole, deep.with_leaf), 0.95) << deep.whole << " of " << deep.with_leaf;
+}
+
 }  // namespace
 }  // namespace ember::testing
