@@ -1,128 +1,56 @@
-// DwarfUnwinder: libdwfl address spaces per process, fed from sample snapshots by callbacks.
+// DwarfUnwinder: a frame-by-frame walk over shared per-file CFI sessions.
 #include "unwind/dwarf_unwinder.h"
 
-#include <elfutils/libdwfl.h>
-#include <libelf.h>
-
-#include <cstring>
+#include <algorithm>
 #include <utility>
-
-#include "spdlog/spdlog.h"
 
 namespace ember {
 
+// Where each file's code lies in one process.
 struct DwarfUnwinder::AddressSpace {
+  struct Module {
+    uint64_t start = 0;  // the executable mapping [start, end)
+    uint64_t end = 0;
+    uint64_t bias = 0;  // process address minus ELF address
+    std::shared_ptr<ModuleCfi> cfi;
+  };
+
   uint32_t pid = 0;
   uint64_t layout_version = 0;
   uint64_t last_generation = 0;
-  Dwfl* dwfl = nullptr;
-  bool attached = false;
-  std::vector<std::shared_ptr<ElfImage>> images;  // behind the modules reported to dwfl
+  std::vector<Module> modules;  // ascending, not overlapping
 
-  // The unwind in progress, read by the callbacks.
-  const UserStack* stack = nullptr;
-  bool read_past_snapshot = false;
-
-  ~AddressSpace() {
-    if (dwfl != nullptr) dwfl_end(dwfl);  // ends its own references to the images' ELF handles
+  const Module* Find(uint64_t pc) const {
+    auto after = std::upper_bound(modules.begin(), modules.end(), pc,
+                                  [](uint64_t value, const Module& m) { return value < m.start; });
+    if (after == modules.begin()) return nullptr;
+    const Module& m = *std::prev(after);
+    return pc < m.end ? &m : nullptr;
   }
 };
 
 namespace {
 
-// Hands libdwfl another reference to the shared image, so no file is opened per process.
-int FindElf(Dwfl_Module*, void** userdata, const char*, Dwarf_Addr, char** file_name, Elf** elfp) {
-  auto* image = static_cast<ElfImage*>(*userdata);
-  *file_name = nullptr;
-  *elfp = image != nullptr ? elf_begin(-1, ELF_C_READ_MMAP, image->elf()) : nullptr;
-  return -1;
-}
+constexpr int kSp = kUnwindRegisterSp;
+constexpr int kIp = kUnwindRegisterIp;
+constexpr int kBp = 6;
 
-// No separate debug files for unwinding: .eh_frame covers nearly all code, and .debug_frame in
-// the file itself is still found.
-int NoSeparateDebugFile(Dwfl_Module*, void**, const char*, Dwarf_Addr, const char*, const char*,
-                        GElf_Word, char**) {
-  return -1;
-}
-
-const Dwfl_Callbacks kDwflCallbacks = {
-    .find_elf = FindElf,
-    .find_debuginfo = NoSeparateDebugFile,
-    .section_address = nullptr,
-    .debuginfo_path = nullptr,
-};
-
-// Every unwind is of one thread, whatever its id: the one whose snapshot is being read.
-pid_t NoMoreThreads(Dwfl*, void*, void**) { return 0; }
-
-bool TheSampledThread(Dwfl*, pid_t, void* dwfl_arg, void** thread_arg) {
-  *thread_arg = dwfl_arg;
-  return true;
-}
-
-}  // namespace
-
-// Callbacks that need the address space's private members.
-struct UnwindCallbacks {
-  using Space = DwarfUnwinder::AddressSpace;
-
-  static bool MemoryRead(Dwfl*, Dwarf_Addr addr, Dwarf_Word* result, void* arg) {
-    auto* space = static_cast<Space*>(arg);
-    const UserStack& s = *space->stack;
-    const uint64_t sp = s.registers[kUnwindRegisterSp];
-    const uint64_t size = s.stack.size();
-    if (addr >= sp && addr - sp <= size && size - (addr - sp) >= sizeof(Dwarf_Word)) {
-      std::memcpy(result, s.stack.data() + (addr - sp), sizeof(Dwarf_Word));
-      return true;
-    }
-    // Includes a word that starts inside the snapshot but ends past it (any byte length).
-    if (addr >= sp) space->read_past_snapshot = true;
-    return false;
+// For code in no file (JIT code, which keeps frame pointers): the frame-pointer rule.
+StepResult FramePointerStep(const FrameRegisters& frame, const StackMemory& stack) {
+  StepResult result;
+  if (!frame.Has(kBp) || !frame.Has(kSp)) return result;
+  const uint64_t bp = frame.value[kBp];
+  std::optional<uint64_t> saved_bp = stack.Read(bp);
+  std::optional<uint64_t> return_address = stack.Read(bp + 8);
+  if (bp < frame.value[kSp] || !saved_bp || !return_address) {
+    result.read_past_stack = bp >= stack.start + stack.bytes.size();
+    return result;
   }
-
-  static bool SetInitialRegisters(Dwfl_Thread* thread, void* arg) {
-    auto* space = static_cast<Space*>(arg);
-    Dwarf_Word regs[kUnwindRegisterCount];
-    for (int i = 0; i < kUnwindRegisterCount; ++i) regs[i] = space->stack->registers[i];
-    if (!dwfl_thread_state_registers(thread, 0, kUnwindRegisterCount, regs)) return false;
-    dwfl_thread_state_register_pc(thread, regs[kUnwindRegisterIp]);
-    return true;
-  }
-};
-
-namespace {
-
-const Dwfl_Thread_Callbacks kThreadCallbacks = {
-    .next_thread = NoMoreThreads,
-    .get_thread = TheSampledThread,
-    .memory_read = UnwindCallbacks::MemoryRead,
-    .set_initial_registers = UnwindCallbacks::SetInitialRegisters,
-    .detach = nullptr,
-    .thread_detach = nullptr,
-};
-
-struct Walk {
-  std::vector<UnwoundFrame>* frames;
-  size_t max_frames;
-  bool hit_limit = false;
-  bool hit_zero = false;
-};
-
-int OnFrame(Dwfl_Frame* frame, void* arg) {
-  auto* walk = static_cast<Walk*>(arg);
-  Dwarf_Addr pc = 0;
-  bool activation = false;
-  if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
-  if (pc == 0) {  // a zeroed return address: the outermost frame of code without CFI
-    walk->hit_zero = true;
-    return DWARF_CB_ABORT;
-  }
-  if (walk->frames->size() >= walk->max_frames) {
-    walk->hit_limit = true;
-    return DWARF_CB_ABORT;
-  }
-  walk->frames->push_back({.pc = pc, .is_return_address = !activation});
-  return DWARF_CB_OK;
+  result.caller.Set(kBp, *saved_bp);
+  result.caller.Set(kSp, bp + 16);
+  result.caller.Set(kIp, *return_address);
+  result.end = StepEnd::kStepped;
+  return result;
 }
 
 }  // namespace
@@ -135,38 +63,23 @@ std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(
   auto space = std::make_unique<AddressSpace>();
   space->pid = pid;
   space->layout_version = layout_version;
-  space->dwfl = dwfl_begin(&kDwflCallbacks);
-  if (space->dwfl == nullptr) return space;
-  dwfl_report_begin(space->dwfl);
-  uint64_t last_low = 0;
   for (const ExecutableMapping& m : mappings) {
-    std::shared_ptr<ElfImage> image;
+    std::shared_ptr<ModuleCfi> cfi;
     if (m.name == "[vdso]") {
-      image = images_.Vdso();
+      cfi = files_.Vdso();
     } else if (m.file.inode != 0 && !m.name.empty() && m.name[0] == '/') {
-      image = images_.Get(m.file, m.open_path);
+      cfi = files_.Get(m.file, m.open_path);
     }
-    if (image == nullptr) continue;  // anonymous or unreadable: frame pointers only
-    std::optional<ModulePlacement> placement = image->Place(m.start, m.offset);
-    if (!placement || placement->low == last_low) continue;  // a file's second code mapping
-    Dwfl_Module* module =
-        dwfl_report_module(space->dwfl, m.name.c_str(), placement->low, placement->high);
-    if (module == nullptr) {
-      spdlog::debug("pid {}: {} not unwindable: {}", pid, m.name, dwfl_errmsg(-1));
-      continue;
-    }
-    void** userdata = nullptr;
-    dwfl_module_info(module, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
-    *userdata = image.get();
-    last_low = placement->low;
-    space->images.push_back(std::move(image));
+    if (cfi == nullptr) continue;  // anonymous or unreadable: frame pointers only
+    std::optional<ModulePlacement> placement = cfi->image().Place(m.start, m.offset);
+    if (!placement || m.end <= m.start) continue;
+    space->modules.push_back(
+        {.start = m.start, .end = m.end, .bias = placement->bias, .cfi = std::move(cfi)});
   }
-  dwfl_report_end(space->dwfl, nullptr, nullptr);
-  if (!space->images.empty()) {
-    space->attached = dwfl_attach_state(space->dwfl, space->images.front()->elf(),
-                                        static_cast<pid_t>(pid), &kThreadCallbacks, space.get());
-    if (!space->attached) spdlog::debug("pid {}: cannot unwind: {}", pid, dwfl_errmsg(-1));
-  }
+  std::sort(space->modules.begin(), space->modules.end(),
+            [](const AddressSpace::Module& a, const AddressSpace::Module& b) {
+              return a.start < b.start;
+            });
   return space;
 }
 
@@ -194,31 +107,53 @@ UnwindResult DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, Mappin
   if (stack.registers.size() != kUnwindRegisterCount) return result;
   AddressSpace* space = SpaceFor(pid, layout_version, mappings);
   space->last_generation = generation_;
-  if (!space->attached) {
-    result.frames.push_back({.pc = stack.registers[kUnwindRegisterIp]});
-    return result;
-  }
-  space->stack = &stack;
-  space->read_past_snapshot = false;
-  Walk walk{.frames = &result.frames, .max_frames = limits_.max_frames};
-  int rc = dwfl_getthread_frames(space->dwfl, static_cast<pid_t>(pid), OnFrame, &walk);
-  space->stack = nullptr;
 
-  if (walk.hit_limit) {
-    result.end = UnwindEnd::kTruncated;
-  } else if (walk.hit_zero) {
-    result.end = UnwindEnd::kOutermost;
-  } else if (space->read_past_snapshot) {
-    // libdwfl takes a return address it cannot read for an undefined one and ends the walk with
-    // success (rc 0), so the snapshot's end must be checked before rc. Past the end of a whole
-    // stack there is nothing left to find.
-    result.end = stack.clamped ? UnwindEnd::kTruncated : UnwindEnd::kOutermost;
-  } else if (rc == 0) {
-    result.end = UnwindEnd::kOutermost;
-  } else {
-    result.end = UnwindEnd::kError;
+  FrameRegisters frame;
+  for (int reg = 0; reg < kUnwindRegisterCount; ++reg) frame.Set(reg, stack.registers[reg]);
+  const StackMemory memory{.start = frame.value[kSp], .bytes = stack.stack};
+  bool is_return_address = false;  // the leaf's pc is the interrupted instruction
+  bool read_past_stack = false;
+  for (;;) {
+    const uint64_t pc = frame.value[kIp];
+    if (pc == 0) {  // a zeroed return address: the first frame of code without CFI
+      result.end = UnwindEnd::kOutermost;
+      break;
+    }
+    if (result.frames.size() >= limits_.max_frames) {
+      result.end = UnwindEnd::kTruncated;
+      break;
+    }
+    result.frames.push_back({.pc = pc, .is_return_address = is_return_address});
+    const AddressSpace::Module* module = space->Find(is_return_address ? pc - 1 : pc);
+    StepResult step = module != nullptr
+                          ? module->cfi->Step(frame, module->bias, is_return_address, memory)
+                          : FramePointerStep(frame, memory);
+    read_past_stack |= step.read_past_stack;
+    if (step.end == StepEnd::kStepped) {
+      const FrameRegisters& caller = step.caller;
+      // A caller at the same place is no progress: stop rather than loop.
+      if (caller.value[kIp] == pc && caller.Has(kSp) && caller.value[kSp] == frame.value[kSp]) {
+        result.end = UnwindEnd::kError;
+        break;
+      }
+      // A caller that is an interrupted instruction means this frame was the signal trampoline,
+      // which the kernel entered at its first byte: an exact pc too.
+      if (step.caller_is_activation) result.frames.back().is_return_address = false;
+      is_return_address = !step.caller_is_activation;
+      frame = caller;
+      continue;
+    }
+    if (read_past_stack) {
+      // libdwfl takes a return address it cannot read for an undefined one and reports the
+      // outermost frame, so the snapshot's end must be checked first. Past the end of a whole
+      // stack there is nothing left to find.
+      result.end = stack.clamped ? UnwindEnd::kTruncated : UnwindEnd::kOutermost;
+    } else {
+      result.end = step.end == StepEnd::kOutermost ? UnwindEnd::kOutermost : UnwindEnd::kError;
+    }
+    break;
   }
-  if (result.frames.empty()) result.frames.push_back({.pc = stack.registers[kUnwindRegisterIp]});
+  if (result.frames.empty()) result.frames.push_back({.pc = stack.registers[kIp]});
   return result;
 }
 
@@ -232,7 +167,7 @@ void DwarfUnwinder::NextGeneration(int keep_generations) {
       ++it;
     }
   }
-  images_.NextGeneration();
+  files_.NextGeneration();
 }
 
 }  // namespace ember

@@ -1,7 +1,9 @@
 // Unwinds user stacks from a sample's registers and stack snapshot with DWARF CFI (.eh_frame,
-// then .debug_frame), through elfutils libdwfl, which falls back to frame pointers where a module
-// has no CFI. Keeps one libdwfl address space per process, built from its executable mappings;
-// the ELF images behind them are opened once per file and shared by every process.
+// then .debug_frame) through elfutils libdwfl, frame by frame: each frame is stepped by the
+// libdwfl session of the file its pc lies in (ModuleCfi), opened once per file and shared by every
+// process. libdwfl falls back to frame pointers where a module has no CFI, and so does the
+// unwinder for code outside every file (JIT code). Per process it keeps only where each file is
+// mapped.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +16,12 @@
 
 #include "absl/functional/function_ref.h"
 #include "symbolize/elf_module.h"
-#include "unwind/elf_image.h"
-
-typedef struct Dwfl Dwfl;
+#include "unwind/module_cfi.h"
 
 namespace ember {
 
-struct UnwindCallbacks;
-
 // x86-64 DWARF register numbers of the registers a snapshot carries.
-inline constexpr int kUnwindRegisterCount = 17;  // rax..r15, then rip
+inline constexpr int kUnwindRegisterCount = kCfiRegisterCount;  // rax..r15, then rip
 inline constexpr int kUnwindRegisterSp = 7;
 inline constexpr int kUnwindRegisterIp = 16;
 
@@ -82,22 +80,21 @@ class DwarfUnwinder {
   UnwindResult Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings,
                       const UserStack& stack);
 
-  // Drops address spaces not used for keep_generations generations, and unused images. Called
-  // once per export interval.
+  // Drops address spaces not used for keep_generations generations, and files no process maps
+  // any more. Called once per export interval.
   void NextGeneration(int keep_generations = 2);
 
   size_t processes() const { return spaces_.size(); }
-  size_t images() const { return images_.size(); }
+  size_t images() const { return files_.size(); }  // files opened, shared by all processes
 
  private:
   struct AddressSpace;
-  friend struct UnwindCallbacks;  // libdwfl's callbacks read the unwind in progress
   AddressSpace* SpaceFor(uint32_t pid, uint64_t layout_version, MappingsFn mappings);
   std::unique_ptr<AddressSpace> Build(uint32_t pid, uint64_t layout_version,
                                       const std::vector<ExecutableMapping>& mappings);
 
   Limits limits_;
-  ElfImageCache images_;
+  ModuleCfiCache files_;
   uint64_t generation_ = 0;
   // Most recently used first.
   std::list<std::unique_ptr<AddressSpace>> lru_;

@@ -9,7 +9,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "symbolize/elf_file.h"
 
 namespace ember {
@@ -68,6 +67,13 @@ absl::Status ElfImage::ReadSegments() {
   return absl::OkStatus();
 }
 
+ModulePlacement ElfImage::AtElfAddresses() const {
+  const Segment& first = segments_.front();
+  std::optional<ModulePlacement> placement =
+      Place(first.vaddr & ~uint64_t{4095}, first.offset & ~uint64_t{4095});
+  return placement ? *placement : ModulePlacement{};
+}
+
 std::optional<ModulePlacement> ElfImage::Place(uint64_t start, uint64_t file_offset) const {
   constexpr uint64_t kPage = 4096;
   const Segment* mapped = nullptr;
@@ -90,44 +96,6 @@ std::optional<ModulePlacement> ElfImage::Place(uint64_t start, uint64_t file_off
   placement.high = placement.bias + end;
   if (placement.high <= placement.low) return std::nullopt;
   return placement;
-}
-
-std::shared_ptr<ElfImage> ElfImageCache::Get(const FileIdentity& file,
-                                             const std::string& open_path) {
-  auto [it, inserted] = entries_.try_emplace(file);
-  it->second.last_generation = generation_;
-  if (inserted) {
-    auto image = ElfImage::Open(open_path);
-    if (image.ok()) {
-      it->second.image = std::move(image).value();
-    } else {
-      spdlog::debug("no CFI from {}: {}", open_path, std::string(image.status().message()));
-    }
-  }
-  return it->second.image;
-}
-
-std::shared_ptr<ElfImage> ElfImageCache::Vdso() {
-  if (!vdso_) {
-    auto image = ElfImage::OpenOwnVdso();
-    if (!image.ok())
-      spdlog::warn("vDSO frames will not unwind: {}", std::string(image.status().message()));
-    vdso_ = image.ok() ? std::move(image).value() : nullptr;
-  }
-  return *vdso_;
-}
-
-void ElfImageCache::NextGeneration(int keep_generations) {
-  ++generation_;
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    bool stale = generation_ - it->second.last_generation > static_cast<uint64_t>(keep_generations);
-    bool over = entries_.size() > max_images_;
-    if ((stale || over) && it->second.image.use_count() <= 1) {
-      it = entries_.erase(it);
-    } else {
-      ++it;
-    }
-  }
 }
 
 }  // namespace ember

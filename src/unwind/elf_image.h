@@ -1,16 +1,14 @@
-// The unwinder's view of one ELF file: the opened file, shared by every process that maps it,
-// and how a mapping of it places the file in an address space.
+// The unwinder's view of one ELF file: the opened file, and how a mapping of it places the file
+// in an address space.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "symbolize/elf_module.h"
 
 typedef struct Elf Elf;
 
@@ -45,6 +43,8 @@ class ElfImage {
   // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
   // loadable segment holds that offset.
   std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
+  // The placement at the file's own ELF addresses (bias 0).
+  ModulePlacement AtElfAddresses() const;
 
  private:
   struct Segment {
@@ -56,31 +56,6 @@ class ElfImage {
   std::unique_ptr<internal::ElfFile> file_;  // null for the vDSO
   Elf* elf_;
   std::vector<Segment> segments_;  // PT_LOAD, in file order
-};
-
-// Images by file identity, shared by every process's unwinding state. An image stays alive while
-// any process state holds it; the cache itself drops images unused for a few generations.
-class ElfImageCache {
- public:
-  explicit ElfImageCache(size_t max_images = 1024) : max_images_(max_images) {}
-
-  // The image, opened on first use; nullptr when the file cannot be opened (cached and logged
-  // once at debug level).
-  std::shared_ptr<ElfImage> Get(const FileIdentity& file, const std::string& open_path);
-  std::shared_ptr<ElfImage> Vdso();
-
-  void NextGeneration(int keep_generations = 3);
-  size_t size() const { return entries_.size(); }
-
- private:
-  struct Entry {
-    std::shared_ptr<ElfImage> image;  // nullptr: opening failed
-    uint64_t last_generation = 0;
-  };
-  size_t max_images_;
-  uint64_t generation_ = 0;
-  std::unordered_map<FileIdentity, Entry, FileIdentityHash> entries_;
-  std::optional<std::shared_ptr<ElfImage>> vdso_;
 };
 
 }  // namespace ember

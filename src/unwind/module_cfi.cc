@@ -1,0 +1,215 @@
+// ModuleCfi: one file's libdwfl session, stepped one frame at a time from a sample's snapshot.
+#include "unwind/module_cfi.h"
+
+#include <elfutils/libdwfl.h>
+#include <libelf.h>
+
+#include <cstring>
+
+#include "spdlog/spdlog.h"
+
+namespace ember {
+
+std::optional<uint64_t> StackMemory::Read(uint64_t addr) const {
+  if (addr < start || addr - start > bytes.size() || bytes.size() - (addr - start) < 8) {
+    return std::nullopt;
+  }
+  uint64_t value;
+  std::memcpy(&value, bytes.data() + (addr - start), sizeof(value));
+  return value;
+}
+
+struct ModuleCfi::StepState {
+  const FrameRegisters* frame = nullptr;
+  uint64_t lookup_pc = 0;  // the ELF address whose CFI row applies
+  const StackMemory* stack = nullptr;
+  StepResult* result = nullptr;
+  int frames_seen = 0;
+  // While dwfl_frame_pc looks one frame further to tell an activation, reads fail quietly:
+  // that frame is another module's business.
+  bool probing = false;
+};
+
+// libdwfl's callbacks, which see the step in progress through the ModuleCfi.
+struct CfiCallbacks {
+  // Hands libdwfl another reference to the shared image, so no file is opened twice.
+  static int FindElf(Dwfl_Module*, void** userdata, const char*, Dwarf_Addr, char** file_name,
+                     Elf** elfp) {
+    auto* image = static_cast<const ElfImage*>(*userdata);
+    *file_name = nullptr;
+    *elfp = image != nullptr ? elf_begin(-1, ELF_C_READ_MMAP, image->elf()) : nullptr;
+    return -1;
+  }
+
+  // .eh_frame, or .debug_frame in the file itself; no separate debug files for unwinding.
+  static int NoSeparateDebugFile(Dwfl_Module*, void**, const char*, Dwarf_Addr, const char*,
+                                 const char*, GElf_Word, char**) {
+    return -1;
+  }
+
+  // Every step is of one thread: the one whose snapshot is being read.
+  static pid_t NoMoreThreads(Dwfl*, void*, void**) { return 0; }
+
+  static bool TheSampledThread(Dwfl*, pid_t, void* dwfl_arg, void** thread_arg) {
+    *thread_arg = dwfl_arg;
+    return true;
+  }
+
+  static bool MemoryRead(Dwfl*, Dwarf_Addr addr, Dwarf_Word* result, void* arg) {
+    ModuleCfi::StepState* step = static_cast<ModuleCfi*>(arg)->step_;
+    if (step == nullptr || step->probing) return false;
+    if (std::optional<uint64_t> value = step->stack->Read(addr)) {
+      *result = *value;
+      return true;
+    }
+    // Includes a word that starts inside the snapshot and ends past it.
+    if (addr >= step->stack->start) step->result->read_past_stack = true;
+    return false;
+  }
+
+  // Only the registers known in this frame: an unknown one stays undefined for libdwfl too.
+  static bool SetInitialRegisters(Dwfl_Thread* thread, void* arg) {
+    ModuleCfi::StepState* step = static_cast<ModuleCfi*>(arg)->step_;
+    for (int reg = 0; reg < kCfiRegisterCount - 1; ++reg) {
+      if (!step->frame->Has(reg)) continue;
+      Dwarf_Word value = step->frame->value[reg];
+      if (!dwfl_thread_state_registers(thread, reg, 1, &value)) return false;
+    }
+    Dwarf_Word pc = step->lookup_pc;
+    if (!dwfl_thread_state_registers(thread, kCfiRegisterCount - 1, 1, &pc)) return false;
+    dwfl_thread_state_register_pc(thread, pc);
+    return true;
+  }
+
+  // The first frame is the one being stepped from; the second is its caller: keep its
+  // registers and stop.
+  static int OnFrame(Dwfl_Frame* frame, void* arg) {
+    auto* step = static_cast<ModuleCfi::StepState*>(arg);
+    if (step->frames_seen++ == 0) return DWARF_CB_OK;
+    Dwarf_Addr pc = 0;
+    bool activation = false;
+    step->probing = true;
+    bool ok = dwfl_frame_pc(frame, &pc, &activation);
+    step->probing = false;
+    if (!ok) return DWARF_CB_ABORT;
+    StepResult& result = *step->result;
+    for (int reg = 0; reg < kCfiRegisterCount - 1; ++reg) {
+      Dwarf_Word value = 0;
+      if (dwfl_frame_reg(frame, reg, &value) == 0) result.caller.Set(reg, value);
+    }
+    result.caller.Set(kCfiRegisterCount - 1, pc);
+    result.caller_is_activation = activation;
+    result.end = StepEnd::kStepped;
+    return DWARF_CB_ABORT;
+  }
+};
+
+namespace {
+
+const Dwfl_Callbacks kDwflCallbacks = {
+    .find_elf = CfiCallbacks::FindElf,
+    .find_debuginfo = CfiCallbacks::NoSeparateDebugFile,
+    .section_address = nullptr,
+    .debuginfo_path = nullptr,
+};
+
+const Dwfl_Thread_Callbacks kThreadCallbacks = {
+    .next_thread = CfiCallbacks::NoMoreThreads,
+    .get_thread = CfiCallbacks::TheSampledThread,
+    .memory_read = CfiCallbacks::MemoryRead,
+    .set_initial_registers = CfiCallbacks::SetInitialRegisters,
+    .detach = nullptr,
+    .thread_detach = nullptr,
+};
+
+constexpr pid_t kAnyThread = 1;  // libdwfl wants an id; the callbacks ignore it
+
+}  // namespace
+
+ModuleCfi::ModuleCfi(std::shared_ptr<ElfImage> image) : image_(std::move(image)) {}
+
+ModuleCfi::~ModuleCfi() {
+  if (dwfl_ != nullptr) dwfl_end(dwfl_);  // ends its own reference to the image's ELF handle
+}
+
+bool ModuleCfi::Open() {
+  if (opened_) return dwfl_ != nullptr;
+  opened_ = true;
+  Dwfl* dwfl = dwfl_begin(&kDwflCallbacks);
+  if (dwfl == nullptr) return false;
+  // The file alone, at its own ELF addresses: every process that maps it can share it.
+  ModulePlacement at = image_->AtElfAddresses();
+  dwfl_report_begin(dwfl);
+  Dwfl_Module* module = dwfl_report_module(dwfl, "module", at.low, at.high);
+  if (module != nullptr) {
+    void** userdata = nullptr;
+    dwfl_module_info(module, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    *userdata = image_.get();
+  }
+  dwfl_report_end(dwfl, nullptr, nullptr);
+  if (module == nullptr ||
+      !dwfl_attach_state(dwfl, image_->elf(), kAnyThread, &kThreadCallbacks, this)) {
+    spdlog::debug("no CFI session: {}", dwfl_errmsg(-1));
+    dwfl_end(dwfl);
+    return false;
+  }
+  dwfl_ = dwfl;
+  return true;
+}
+
+StepResult ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+                           const StackMemory& stack) {
+  StepResult result;
+  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return result;
+  StepState state{
+      .frame = &frame,
+      .lookup_pc = frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0),
+      .stack = &stack,
+      .result = &result};
+  step_ = &state;
+  int rc = dwfl_getthread_frames(dwfl_, kAnyThread, CfiCallbacks::OnFrame, &state);
+  step_ = nullptr;
+  if (result.end != StepEnd::kStepped)
+    result.end = rc == 0 ? StepEnd::kOutermost : StepEnd::kFailed;
+  return result;
+}
+
+std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
+                                               const std::string& open_path) {
+  auto [it, inserted] = entries_.try_emplace(file);
+  it->second.last_generation = generation_;
+  if (inserted) {
+    auto image = ElfImage::Open(open_path);
+    if (image.ok()) {
+      it->second.cfi = std::make_shared<ModuleCfi>(std::move(image).value());
+    } else {
+      spdlog::debug("no CFI from {}: {}", open_path, std::string(image.status().message()));
+    }
+  }
+  return it->second.cfi;
+}
+
+std::shared_ptr<ModuleCfi> ModuleCfiCache::Vdso() {
+  if (!vdso_) {
+    auto image = ElfImage::OpenOwnVdso();
+    if (!image.ok()) {
+      spdlog::warn("vDSO frames will not unwind: {}", std::string(image.status().message()));
+    }
+    vdso_ = image.ok() ? std::make_shared<ModuleCfi>(std::move(image).value()) : nullptr;
+  }
+  return *vdso_;
+}
+
+void ModuleCfiCache::NextGeneration(int keep_generations) {
+  ++generation_;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    bool stale = generation_ - it->second.last_generation > static_cast<uint64_t>(keep_generations);
+    if (stale && it->second.cfi.use_count() <= 1) {
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ember
