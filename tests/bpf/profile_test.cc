@@ -10,7 +10,6 @@
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -38,15 +37,9 @@ class PhasesProfileTest : public ::testing::Test {
 ProfiledRun* PhasesProfileTest::run_ = nullptr;
 
 TEST_F(PhasesProfileTest, LeafSharesMatchTheProgramsOwnAccounting) {
-  std::map<std::string, double> measured_ns;
-  std::istringstream lines(run_->fixture_output);
-  std::string name;
-  double ns = 0;
+  std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
   double measured_total = 0;
-  while (lines >> name >> ns) {
-    measured_ns[name] = ns;
-    measured_total += ns;
-  }
+  for (const auto& [name, ns] : measured_ns) measured_total += ns;
   ASSERT_EQ(measured_ns.size(), 3u) << run_->fixture_output;
 
   std::vector<NamedSample> samples = SamplesOf(run_->output_dir, run_->pid);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "support/subprocess.h"
@@ -53,6 +54,15 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
   run.agent_log = agent.output();
   return run;
+}
+
+std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output) {
+  std::map<std::string, double> measured_ns;
+  std::istringstream lines(fixture_output);
+  std::string name;
+  double ns = 0;
+  while (lines >> name >> ns) measured_ns[name] = ns;
+  return measured_ns;
 }
 
 }  // namespace ember::testing

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,8 @@ struct ProfiledRun {
 ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
                            const std::function<void(pid_t)>& after_start = nullptr,
                            int stop_signal = SIGINT);
+
+// The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
+std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);
 
 }  // namespace ember::testing

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -110,15 +109,9 @@ TEST_F(CfiUnwindTest, SamplesReachMain) {
 }
 
 TEST_F(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
-  std::map<std::string, double> measured_ns;
-  std::istringstream lines(run_->fixture_output);
-  std::string name;
-  double ns = 0;
+  std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
   double measured_total = 0;
-  while (lines >> name >> ns) {
-    measured_ns[name] = ns;
-    measured_total += ns;
-  }
+  for (const auto& [name, ns] : measured_ns) measured_total += ns;
   ASSERT_EQ(measured_ns.size(), 3u) << run_->fixture_output;
 
   std::map<std::string, int64_t> leaf_counts;

@@ -236,6 +236,15 @@ std::string Describe(const std::vector<uint64_t>& pcs) {
   return text;
 }
 
+// From our first return address on, libgcc's unwinder (glibc backtrace()) found the same frames.
+void ExpectCallersMatch(const std::vector<uint64_t>& ours, const std::vector<uint64_t>& theirs) {
+  ASSERT_GE(ours.size(), 2u);
+  auto common = std::find(theirs.begin(), theirs.end(), ours[1]);
+  ASSERT_NE(common, theirs.end());
+  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
+            std::vector<uint64_t>(common, theirs.end()));
+}
+
 // The function (by its exported symbol) that holds `pc`.
 uint64_t FunctionOf(uint64_t pc) {
   Dl_info info;
@@ -286,10 +295,7 @@ TEST_F(DwarfUnwinderSelfTest, MatchesLibgccFrameForFrameUpToTheFirstFrameOfTheTh
   // Both start in CaptureHere (at different calls), then agree on every return address.
   EXPECT_EQ(FunctionOf(ours[0]), AddressOf(CaptureHere));
   EXPECT_EQ(FunctionOf(theirs[0]), AddressOf(CaptureHere));
-  auto common = std::find(theirs.begin(), theirs.end(), ours[1]);
-  ASSERT_NE(common, theirs.end());
-  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
-            std::vector<uint64_t>(common, theirs.end()));
+  ExpectCallersMatch(ours, theirs);
 
   EXPECT_FALSE(result.frames[0].is_return_address);
   for (size_t i = 1; i < result.frames.size(); ++i) {
@@ -339,10 +345,7 @@ TEST_F(DwarfUnwinderSelfTest, ReachesMainThroughLibcWithoutFramePointers) {
   });
   EXPECT_NE(main_frame, ours.end());
   // And the same frames as libgcc's unwinder from the comparator on.
-  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
-  ASSERT_NE(common, capture.backtrace.end());
-  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
-            std::vector<uint64_t>(common, capture.backtrace.end()));
+  ExpectCallersMatch(ours, capture.backtrace);
 }
 
 TEST_F(DwarfUnwinderSelfTest, ClampedSnapshotEndsTruncatedWithAPrefixOfTheWholeStack) {
@@ -679,10 +682,7 @@ TEST_F(DwarfUnwinderSelfTest, UnwindsThroughASignalFrameToTheInterruptedCode) {
   EXPECT_EQ(activations, (std::vector<size_t>{2, 3}));
   EXPECT_GT(raiser - ours.begin(), 3);
   // libgcc's unwinder agrees from the handler on.
-  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
-  ASSERT_NE(common, capture.backtrace.end());
-  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
-            std::vector<uint64_t>(common, capture.backtrace.end()));
+  ExpectCallersMatch(ours, capture.backtrace);
 }
 
 TEST_F(DwarfUnwinderSelfTest, AThreadStackEndsAtTheThreadsFirstFrame) {
@@ -707,10 +707,7 @@ TEST_F(DwarfUnwinderSelfTest, AThreadStackEndsAtTheThreadsFirstFrame) {
   for (auto pc = entry + 1; pc != ours.end(); ++pc) {
     EXPECT_TRUE(libc.start <= *pc && *pc < libc.end) << Describe(*pc);
   }
-  auto common = std::find(capture.backtrace.begin(), capture.backtrace.end(), ours[1]);
-  ASSERT_NE(common, capture.backtrace.end());
-  EXPECT_EQ(std::vector<uint64_t>(ours.begin() + 1, ours.end()),
-            std::vector<uint64_t>(common, capture.backtrace.end()));
+  ExpectCallersMatch(ours, capture.backtrace);
 }
 
 // The start of this executable's .plt section in memory, from its section headers.
