@@ -1,4 +1,4 @@
-// Reads /proc/PID/{comm,stat,maps} for the process table.
+// Reads /proc/PID/{comm,stat,maps,exe} for the process table.
 #include "agent/process_table.h"
 
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +26,17 @@ bool ReadFile(const std::string& path, std::string* out) {
   buffer << in.rdbuf();
   *out = std::move(buffer).str();
   return !in.bad();
+}
+
+// The target of DIR/exe, as the kernel shows it but without " (deleted)"; "" when unreadable.
+std::string ReadExecutablePath(const std::string& pid_dir) {
+  char target[4096];
+  ssize_t length = readlink((pid_dir + "/exe").c_str(), target, sizeof(target));
+  if (length <= 0 || static_cast<size_t>(length) >= sizeof(target)) return "";
+  std::string path(target, static_cast<size_t>(length));
+  constexpr absl::string_view kDeleted = " (deleted)";
+  if (absl::EndsWith(path, kDeleted)) path.resize(path.size() - kDeleted.size());
+  return path;
 }
 
 }  // namespace
@@ -80,6 +92,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   if (ReadFile(absl::StrCat(PidDir(process->pid), "/comm"), &text)) {
     process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
   }
+  process->executable_path = ReadExecutablePath(PidDir(process->pid));
   if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
   auto mappings = ParseProcMaps(text);
   if (!mappings.ok()) {

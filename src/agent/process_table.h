@@ -17,7 +17,10 @@ namespace ember {
 
 struct Process {
   uint32_t pid = 0;
-  std::string name;         // /proc/PID/comm
+  std::string name;  // /proc/PID/comm
+  // The target of /proc/PID/exe (without a " (deleted)" suffix); empty when unreadable (a kernel
+  // thread, or no permission).
+  std::string executable_path;
   uint64_t start_time = 0;  // /proc/PID/stat field 22: tells a reused pid from the old process
   std::vector<MemoryMapping> mappings;  // executable mappings, ascending
   std::chrono::steady_clock::time_point maps_read_at;

@@ -11,11 +11,22 @@ namespace {
 
 const std::string kProcRoot = std::string(EMBER_TEST_DATA_DIR) + "/proc";
 
+// A writable copy of the fixture tree under the temp dir (its exe links copied as links).
+std::string CopyProcTree(const std::string& name) {
+  std::string root = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(root);
+  std::filesystem::copy(
+      kProcRoot, root,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  return root;
+}
+
 TEST(ProcessTableTest, LoadsNameStartTimeAndExecutableMappings) {
   ProcessTable table(kProcRoot);
   Process* process = table.Get(4242);
   ASSERT_NE(process, nullptr);
   EXPECT_EQ(process->name, "phases");
+  EXPECT_EQ(process->executable_path, "/usr/bin/phases");
   EXPECT_EQ(process->start_time, 987654u);
   // Only the executable mappings of the fixture: phases text, libc, memfd, spaces, deleted,
   // vdso, vsyscall.
@@ -45,9 +56,7 @@ TEST(ProcessTableTest, OpenPathFallsBackToTheProcessRoot) {
 }
 
 TEST(ProcessTableTest, DropsExitedAndReusedPids) {
-  std::string root = std::filesystem::temp_directory_path() / "ember-proc-test";
-  std::filesystem::remove_all(root);
-  std::filesystem::copy(kProcRoot, root, std::filesystem::copy_options::recursive);
+  std::string root = CopyProcTree("ember-proc-test");
   ProcessTable table(root);
   ASSERT_NE(table.Get(4242), nullptr);
   EXPECT_EQ(table.DropExited(), 0);
@@ -66,9 +75,7 @@ TEST(ProcessTableTest, DropsExitedAndReusedPids) {
 }
 
 TEST(ProcessTableTest, RefreshAfterExecPicksUpNewMapsAndName) {
-  std::string root = std::filesystem::temp_directory_path() / "ember-proc-exec-test";
-  std::filesystem::remove_all(root);
-  std::filesystem::copy(kProcRoot, root, std::filesystem::copy_options::recursive);
+  std::string root = CopyProcTree("ember-proc-exec-test");
   ProcessTable table(root, std::chrono::milliseconds(0));
   Process* process = table.Get(4242);
   ASSERT_NE(process, nullptr);
@@ -90,6 +97,28 @@ TEST(ProcessTableTest, RefreshIsRateLimited) {
   Process* process = table.Get(4242);
   ASSERT_NE(process, nullptr);
   EXPECT_FALSE(table.RefreshMaps(process));
+}
+
+TEST(ProcessTableTest, ReloadIsNotRateLimitedAndFollowsTheExecutable) {
+  std::string root = CopyProcTree("ember-proc-reload-test");
+  ProcessTable table(root, std::chrono::hours(1));
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const uint64_t version = process->maps_version;
+
+  std::ofstream(root + "/4242/comm") << "new-program\n";
+  std::filesystem::remove(root + "/4242/exe");
+  std::filesystem::create_symlink("/usr/bin/new-program (deleted)", root + "/4242/exe");
+  EXPECT_FALSE(table.RefreshMaps(process));  // rate-limited
+  ASSERT_TRUE(table.ReloadMaps(process));    // an exec: at once
+  EXPECT_EQ(process->name, "new-program");
+  EXPECT_EQ(process->executable_path, "/usr/bin/new-program");
+  EXPECT_NE(process->maps_version, version);
+
+  std::filesystem::remove(root + "/4242/exe");  // a kernel thread has no executable
+  ASSERT_TRUE(table.ReloadMaps(process));
+  EXPECT_EQ(process->executable_path, "");
+  std::filesystem::remove_all(root);
 }
 
 TEST(ProcessTableTest, StatStartTimeSurvivesOddCommNames) {
