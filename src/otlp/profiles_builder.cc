@@ -1,0 +1,282 @@
+// Builds OTLP Profiles requests: interns strings, attributes, mappings, functions, locations and
+// stacks into the request's one ProfilesDictionary, then emits one ResourceProfiles per process.
+#include "otlp/profiles_builder.h"
+
+#include <array>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/utf8.h"
+
+namespace ember {
+namespace {
+
+namespace collector_pb = opentelemetry::proto::collector::profiles::v1development;
+namespace common_pb = opentelemetry::proto::common::v1;
+namespace profiles_pb = opentelemetry::proto::profiles::v1development;
+
+std::string Utf8(absl::string_view s) { return IsValidUtf8(s) ? std::string(s) : ToValidUtf8(s); }
+
+// The request's dictionary. Every key below determines its entry completely, so distinct keys
+// give distinct entries and no table holds a duplicate; a key whose entry would be the zero value
+// answers index 0 instead of adding a copy of it.
+class Dictionary {
+ public:
+  explicit Dictionary(profiles_pb::ProfilesDictionary* out) : out_(out) {
+    out_->add_mapping_table();
+    out_->add_location_table();
+    out_->add_function_table();
+    out_->add_link_table();
+    out_->add_string_table();
+    out_->add_attribute_table();
+    out_->add_stack_table();
+    strings_.emplace("", 0);
+  }
+
+  int32_t String(absl::string_view s) {
+    if (auto it = strings_.find(s); it != strings_.end()) return it->second;
+    int32_t index;
+    if (IsValidUtf8(s)) {
+      index = out_->string_table_size();
+      out_->add_string_table(std::string(s));
+    } else {
+      // Two different raw strings may repair to the same text: intern the repaired one.
+      index = String(ToValidUtf8(s));
+    }
+    strings_.emplace(std::string(s), index);
+    return index;
+  }
+
+  // A string-valued attribute (values stay inline: Pyroscope reads string_value).
+  int32_t Attribute(int32_t key_strindex, absl::string_view value) {
+    // Keyed by the repaired text, which is what the entry holds.
+    auto [it, inserted] = attributes_.try_emplace(std::make_pair(key_strindex, Utf8(value)), 0);
+    if (inserted) {
+      it->second = out_->attribute_table_size();
+      profiles_pb::KeyValueAndUnit* kv = out_->add_attribute_table();
+      kv->set_key_strindex(key_strindex);
+      kv->mutable_value()->set_string_value(it->first.second);
+    }
+    return it->second;
+  }
+
+  int32_t Location(const Frame& frame) {
+    // Most samples of an interval share Frame objects from the symbol cache, so the pointer
+    // lookup usually answers without hashing strings.
+    if (auto it = by_pointer_.find(&frame); it != by_pointer_.end()) return it->second;
+    const LocationKey key{Mapping(frame), frame.address, Function(frame), frame.line,
+                          FrameType(frame.kind)};
+    auto [it, inserted] = locations_.try_emplace(key, 0);
+    if (inserted) {
+      it->second = out_->location_table_size();
+      profiles_pb::Location* loc = out_->add_location_table();
+      loc->set_mapping_index(std::get<0>(key));
+      loc->set_address(frame.address);
+      // Frames carry no inlining yet: one Line per location.
+      profiles_pb::Line* line = loc->add_lines();
+      line->set_function_index(std::get<2>(key));
+      line->set_line(frame.line);
+      loc->add_attribute_indices(std::get<4>(key));
+    }
+    by_pointer_.emplace(&frame, it->second);
+    return it->second;
+  }
+
+  int32_t Stack(const std::vector<int32_t>& location_indices) {
+    if (location_indices.empty()) return 0;
+    auto [it, inserted] = stacks_.try_emplace(location_indices, 0);
+    if (inserted) {
+      it->second = out_->stack_table_size();
+      out_->add_stack_table()->mutable_location_indices()->Add(location_indices.begin(),
+                                                               location_indices.end());
+    }
+    return it->second;
+  }
+
+ private:
+  // (mapping, address, function, line, frame type attribute)
+  using LocationKey = std::tuple<int32_t, uint64_t, int32_t, uint32_t, int32_t>;
+
+  int32_t FrameType(FrameKind kind) {
+    const int32_t key = String("profile.frame.type");
+    return Attribute(key, kind == FrameKind::kKernel ? "kernel" : "native");
+  }
+
+  int32_t Mapping(const Frame& frame) {
+    if (frame.module.empty() && frame.build_id.empty()) return 0;
+    // One mapping per (module, build id): two binaries at the same path stay apart.
+    const std::pair<int32_t, int32_t> key{
+        String(frame.module),
+        frame.build_id.empty()
+            ? 0
+            : Attribute(String("process.executable.build_id.gnu"), frame.build_id)};
+    auto [it, inserted] = mappings_.try_emplace(key, 0);
+    if (inserted) {
+      it->second = out_->mapping_table_size();
+      profiles_pb::Mapping* m = out_->add_mapping_table();
+      // memory_start, memory_limit and file_offset stay 0 (unknown): a Frame does not record
+      // where its file was mapped, and its address is already an ELF virtual address (a kernel
+      // address for kernel frames), which is what a receiver symbolizing by build id needs.
+      m->set_filename_strindex(key.first);
+      if (key.second != 0) m->add_attribute_indices(key.second);
+    }
+    return it->second;
+  }
+
+  int32_t Function(const Frame& frame) {
+    const std::pair<int32_t, int32_t> key{String(frame.function), String(frame.source_file)};
+    if (key.first == 0 && key.second == 0) return 0;
+    auto [it, inserted] = functions_.try_emplace(key, 0);
+    if (inserted) {
+      it->second = out_->function_table_size();
+      profiles_pb::Function* fn = out_->add_function_table();
+      fn->set_name_strindex(key.first);
+      fn->set_filename_strindex(key.second);
+    }
+    return it->second;
+  }
+
+  profiles_pb::ProfilesDictionary* out_;
+  absl::flat_hash_map<std::string, int32_t> strings_;
+  absl::flat_hash_map<std::pair<int32_t, std::string>, int32_t> attributes_;
+  absl::flat_hash_map<const Frame*, int32_t> by_pointer_;
+  absl::flat_hash_map<LocationKey, int32_t> locations_;
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> mappings_;
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> functions_;
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> stacks_;
+};
+
+void AddString(common_pb::KeyValue* kv, absl::string_view key, absl::string_view value) {
+  kv->set_key(std::string(key));
+  kv->mutable_value()->set_string_value(Utf8(value));
+}
+
+const ResourceAttribute* FindAttribute(const std::vector<ResourceAttribute>& attributes,
+                                       absl::string_view key) {
+  for (const ResourceAttribute& a : attributes) {
+    if (a.key == key) return &a;
+  }
+  return nullptr;
+}
+
+// Keys FillResource decides itself; an OTEL_RESOURCE_ATTRIBUTES entry never adds a second copy.
+constexpr std::array<absl::string_view, 6> kSetFromProcess = {"service.name",
+                                                              "host.name",
+                                                              "process.pid",
+                                                              "process.executable.name",
+                                                              "process.executable.path",
+                                                              "container.id"};
+
+void FillResource(uint32_t pid, absl::string_view process_name, const ResourceContext& context,
+                  opentelemetry::proto::resource::v1::Resource* resource) {
+  ProcessMetadata meta;
+  if (context.process_metadata) meta = context.process_metadata(pid);
+  const absl::string_view executable =
+      meta.executable_name.empty() ? process_name : absl::string_view(meta.executable_name);
+
+  std::string service = context.service_name;
+  if (service.empty()) {
+    if (const ResourceAttribute* a = FindAttribute(context.attributes, "service.name")) {
+      service = a->value;
+    }
+  }
+  if (service.empty()) service = meta.service_name;
+  if (service.empty()) {
+    service = executable.empty() ? "unknown_service" : absl::StrCat("unknown_service:", executable);
+  }
+  AddString(resource->add_attributes(), "service.name", service);
+
+  const ResourceAttribute* host = FindAttribute(context.attributes, "host.name");
+  const absl::string_view host_name = host != nullptr ? host->value : context.host_name;
+  if (!host_name.empty()) AddString(resource->add_attributes(), "host.name", host_name);
+
+  common_pb::KeyValue* pid_kv = resource->add_attributes();
+  pid_kv->set_key("process.pid");
+  pid_kv->mutable_value()->set_int_value(pid);
+  if (!executable.empty()) {
+    AddString(resource->add_attributes(), "process.executable.name", executable);
+  }
+  if (!meta.executable_path.empty()) {
+    AddString(resource->add_attributes(), "process.executable.path", meta.executable_path);
+  }
+  if (!meta.container_id.empty()) {
+    AddString(resource->add_attributes(), "container.id", meta.container_id);
+  }
+
+  for (const ResourceAttribute& a : context.attributes) {
+    if (!absl::c_linear_search(kSetFromProcess, a.key)) {
+      AddString(resource->add_attributes(), Utf8(a.key), a.value);
+    }
+  }
+}
+
+std::string RandomProfileId(absl::BitGen& gen) {
+  uint64_t words[2] = {0, 0};
+  // An all-zero id is invalid; drawing one will not happen, but the loop costs nothing.
+  while (words[0] == 0 && words[1] == 0) {
+    words[0] = absl::Uniform<uint64_t>(gen);
+    words[1] = absl::Uniform<uint64_t>(gen);
+  }
+  return std::string(reinterpret_cast<const char*>(words), sizeof(words));
+}
+
+}  // namespace
+
+collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProfile& profile,
+                                                              const ResourceContext& context) {
+  collector_pb::ExportProfilesServiceRequest request;
+  Dictionary dict(request.mutable_dictionary());
+
+  std::map<uint32_t, std::vector<const StackSample*>> by_pid;  // ascending pids
+  for (const StackSample& s : profile.samples) {
+    if (s.count > 0) by_pid[s.pid].push_back(&s);
+  }
+  if (by_pid.empty()) return request;  // the dictionary holds only its zero values
+
+  const int32_t samples = dict.String("samples");
+  const int32_t count = dict.String("count");
+  const int32_t cpu = dict.String("cpu");
+  const int32_t nanoseconds = dict.String("nanoseconds");
+  const int32_t thread_name = dict.String("thread.name");
+  absl::BitGen gen;
+  std::vector<int32_t> locations;
+  for (const auto& [pid, pid_samples] : by_pid) {
+    profiles_pb::ResourceProfiles* rp = request.add_resource_profiles();
+    FillResource(pid, pid_samples.front()->process, context, rp->mutable_resource());
+    profiles_pb::ScopeProfiles* sp = rp->add_scope_profiles();
+    sp->mutable_scope()->set_name(Utf8(context.scope_name));
+    sp->mutable_scope()->set_version(Utf8(context.scope_version));
+
+    profiles_pb::Profile* out = sp->add_profiles();
+    out->mutable_sample_type()->set_type_strindex(samples);
+    out->mutable_sample_type()->set_unit_strindex(count);
+    out->mutable_period_type()->set_type_strindex(cpu);
+    out->mutable_period_type()->set_unit_strindex(nanoseconds);
+    out->set_period(profile.period_ns);
+    out->set_time_unix_nano(static_cast<uint64_t>(profile.start_unix_ns));
+    out->set_duration_nano(static_cast<uint64_t>(profile.duration_ns));
+    out->set_profile_id(RandomProfileId(gen));
+    out->mutable_samples()->Reserve(static_cast<int>(pid_samples.size()));
+
+    for (const StackSample* s : pid_samples) {
+      locations.clear();
+      for (const Frame* frame : s->frames) {
+        if (frame != nullptr) locations.push_back(dict.Location(*frame));
+      }
+      profiles_pb::Sample* sample = out->add_samples();
+      sample->set_stack_index(dict.Stack(locations));
+      // With a period set, Pyroscope takes exactly one value per sample.
+      sample->add_values(s->count);
+      if (!s->thread.empty()) sample->add_attribute_indices(dict.Attribute(thread_name, s->thread));
+    }
+  }
+  return request;
+}
+
+}  // namespace ember

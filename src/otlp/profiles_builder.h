@@ -1,0 +1,56 @@
+// Turns one interval's symbolized profile into one OTLP Profiles export request, the message the
+// exporter sends over gRPC or OTLP/HTTP (opentelemetry-proto v1.10/v1.11 layout).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/profile.h"
+#include "opentelemetry/proto/collector/profiles/v1development/profiles_service.pb.h"
+#include "otlp/resource_attributes.h"
+
+namespace ember {
+
+// What is known of one process beyond its samples. Empty fields are unknown and left out.
+struct ProcessMetadata {
+  std::string executable_name;  // e.g. "nginx"; when empty, the sampled process name is used
+  std::string executable_path;  // target of /proc/PID/exe
+  std::string container_id;
+  std::string service_name;  // derived from the workload (e.g. a Kubernetes deployment)
+};
+
+// Everything about the resources that does not come from the samples. Set up once at start-up.
+struct ResourceContext {
+  std::string host_name;
+  std::string service_name;  // OTEL_SERVICE_NAME; empty when unset
+  // From OTEL_RESOURCE_ATTRIBUTES (ParseResourceAttributes), each key once.
+  std::vector<ResourceAttribute> attributes;
+  std::string scope_name = "ember";
+  std::string scope_version;
+  // Called once per process of the interval; may be empty (then nothing beyond the pid is known).
+  std::function<ProcessMetadata(uint32_t pid)> process_metadata;
+};
+
+// One request for the interval: a shared ProfilesDictionary (every string, mapping, location,
+// function, stack and attribute once; index 0 of each table the zero value) and one
+// ResourceProfiles per pid, ascending, each with one ScopeProfiles (scope name and version) holding
+// one CPU Profile: sample_type samples/count, period_type cpu/nanoseconds, period = period_ns,
+// time_unix_nano = start, duration_nano = duration, a random 16-byte profile_id. Each Sample has
+// a stack (leaf first), exactly one value (the count) and a `thread.name` attribute when the
+// thread has a name. Samples with count <= 0 are dropped, so an empty interval gives no
+// ResourceProfiles (and nothing worth sending).
+//
+// Resource attributes, plain key/string_value (process.pid as int_value), each key once:
+//   service.name: context.service_name, else service.name from context.attributes, else the
+//     workload's name, else "unknown_service:<executable name>";
+//   host.name: from context.attributes, else context.host_name;
+//   process.pid, process.executable.name, process.executable.path, container.id: from the process
+//     only (a fixed value from the environment would be wrong for every other process);
+//   then the rest of context.attributes in their order.
+// Strings that are not valid UTF-8 (thread names, paths) have their bad bytes replaced by U+FFFD.
+opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest
+BuildExportRequest(const IntervalProfile& profile, const ResourceContext& context);
+
+}  // namespace ember

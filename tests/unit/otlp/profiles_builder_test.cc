@@ -1,0 +1,437 @@
+// BuildExportRequest on hand-made intervals: the request passes the validator, every sampled stack
+// resolves back through the dictionary to the same functions, each entry is stored once, and the
+// resources follow the service.name and attribute rules.
+#include "otlp/profiles_builder.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "otlp/request_validator.h"
+
+namespace ember {
+namespace {
+
+namespace collector_pb = opentelemetry::proto::collector::profiles::v1development;
+namespace common_pb = opentelemetry::proto::common::v1;
+namespace profiles_pb = opentelemetry::proto::profiles::v1development;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr int64_t kPeriodNs = 10'000'000;  // 100 Hz
+constexpr int64_t kStart = 1'700'000'000'000'000'000;
+constexpr int64_t kDuration = 10'000'000'000;
+
+// Frames as the symbol cache would hold them. `work_copy` has the same content as `work` but is a
+// different object; `syscall` and `libc_write` are sampled in two processes.
+struct Fixture {
+  Frame syscall{FrameKind::kKernel, "do_syscall_64",     "", 0,
+                0xffffffff81000100, "[kernel.kallsyms]", ""};
+  Frame ext4{FrameKind::kKernel, "ext4_file_write_iter", "", 0, 0xffffffffc0100200, "[ext4]", ""};
+  Frame app_main{FrameKind::kNative, "main", "src/app.cc", 10, 0x1100, "/usr/bin/app", "abcd01"};
+  Frame work{FrameKind::kNative, "Work(int)", "src/app.cc", 20, 0x1200, "/usr/bin/app", "abcd01"};
+  Frame work_copy = work;
+  Frame work_later{FrameKind::kNative, "Work(int)", "src/app.cc", 22, 0x1210,
+                   "/usr/bin/app",     "abcd01"};
+  Frame libc_write{FrameKind::kNative, "write", "", 0, 0xf5000, "/usr/lib/libc.so.6", "c0ffee"};
+  Frame unnamed{FrameKind::kNative, "libfoo.so+0x1a2b", "", 0, 0x1a2b, "/opt/lib/libfoo.so", ""};
+  Frame tool_main{FrameKind::kNative, "main", "", 0, 0x400, "/usr/bin/tool", ""};
+
+  IntervalProfile profile;
+  ResourceContext context;
+
+  Fixture() {
+    profile.start_unix_ns = kStart;
+    profile.duration_ns = kDuration;
+    profile.period_ns = kPeriodNs;
+    profile.samples = {
+        {200, "tool", "tool", {&unnamed, &tool_main}, 4},
+        {100, "app", "worker", {&work, &app_main}, 5},
+        {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
+        {101, "app", "worker", {&work_later, &app_main}, 1},
+        {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
+        {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
+    };
+    context.host_name = "node-1";
+    context.scope_version = "1.2.3";
+  }
+};
+
+const profiles_pb::Profile& OnlyProfile(const profiles_pb::ResourceProfiles& rp) {
+  EXPECT_EQ(rp.scope_profiles_size(), 1);
+  EXPECT_EQ(rp.scope_profiles(0).profiles_size(), 1);
+  return rp.scope_profiles(0).profiles(0);
+}
+
+// Resource attributes as key -> value text ("int:N" for integers), failing on a repeated key.
+std::map<std::string, std::string> Attributes(const profiles_pb::ResourceProfiles& rp) {
+  std::map<std::string, std::string> out;
+  for (const common_pb::KeyValue& kv : rp.resource().attributes()) {
+    std::string value = kv.value().has_int_value() ? "int:" + std::to_string(kv.value().int_value())
+                                                   : kv.value().string_value();
+    EXPECT_TRUE(out.emplace(kv.key(), value).second) << "repeated key " << kv.key();
+  }
+  return out;
+}
+
+std::vector<std::string> Keys(const profiles_pb::ResourceProfiles& rp) {
+  std::vector<std::string> keys;
+  for (const common_pb::KeyValue& kv : rp.resource().attributes()) keys.push_back(kv.key());
+  return keys;
+}
+
+class Decoded {
+ public:
+  explicit Decoded(const collector_pb::ExportProfilesServiceRequest& r) : d_(r.dictionary()) {}
+
+  const std::string& Str(int32_t index) const { return d_.string_table(index); }
+
+  // Function names of a sample's stack, leaf first, one per Line.
+  std::vector<std::string> Functions(const profiles_pb::Sample& s) const {
+    std::vector<std::string> names;
+    for (int32_t loc : d_.stack_table(s.stack_index()).location_indices()) {
+      for (const profiles_pb::Line& line : d_.location_table(loc).lines()) {
+        names.push_back(Str(d_.function_table(line.function_index()).name_strindex()));
+      }
+    }
+    return names;
+  }
+
+  // The string value of attribute `key` among `indices`, "" when absent.
+  std::string Attribute(const google::protobuf::RepeatedField<int32_t>& indices,
+                        const std::string& key) const {
+    for (int32_t i : indices) {
+      const profiles_pb::KeyValueAndUnit& kv = d_.attribute_table(i);
+      if (Str(kv.key_strindex()) == key) return kv.value().string_value();
+    }
+    return "";
+  }
+
+  const profiles_pb::ProfilesDictionary& d_;
+};
+
+TEST(BuildExportRequestTest, PassesTheValidator) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+}
+
+TEST(BuildExportRequestTest, OneResourceProfilesPerPidInAscendingOrder) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  std::vector<std::string> pids;
+  for (const auto& rp : request.resource_profiles()) {
+    pids.push_back(Attributes(rp)["process.pid"]);
+    const auto& scope = rp.scope_profiles(0).scope();
+    EXPECT_EQ(scope.name(), "ember");
+    EXPECT_EQ(scope.version(), "1.2.3");
+    OnlyProfile(rp);
+  }
+  EXPECT_THAT(pids, ElementsAre("int:100", "int:101", "int:200"));
+}
+
+TEST(BuildExportRequestTest, StacksResolveToTheSampledFunctionsLeafFirst) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  const Decoded d(request);
+  using Row = std::tuple<std::string, std::string, std::vector<std::string>, int64_t>;
+  std::vector<Row> got;
+  for (const auto& rp : request.resource_profiles()) {
+    for (const auto& s : OnlyProfile(rp).samples()) {
+      ASSERT_EQ(s.values_size(), 1);
+      EXPECT_THAT(s.timestamps_unix_nano(), IsEmpty());
+      got.emplace_back(Attributes(rp)["process.pid"],
+                       d.Attribute(s.attribute_indices(), "thread.name"), d.Functions(s),
+                       s.values(0));
+    }
+  }
+  EXPECT_THAT(
+      got, ElementsAre(Row{"int:100", "worker", {"Work(int)", "main"}, 5},
+                       Row{"int:100",
+                           "main",
+                           {"ext4_file_write_iter", "do_syscall_64", "write", "Work(int)", "main"},
+                           3},
+                       Row{"int:101", "worker", {"Work(int)", "main"}, 1},
+                       Row{"int:200", "tool", {"libfoo.so+0x1a2b", "main"}, 4},
+                       Row{"int:200", "tool", {"do_syscall_64", "write", "main"}, 2}));
+}
+
+TEST(BuildExportRequestTest, EveryStringIsInTheStringTableOnce) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  const auto& strings = request.dictionary().string_table();
+  EXPECT_EQ(strings[0], "");
+  std::set<std::string> unique(strings.begin(), strings.end());
+  EXPECT_EQ(unique.size(), static_cast<size_t>(strings.size()));
+  // "main" is the name of two functions (app's, with a file, and tool's, without): one string.
+  EXPECT_EQ(std::count(strings.begin(), strings.end(), "main"), 1);
+  EXPECT_EQ(std::count(strings.begin(), strings.end(), "src/app.cc"), 1);
+  for (const char* s :
+       {"samples", "count", "cpu", "nanoseconds", "thread.name", "profile.frame.type",
+        "process.executable.build_id.gnu", "/usr/bin/app", "[kernel.kallsyms]", "do_syscall_64"}) {
+    EXPECT_EQ(std::count(strings.begin(), strings.end(), s), 1) << s;
+  }
+}
+
+TEST(BuildExportRequestTest, FramesSharedAcrossProcessesAndCopiesAreStoredOnce) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  const auto& d = request.dictionary();
+  // Distinct frames: syscall, ext4, app_main, work (= work_copy), work_later, libc_write, unnamed,
+  // tool_main; plus the zero value at index 0.
+  EXPECT_EQ(d.location_table_size(), 1 + 8);
+  // Functions: (main, src/app.cc), (Work(int), src/app.cc), write, libfoo..., (main, ""),
+  // do_syscall_64, ext4_file_write_iter.
+  EXPECT_EQ(d.function_table_size(), 1 + 7);
+  // Mappings: app, libc, libfoo, tool, [kernel.kallsyms], [ext4].
+  EXPECT_EQ(d.mapping_table_size(), 1 + 6);
+  // Stacks: five distinct sampled stacks.
+  EXPECT_EQ(d.stack_table_size(), 1 + 5);
+  // Attributes: frame types native and kernel, build ids abcd01 and c0ffee, threads worker, main,
+  // tool.
+  EXPECT_EQ(d.attribute_table_size(), 1 + 7);
+  EXPECT_EQ(d.link_table_size(), 1);
+
+  // Work(int) in pid 100 (via work and work_copy) and 101 (work_later) shares one Function;
+  // write in pids 100 and 200 shares one Location.
+  const auto& p100 = OnlyProfile(request.resource_profiles(0));
+  const auto& p200 = OnlyProfile(request.resource_profiles(2));
+  const auto leaf = [&](const profiles_pb::Sample& s, int k) {
+    return d.stack_table(s.stack_index()).location_indices(k);
+  };
+  EXPECT_EQ(leaf(p100.samples(0), 0), leaf(p100.samples(1), 3));  // work, work_copy
+  EXPECT_EQ(leaf(p100.samples(1), 2), leaf(p200.samples(1), 1));  // libc write
+  EXPECT_EQ(leaf(p100.samples(1), 1), leaf(p200.samples(1), 0));  // do_syscall_64
+}
+
+TEST(BuildExportRequestTest, LocationsCarryFrameTypeAddressLineAndMapping) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  const auto& d = request.dictionary();
+  const Decoded dec(request);
+  std::map<std::string, std::vector<std::tuple<std::string, uint64_t, std::string, std::string,
+                                               int64_t, std::string>>>
+      by_function;
+  for (int i = 1; i < d.location_table_size(); ++i) {
+    const auto& loc = d.location_table(i);
+    ASSERT_EQ(loc.lines_size(), 1);
+    const auto& fn = d.function_table(loc.lines(0).function_index());
+    const auto& m = d.mapping_table(loc.mapping_index());
+    EXPECT_EQ(m.memory_start(), 0u);
+    EXPECT_EQ(m.memory_limit(), 0u);
+    EXPECT_EQ(m.file_offset(), 0u);
+    by_function[dec.Str(fn.name_strindex())].emplace_back(
+        dec.Attribute(loc.attribute_indices(), "profile.frame.type"), loc.address(),
+        dec.Str(m.filename_strindex()),
+        dec.Attribute(m.attribute_indices(), "process.executable.build_id.gnu"),
+        loc.lines(0).line(), dec.Str(fn.filename_strindex()));
+  }
+  using T = std::tuple<std::string, uint64_t, std::string, std::string, int64_t, std::string>;
+  EXPECT_THAT(by_function["do_syscall_64"],
+              ElementsAre(T{"kernel", 0xffffffff81000100, "[kernel.kallsyms]", "", 0, ""}));
+  EXPECT_THAT(by_function["ext4_file_write_iter"],
+              ElementsAre(T{"kernel", 0xffffffffc0100200, "[ext4]", "", 0, ""}));
+  EXPECT_THAT(by_function["write"],
+              ElementsAre(T{"native", 0xf5000, "/usr/lib/libc.so.6", "c0ffee", 0, ""}));
+  EXPECT_THAT(
+      by_function["Work(int)"],
+      UnorderedElementsAreArray({T{"native", 0x1200, "/usr/bin/app", "abcd01", 20, "src/app.cc"},
+                                 T{"native", 0x1210, "/usr/bin/app", "abcd01", 22, "src/app.cc"}}));
+  EXPECT_THAT(by_function["libfoo.so+0x1a2b"],
+              ElementsAre(T{"native", 0x1a2b, "/opt/lib/libfoo.so", "", 0, ""}));
+}
+
+TEST(BuildExportRequestTest, ProfileDescribesCpuSamples) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  const Decoded d(request);
+  std::set<std::string> ids;
+  for (const auto& rp : request.resource_profiles()) {
+    const auto& p = OnlyProfile(rp);
+    EXPECT_EQ(d.Str(p.sample_type().type_strindex()), "samples");
+    EXPECT_EQ(d.Str(p.sample_type().unit_strindex()), "count");
+    EXPECT_EQ(d.Str(p.period_type().type_strindex()), "cpu");
+    EXPECT_EQ(d.Str(p.period_type().unit_strindex()), "nanoseconds");
+    EXPECT_EQ(p.period(), kPeriodNs);
+    EXPECT_EQ(p.time_unix_nano(), static_cast<uint64_t>(kStart));
+    EXPECT_EQ(p.duration_nano(), static_cast<uint64_t>(kDuration));
+    EXPECT_THAT(p.attribute_indices(), IsEmpty());
+    ASSERT_EQ(p.profile_id().size(), 16u);
+    EXPECT_NE(p.profile_id(), std::string(16, '\0'));
+    ids.insert(p.profile_id());
+    for (const auto& s : p.samples()) EXPECT_EQ(s.link_index(), 0);
+  }
+  EXPECT_EQ(ids.size(), 3u);  // one random id per profile
+}
+
+TEST(BuildExportRequestTest, ResourceAttributesOfAProcess) {
+  Fixture f;
+  f.context.process_metadata = [](uint32_t pid) {
+    ProcessMetadata meta;
+    if (pid == 100) {
+      meta.executable_name = "app-server";
+      meta.executable_path = "/usr/bin/app";
+      meta.container_id = "3f2a9c";
+    }
+    return meta;
+  };
+  const auto request = BuildExportRequest(f.profile, f.context);
+  ASSERT_EQ(request.resource_profiles_size(), 3);
+  const auto& app = request.resource_profiles(0);
+  EXPECT_THAT(Keys(app),
+              ElementsAre("service.name", "host.name", "process.pid", "process.executable.name",
+                          "process.executable.path", "container.id"));
+  EXPECT_THAT(
+      Attributes(app),
+      ElementsAre(Pair("container.id", "3f2a9c"), Pair("host.name", "node-1"),
+                  Pair("process.executable.name", "app-server"),
+                  Pair("process.executable.path", "/usr/bin/app"), Pair("process.pid", "int:100"),
+                  Pair("service.name", "unknown_service:app-server")));
+  // Nothing known of 200 beyond its samples: the sampled process name stands in for the
+  // executable, and path and container are left out.
+  EXPECT_THAT(
+      Attributes(request.resource_profiles(2)),
+      ElementsAre(Pair("host.name", "node-1"), Pair("process.executable.name", "tool"),
+                  Pair("process.pid", "int:200"), Pair("service.name", "unknown_service:tool")));
+  for (const auto& kv : app.resource().attributes()) {
+    EXPECT_EQ(kv.key_strindex(), 0);
+    EXPECT_NE(kv.value().value_case(), common_pb::AnyValue::kStringValueStrindex);
+  }
+}
+
+TEST(BuildExportRequestTest, ServiceNameRules) {
+  Fixture f;
+  f.profile.samples.resize(2);  // pids 200 and 100
+  f.profile.samples[0].process = "";
+  f.context.process_metadata = [](uint32_t pid) {
+    ProcessMetadata meta;
+    if (pid == 100) meta.executable_name = "app-server";
+    return meta;
+  };
+  const auto service_names = [&] {
+    std::vector<std::string> names;
+    const auto request = BuildExportRequest(f.profile, f.context);
+    for (const auto& rp : request.resource_profiles()) {
+      names.push_back(Attributes(rp)["service.name"]);
+    }
+    return names;
+  };
+  // No name known at all for 200 (no executable, no process name).
+  EXPECT_THAT(service_names(), ElementsAre("unknown_service:app-server", "unknown_service"));
+
+  f.context.process_metadata = [](uint32_t pid) {
+    ProcessMetadata meta;
+    meta.service_name = pid == 100 ? "checkout" : "";
+    return meta;
+  };
+  EXPECT_THAT(service_names(), ElementsAre("checkout", "unknown_service"));
+
+  f.context.attributes = {{"service.name", "from-attributes"}};
+  EXPECT_THAT(service_names(), ElementsAre("from-attributes", "from-attributes"));
+
+  f.context.service_name = "from-otel-service-name";
+  EXPECT_THAT(service_names(), ElementsAre("from-otel-service-name", "from-otel-service-name"));
+}
+
+TEST(BuildExportRequestTest, ExtraResourceAttributesAreAddedOnceEach) {
+  Fixture f;
+  f.profile.samples.resize(2);
+  f.context.attributes = ParseResourceAttributes(
+                             "deployment.environment=prod,host.name=given-host,process.pid=1,"
+                             "container.id=fixed,team=perf%2Cinfra")
+                             .attributes;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& rp = request.resource_profiles(0);
+  EXPECT_THAT(Keys(rp), ElementsAre("service.name", "host.name", "process.pid",
+                                    "process.executable.name", "deployment.environment", "team"));
+  const auto attrs = Attributes(rp);
+  EXPECT_EQ(attrs.at("host.name"), "given-host");  // the user's host name wins
+  EXPECT_EQ(attrs.at("process.pid"), "int:100");   // per-process facts win
+  EXPECT_EQ(attrs.count("container.id"), 0u);
+  EXPECT_EQ(attrs.at("deployment.environment"), "prod");
+  EXPECT_EQ(attrs.at("team"), "perf,infra");
+}
+
+TEST(BuildExportRequestTest, EmptyIntervalGivesNoResourceProfilesAndZeroValueTables) {
+  for (const bool all_zero_counts : {false, true}) {
+    Fixture f;
+    if (all_zero_counts) {
+      for (auto& s : f.profile.samples) s.count = 0;
+    } else {
+      f.profile.samples.clear();
+    }
+    const auto request = BuildExportRequest(f.profile, f.context);
+    EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+    EXPECT_EQ(request.resource_profiles_size(), 0);
+    const auto& d = request.dictionary();
+    EXPECT_THAT(d.string_table(), ElementsAre(""));
+    EXPECT_EQ(d.mapping_table_size(), 1);
+    EXPECT_EQ(d.location_table_size(), 1);
+    EXPECT_EQ(d.function_table_size(), 1);
+    EXPECT_EQ(d.link_table_size(), 1);
+    EXPECT_EQ(d.attribute_table_size(), 1);
+    EXPECT_EQ(d.stack_table_size(), 1);
+  }
+}
+
+TEST(BuildExportRequestTest, OddInputsStillGiveAValidRequest) {
+  Frame nameless{FrameKind::kNative, "", "", 0, 0x10, "", ""};  // all-zero Function and Mapping
+  Frame bad_utf8{FrameKind::kNative, "f\xFF", "", 0, 0x20, "/bin/\xC3", ""};
+  Frame repaired{FrameKind::kNative, "f\xEF\xBF\xBD", "", 0, 0x20, "/bin/\xEF\xBF\xBD", ""};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  profile.samples = {
+      {1, "p", "", {}, 2},                         // no frames, no thread name
+      {1, "p", "t\xFE", {nullptr, &nameless}, 1},  // null frame skipped
+      {1, "p", "t", {&bad_utf8}, 1},
+      {1, "p", "t", {&repaired}, 1},     // same text once repaired: same location
+      {1, "p", "t\xEF\xBF\xBD", {}, 1},  // same thread name as "t\xFE" once repaired
+  };
+  const auto request = BuildExportRequest(profile, ResourceContext{});
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& d = request.dictionary();
+  const auto& samples = OnlyProfile(request.resource_profiles(0)).samples();
+  ASSERT_EQ(samples.size(), 5);
+  EXPECT_EQ(samples[0].stack_index(), 0);
+  EXPECT_THAT(samples[0].attribute_indices(), IsEmpty());
+  const auto& nameless_loc =
+      d.location_table(d.stack_table(samples[1].stack_index()).location_indices(0));
+  EXPECT_EQ(d.stack_table(samples[1].stack_index()).location_indices_size(), 1);
+  EXPECT_EQ(nameless_loc.mapping_index(), 0);
+  EXPECT_EQ(nameless_loc.lines(0).function_index(), 0);
+  EXPECT_EQ(Decoded(request).Attribute(samples[1].attribute_indices(), "thread.name"),
+            "t\xEF\xBF\xBD");
+  EXPECT_EQ(samples[2].stack_index(), samples[3].stack_index());
+  EXPECT_EQ(samples[1].attribute_indices(0), samples[4].attribute_indices(0));
+  std::string wire;
+  ASSERT_TRUE(request.SerializeToString(&wire));
+  collector_pb::ExportProfilesServiceRequest parsed;
+  EXPECT_TRUE(parsed.ParseFromString(wire));  // proto3 parsing rejects invalid UTF-8
+}
+
+TEST(BuildExportRequestTest, WireRoundTrip) {
+  Fixture f;
+  const auto request = BuildExportRequest(f.profile, f.context);
+  std::string wire;
+  ASSERT_TRUE(request.SerializeToString(&wire));
+  collector_pb::ExportProfilesServiceRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(request, parsed));
+  EXPECT_TRUE(ValidateExportRequest(parsed).ok()) << ValidateExportRequest(parsed);
+  EXPECT_EQ(Decoded(parsed).Functions(OnlyProfile(parsed.resource_profiles(0)).samples(1)),
+            (std::vector<std::string>{"ext4_file_write_iter", "do_syscall_64", "write", "Work(int)",
+                                      "main"}));
+}
+
+}  // namespace
+}  // namespace ember
