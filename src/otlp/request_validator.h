@@ -19,8 +19,9 @@ namespace ember {
 //    timestamps only) when its profile has a period;
 //  - Resource and Scope attributes use the plain key and string_value, never the *_strindex
 //    forms, and no key twice;
-//  - strings are valid UTF-8 (receivers fail to parse the message otherwise), a profile_id is
-//    empty or 16 bytes, a link's trace_id 16 and span_id 8 bytes.
+//  - the string table, attribute keys and string values, and scope name and version are valid
+//    UTF-8 (receivers fail to parse the message otherwise); a profile_id is empty or 16 bytes, a
+//    link's trace_id 16 and span_id 8 bytes.
 absl::Status ValidateExportRequest(
     const opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest&
         request);
