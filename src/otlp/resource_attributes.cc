@@ -9,39 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/utf8.h"
+#include "otlp/percent_encoding.h"
 
 namespace ember {
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// RFC 3986 percent-decoding; '+' stays a '+' (this is not form encoding). nullopt on a '%' not
-// followed by two hex digits. Decoded bytes that are not UTF-8 become U+FFFD, as W3C Baggage says.
-std::optional<std::string> PercentDecode(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out.push_back(text[i]);
-      continue;
-    }
-    if (i + 2 >= text.size()) return std::nullopt;
-    const int hi = HexValue(text[i + 1]);
-    const int lo = HexValue(text[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
-  }
-  if (!IsValidUtf8(out)) return ToValidUtf8(out);
-  return out;
-}
-
-}  // namespace
 
 ParsedResourceAttributes ParseResourceAttributes(absl::string_view text) {
   ParsedResourceAttributes result;

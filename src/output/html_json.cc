@@ -1,40 +1,15 @@
-// Byte-level escapers with a small UTF-8 validator: names are arbitrary bytes from /proc and
-// ELF symbol tables, not guaranteed UTF-8.
+// Byte-level escapers: names are arbitrary bytes from /proc and ELF symbol tables, not guaranteed
+// UTF-8 (common/utf8.h tells valid sequences).
 #include "output/html_json.h"
 
 #include <cstdint>
+
+#include "common/utf8.h"
 
 namespace ember {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not valid (overlong forms,
-// surrogates and code points above U+10FFFF included).
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
-  const uint8_t b0 = byte(i);
-  size_t len;
-  uint32_t min;
-  uint32_t cp;
-  if (b0 < 0x80) return 1;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, min = 0x80, cp = b0 & 0x1F;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, min = 0x800, cp = b0 & 0x0F;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, min = 0x10000, cp = b0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
 
 }  // namespace
 
@@ -49,7 +24,7 @@ void AppendJsonString(std::string* out, std::string_view s) {
     const char c = s[i];
     const auto uc = static_cast<unsigned char>(c);
     if (uc >= 0x80) {
-      const size_t len = Utf8SequenceLength(s, i);
+      const size_t len = Utf8SequenceLength(absl::string_view(s.data(), s.size()), i);
       if (len == 0) {
         out->append(kReplacement);
         ++i;
@@ -102,7 +77,7 @@ std::string HtmlEscape(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto uc = static_cast<unsigned char>(s[i]);
     if (uc >= 0x80) {
-      const size_t len = Utf8SequenceLength(s, i);
+      const size_t len = Utf8SequenceLength(absl::string_view(s.data(), s.size()), i);
       out.append(len == 0 ? kReplacement : s.substr(i, len));
       i += len == 0 ? 1 : len;
       continue;
