@@ -1,0 +1,122 @@
+// What one export interval costs to encode as OTLP Profiles, and how many bytes it puts on the
+// wire per sample after the shared dictionary and gzip (issue 4). The interval is synthetic but
+// shaped like a busy node: hundreds of processes sharing libraries, thousands of distinct stacks
+// made of frames from a common pool, long C++ names, kernel frames under some stacks.
+//
+//   build/otlp_encode_benchmark [--benchmark_filter=...]
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "common/profile.h"
+#include "otlp/profiles_builder.h"
+#include "output/pprof_writer.h"
+
+namespace ember {
+namespace {
+
+struct Interval {
+  std::vector<std::unique_ptr<Frame>> frames;  // owns what profile.samples point at
+  IntervalProfile profile;
+  int64_t samples = 0;
+};
+
+// `processes` processes, `stacks` distinct stacks in all, of 8 to 40 frames drawn from a pool of
+// `pool` frames spread over 60 libraries; counts as at 19 Hz over 10 s on a 64-CPU node.
+Interval MakeInterval(int processes, int stacks, int pool) {
+  Interval interval;
+  std::mt19937_64 random(42);
+  for (int i = 0; i < pool; ++i) {
+    auto frame = std::make_unique<Frame>();
+    bool kernel = i % 10 == 0;
+    frame->kind = kernel ? FrameKind::kKernel : FrameKind::kNative;
+    int library = i % 60;
+    frame->module = kernel ? "[kernel.kallsyms]"
+                           : absl::StrCat("/usr/lib/x86_64-linux-gnu/lib", library, ".so.1");
+    frame->function = kernel ? absl::StrCat("kernel_function_", i)
+                             : absl::StrCat("company::service::Handler<std::string>::Process", i,
+                                            "(std::vector<int> const&)");
+    frame->source_file = kernel ? "" : absl::StrCat("/src/service/handler_", i % 400, ".cc");
+    frame->line = static_cast<uint32_t>(random() % 2000);
+    frame->address = 0x1000 + random() % 0x1000000;
+    frame->build_id = kernel ? "" : absl::StrCat("5f0c1e2d3a4b5c6d7e8f", library);
+    interval.frames.push_back(std::move(frame));
+  }
+  interval.profile.start_unix_ns = 1'700'000'000'000'000'000;
+  interval.profile.duration_ns = 10'000'000'000;
+  interval.profile.period_ns = 1'000'000'000 / 19;
+  for (int s = 0; s < stacks; ++s) {
+    StackSample sample;
+    sample.pid = 1000 + static_cast<uint32_t>(s % processes);
+    sample.process = absl::StrCat("service-", s % processes);
+    sample.thread = absl::StrCat("worker-", s % 16);
+    int depth = 8 + static_cast<int>(random() % 33);
+    for (int d = 0; d < depth; ++d) {
+      sample.frames.push_back(interval.frames[random() % interval.frames.size()].get());
+    }
+    sample.count = 1 + static_cast<int64_t>(random() % 4);
+    interval.samples += sample.count;
+    interval.profile.samples.push_back(std::move(sample));
+  }
+  return interval;
+}
+
+ResourceContext Context() {
+  ResourceContext context;
+  context.host_name = "node-1";
+  context.scope_version = "bench";
+  context.process_metadata = [](uint32_t pid) {
+    ProcessMetadata metadata;
+    metadata.executable_name = absl::StrCat("service-", pid);
+    metadata.executable_path = absl::StrCat("/usr/bin/service-", pid);
+    return metadata;
+  };
+  return context;
+}
+
+void BM_BuildAndSerialize(benchmark::State& state) {
+  Interval interval =
+      MakeInterval(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                   static_cast<int>(state.range(2)));
+  ResourceContext context = Context();
+  std::string bytes;
+  std::string gzipped;
+  for (auto _ : state) {
+    auto request = BuildExportRequest(interval.profile, context);
+    bytes = request.SerializeAsString();
+    benchmark::DoNotOptimize(bytes.data());
+  }
+  if (!GzipCompress(bytes, &gzipped).ok()) state.SkipWithError("gzip failed");
+  state.SetItemsProcessed(state.iterations() * interval.samples);
+  state.counters["samples"] = static_cast<double>(interval.samples);
+  state.counters["bytes/sample"] = static_cast<double>(bytes.size()) / interval.samples;
+  state.counters["gzip_bytes/sample"] = static_cast<double>(gzipped.size()) / interval.samples;
+}
+// processes, distinct stacks, frame pool
+BENCHMARK(BM_BuildAndSerialize)
+    ->Args({300, 3000, 20000})
+    ->Args({300, 12000, 50000})
+    ->Args({50, 1000, 5000})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Gzip(benchmark::State& state) {
+  Interval interval = MakeInterval(300, 3000, 20000);
+  std::string bytes = BuildExportRequest(interval.profile, Context()).SerializeAsString();
+  std::string gzipped;
+  for (auto _ : state) {
+    if (!GzipCompress(bytes, &gzipped).ok()) state.SkipWithError("gzip failed");
+    benchmark::DoNotOptimize(gzipped.data());
+  }
+  state.SetItemsProcessed(state.iterations() * interval.samples);
+}
+BENCHMARK(BM_Gzip)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace ember
+
+BENCHMARK_MAIN();
