@@ -12,9 +12,11 @@ packages=(
   # libraries
   libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # test peers: Google's pprof (built from source below), a headless browser, perf
-  golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps
+  # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
+  # for the exporter tests' certificates
+  golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps openssl
 )
 
 missing=()
