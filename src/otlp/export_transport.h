@@ -24,12 +24,12 @@ struct SendResult {
   Outcome outcome = Outcome::kDelivered;
   // Not delivered: one line for the log, e.g. "UNAVAILABLE: failed to connect". Never holds a
   // header value. Equal reasons are logged once.
-  std::string reason;
+  std::string reason = {};
   // How long the receiver asked us to wait before the next attempt (RetryInfo, Retry-After).
-  std::optional<absl::Duration> retry_delay;
+  std::optional<absl::Duration> retry_delay = {};
   // Delivered: the response's partial_success.
   int64_t rejected_profiles = 0;
-  std::string partial_error_message;
+  std::string partial_error_message = {};
 };
 
 class ExportTransport {
