@@ -7,6 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 #include "otlp/profile_exporter.h"
 #include "unit/otlp/grpc_test_receiver.h"
@@ -467,6 +469,26 @@ TEST(GrpcExporterTest, CreateRefusesWhatCanNeverWork) {
   exporter = ProfileExporter::Create(config);
   ASSERT_FALSE(exporter.ok());
   EXPECT_THAT(exporter.status().message(), Not(HasSubstr("s3cr3t")));
+}
+
+TEST(RetryDelayFromStatusDetailsTest, ReadsRetryInfoAmongOtherDetails) {
+  google::rpc::Status status;
+  status.set_code(14);
+  status.add_details()->PackFrom(google::rpc::Status());  // some other detail first
+  google::rpc::RetryInfo retry;
+  retry.mutable_retry_delay()->set_seconds(2);
+  retry.mutable_retry_delay()->set_nanos(500'000'000);
+  status.add_details()->PackFrom(retry);
+  EXPECT_EQ(RetryDelayFromStatusDetails(status.SerializeAsString()), absl::Milliseconds(2500));
+
+  status.clear_details();
+  EXPECT_EQ(RetryDelayFromStatusDetails(status.SerializeAsString()), std::nullopt);
+  retry.mutable_retry_delay()->set_seconds(-1);
+  retry.mutable_retry_delay()->set_nanos(0);
+  status.add_details()->PackFrom(retry);
+  EXPECT_EQ(RetryDelayFromStatusDetails(status.SerializeAsString()), std::nullopt);
+  EXPECT_EQ(RetryDelayFromStatusDetails(""), std::nullopt);
+  EXPECT_EQ(RetryDelayFromStatusDetails("\xff\xff not a message"), std::nullopt);
 }
 
 }  // namespace
