@@ -368,6 +368,21 @@ TEST(GrpcExporterTest, ShutdownGivesUpOnAnEndpointThatIsDown) {
   EXPECT_EQ(exporter->stats().dropped_at_shutdown, 2u);
 }
 
+TEST(GrpcExporterTest, ShutdownCancelsAnAnswerThatIsLate) {
+  auto receiver = MustStart();
+  ASSERT_NE(receiver, nullptr);
+  receiver->Script({{.delay = absl::Seconds(8)}});
+  auto exporter = MustCreate(PlaintextConfig(receiver->target()));  // timeout 5 s
+  ASSERT_NE(exporter, nullptr);
+  exporter->Enqueue(MakeTestRequest(0));
+  ASSERT_TRUE(WaitFor([&] { return receiver->attempts() == 1; }));
+  absl::Time start = absl::Now();
+  exporter->Shutdown(absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(exporter->stats().dropped_at_shutdown, 1u);
+  EXPECT_EQ(exporter->stats().retries, 0u);
+}
+
 // Attempts against a receiver the client must not talk to: wait until the exporter has retried a
 // few times, then check nothing arrived.
 void ExpectNotDelivered(ProfileExporter& exporter, GrpcTestReceiver& receiver) {

@@ -224,6 +224,21 @@ TEST(HttpExporterTest, SlowerThanTheTimeoutIsRetried) {
   EXPECT_EQ(receiver->attempts(), 2);
 }
 
+TEST(HttpExporterTest, ShutdownCancelsAnAnswerThatIsLate) {
+  auto receiver = MustStart();
+  ASSERT_NE(receiver, nullptr);
+  receiver->Script({{.delay = absl::Seconds(8)}});
+  auto exporter = MustCreate(HttpConfig(receiver->Url()));  // timeout 5 s
+  ASSERT_NE(exporter, nullptr);
+  exporter->Enqueue(MakeTestRequest(0));
+  ASSERT_TRUE(WaitFor([&] { return receiver->attempts() == 1; }));
+  absl::Time start = absl::Now();
+  exporter->Shutdown(absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(exporter->stats().dropped_at_shutdown, 1u);
+  EXPECT_EQ(exporter->stats().retries, 0u);
+}
+
 void ExpectNotDelivered(ProfileExporter& exporter, HttpTestReceiver& receiver) {
   exporter.Enqueue(MakeTestRequest(0));
   ASSERT_TRUE(WaitFor([&] { return exporter.stats().retries >= 3; }));
