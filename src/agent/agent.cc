@@ -1,7 +1,10 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -18,6 +21,8 @@ namespace ember {
 namespace {
 
 constexpr int kMaxPollMs = 100;
+// At exit, how long intervals still queued for the OTLP endpoint may take to leave.
+constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -46,11 +51,25 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   std::unique_ptr<Agent> agent(new Agent(options));
   agent->started_at_ = started_at;
 
-  std::error_code error;
-  std::filesystem::create_directories(options.output_dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--output-dir: cannot create '", options.output_dir, "': ", error.message()));
+  // The exporter's settings are flags too: their errors come before anything is loaded.
+  auto exporter_config = ResolveExporterConfig(options.otlp, [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  });
+  if (!exporter_config.ok()) return exporter_config.status();
+  agent->write_local_ = !exporter_config->has_value() || options.output_dir_given;
+  if (agent->write_local_) {
+    std::error_code error;
+    std::filesystem::create_directories(options.output_dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--output-dir: cannot create '", options.output_dir, "': ", error.message()));
+    }
+  }
+  if (exporter_config->has_value()) {
+    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
+    agent->resources_ = agent->MakeResourceContext();
+    spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
 
   std::vector<uint32_t> pids;
@@ -153,6 +172,48 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   stack_.push_back(frames_.Marker("[truncated]"));
 }
 
+ResourceContext Agent::MakeResourceContext() {
+  ResourceContext context;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) context.host_name = host;
+  if (const char* service = std::getenv("OTEL_SERVICE_NAME")) context.service_name = service;
+  if (const char* attributes = std::getenv("OTEL_RESOURCE_ATTRIBUTES")) {
+    ParsedResourceAttributes parsed = ParseResourceAttributes(attributes);
+    for (const std::string& error : parsed.errors) spdlog::warn("{}", error);
+    context.attributes = std::move(parsed.attributes);
+  }
+  context.scope_version = EMBER_VERSION;
+  // Runs while the interval is built, before exited processes are dropped.
+  context.process_metadata = [this](uint32_t pid) {
+    ProcessMetadata metadata;
+    if (Process* process = processes_.Get(pid)) {
+      metadata.executable_path = process->executable_path;
+      std::string_view path = metadata.executable_path;
+      metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
+    }
+    return metadata;
+  };
+  return context;
+}
+
+void Agent::ReportExporter() {
+  if (exporter_ == nullptr) return;
+  ExporterStats now = exporter_->stats();
+  ExporterStats& was = exporter_reported_;
+  if (now.dropped_queue_full > was.dropped_queue_full) {
+    spdlog::warn("OTLP: {} interval(s) dropped, the queue was full while the endpoint was away",
+                 now.dropped_queue_full - was.dropped_queue_full);
+  }
+  if (now.failed > was.failed) {
+    spdlog::warn("OTLP: {} interval(s) rejected by the endpoint", now.failed - was.failed);
+  }
+  if (now.rejected_profiles > was.rejected_profiles) {
+    spdlog::warn("OTLP: the endpoint rejected {} profile(s) in partial successes",
+                 now.rejected_profiles - was.rejected_profiles);
+  }
+  was = now;
+}
+
 std::string Agent::NextPprofPath(absl::Time now) const {
   std::string stem = absl::StrCat(options_.output_dir, "/cpu-",
                                   absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
@@ -172,7 +233,10 @@ void Agent::ExportInterval(absl::Time now) {
   interval_start_ = now;
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
-  if (samples > 0) {
+  if (samples > 0 && exporter_ != nullptr) {
+    exporter_->Enqueue(BuildExportRequest(profile, resources_));  // sent by its own thread
+  }
+  if (samples > 0 && write_local_) {
     // A full or read-only disk loses this interval, not the agent: it keeps sampling.
     std::string path = NextPprofPath(now);
     if (absl::Status status = WritePprofFile(profile, path); status.ok()) {
@@ -190,6 +254,7 @@ void Agent::ExportInterval(absl::Time now) {
       spdlog::error("flame graph not updated: {}", std::string(status.message()));
     }
   }
+  ReportExporter();
   BpfStats stats = profiler_->ReadStats();
   if (stats.ring_buffer_full > ring_buffer_full_reported_) {
     spdlog::warn("{} samples lost: ring buffer full",
@@ -232,13 +297,23 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       "user stacks unwound from snapshots: {} complete, {} truncated, {} failed; {} snapshot "
       "errors",
       unwound_complete_, unwound_truncated_, unwound_failed_, stats.snapshot_errors);
-  if (flame_graph_.total_samples() > 0) {
+  if (exporter_ != nullptr) {
+    exporter_->Shutdown(kExporterDrainTime);  // what is still queued gets a last chance
+    ReportExporter();
+    ExporterStats sent = exporter_->stats();
+    spdlog::info(
+        "OTLP: {} interval(s) sent ({} bytes), {} retried attempt(s), {} dropped with a full "
+        "queue, {} rejected, {} unsent at exit",
+        sent.intervals_sent, sent.bytes_sent, sent.retries, sent.dropped_queue_full, sent.failed,
+        sent.dropped_at_shutdown);
+  }
+  if (samples_seen_ == 0) {
+    spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
+  } else if (write_local_ && flame_graph_.total_samples() > 0) {
     std::error_code error;
     auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error)
                     .lexically_normal();
     spdlog::info("flame graph: {}", page.string());
-  } else {
-    spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
   }
   return absl::OkStatus();
 }

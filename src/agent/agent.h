@@ -15,6 +15,8 @@
 #include "agent/frame_resolver.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
+#include "otlp/profile_exporter.h"
+#include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
@@ -40,6 +42,11 @@ class Agent {
   void AppendUserFrames(Process* process, const SampleView& sample);
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   void ExportInterval(absl::Time now);
+  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
+  // process's executable from the process table.
+  ResourceContext MakeResourceContext();
+  // Logs what the exporter dropped or failed since the last call.
+  void ReportExporter();
   std::string NextPprofPath(absl::Time now) const;
 
   Options options_;
@@ -52,6 +59,10 @@ class Agent {
   Aggregator aggregator_;
   FlameGraph flame_graph_;
   std::unique_ptr<BpfProfiler> profiler_;
+  std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
+  ResourceContext resources_;                  // what OTLP resources say beyond the samples
+  bool write_local_ = true;                    // pprof files and the flame graph
+  ExporterStats exporter_reported_;            // counters already logged
 
   absl::Time interval_start_;
   bool seen_first_sample_ = false;

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace ember {
 namespace {
@@ -95,12 +96,53 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
        [&](absl::string_view v) {
          if (v.empty()) return FlagError("output-dir", "a directory path", v);
          options.output_dir = std::string(v);
+         options.output_dir_given = true;
          return absl::OkStatus();
        }},
       {"log-level", [&](absl::string_view v) { return ParseLogLevel(v, &options.log_level); }},
+      // The --otlp-* values are checked with the environment's by ResolveExporterConfig. A
+      // header's value may be a secret, so none of them is echoed back here.
+      {"otlp-endpoint",
+       [&](absl::string_view v) {
+         options.otlp.endpoint = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-protocol",
+       [&](absl::string_view v) {
+         options.otlp.protocol = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-header",
+       [&](absl::string_view v) {
+         options.otlp.headers.emplace_back(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-ca-file",
+       [&](absl::string_view v) {
+         options.otlp.ca_file = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-client-cert",
+       [&](absl::string_view v) {
+         options.otlp.client_cert_file = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-client-key",
+       [&](absl::string_view v) {
+         options.otlp.client_key_file = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"otlp-timeout",
+       [&](absl::string_view v) {
+         absl::Duration timeout;
+         RETURN_IF_ERROR(ParseDurationFlag("otlp-timeout", v, absl::Milliseconds(1), &timeout));
+         options.otlp.timeout = timeout;
+         return absl::OkStatus();
+       }},
   };
   const std::map<absl::string_view, bool*> switches = {{"help", &options.help},
-                                                       {"version", &options.version}};
+                                                       {"version", &options.version},
+                                                       {"otlp-insecure", &options.otlp.insecure}};
 
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
@@ -150,8 +192,19 @@ Flags:
                         user stack bytes copied per sample for DWARF unwinding of code without
                         frame pointers, 0 to 65536; 0 walks frame pointers only (default 16384)
   --export-interval D   length of each profile, at least 1s (default 10s)
-  --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles)
+  --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles; with
+                        an OTLP endpoint, local files are written only when this is given)
   --log-level L         trace, debug, info, warn, error or off (default info)
+
+OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
+  --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope
+                        (gRPC host:port or https://host:port; none: no export)
+  --otlp-protocol P     grpc (default) or http/protobuf (posts to /v1development/profiles)
+  --otlp-header K=V     a request header (repeatable; values are never logged)
+  --otlp-insecure       plaintext instead of TLS
+  --otlp-ca-file F      PEM roots to verify the endpoint with instead of the system ones
+  --otlp-client-cert F  client certificate for mutual TLS (with --otlp-client-key F)
+  --otlp-timeout D      deadline of each request (default 10s)
   --help                show this text
   --version             print the version
 )";

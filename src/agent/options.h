@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "otlp/exporter_config.h"
 #include "spdlog/common.h"
 
 namespace ember {
@@ -23,7 +24,10 @@ struct Options {
   uint32_t stack_snapshot_bytes = 16384;
   absl::Duration export_interval = absl::Seconds(10);
   std::string output_dir = "ember-profiles";
+  // --output-dir was given: with an OTLP endpoint, local files are written only then.
+  bool output_dir_given = false;
   spdlog::level::level_enum log_level = spdlog::level::info;
+  ExporterFlags otlp;  // resolved with the environment by ResolveExporterConfig
   bool help = false;
   bool version = false;
 };

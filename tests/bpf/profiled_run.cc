@@ -37,14 +37,24 @@ std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {
 }
 
 ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
-                           const std::function<void(pid_t)>& after_start, int stop_signal) {
+                           const std::function<void(pid_t)>& after_start, int stop_signal,
+                           const std::vector<std::string>& extra_agent_args) {
   ProfiledRun run;
   run.output_dir = MakeTempDir();
   Subprocess fixture(fixture_argv);
   run.pid = fixture.pid();
   if (after_start) after_start(fixture.pid());
-  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
-                    std::to_string(hz), "--export-interval", "3s", "--output-dir", run.output_dir});
+  std::vector<std::string> agent_argv = {EMBER_AGENT_BIN,
+                                         "--pid",
+                                         std::to_string(fixture.pid()),
+                                         "--sampling-hz",
+                                         std::to_string(hz),
+                                         "--export-interval",
+                                         "3s",
+                                         "--output-dir",
+                                         run.output_dir};
+  agent_argv.insert(agent_argv.end(), extra_agent_args.begin(), extra_agent_args.end());
+  Subprocess agent(agent_argv);
   bool attached = agent.WaitForOutput("attached to", seconds(15));
   EXPECT_TRUE(attached) << agent.output();
   fixture.WriteStdin("g");

@@ -39,7 +39,8 @@ struct ProfiledRun {
 // gtest's EXPECT_* and the run is returned as far as it went.
 ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
                            const std::function<void(pid_t)>& after_start = nullptr,
-                           int stop_signal = SIGINT);
+                           int stop_signal = SIGINT,
+                           const std::vector<std::string>& extra_agent_args = {});
 
 // The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);

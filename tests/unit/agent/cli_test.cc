@@ -37,5 +37,20 @@ TEST(CliTest, UnwritableOutputDirIsAClearError) {
   EXPECT_NE(result.output.find("--output-dir: cannot create"), std::string::npos) << result.output;
 }
 
+TEST(CliTest, BadOtlpSettingsAreFlagErrorsThatHideHeaderValues) {
+  RunResult endpoint = RunProgram({EMBER_AGENT_BIN, "--otlp-endpoint=ftp://collector"});
+  EXPECT_EQ(endpoint.exit_code, 2) << endpoint.output;
+  EXPECT_EQ(endpoint.output.rfind("ember-agent: --otlp-endpoint: expected", 0), 0u)
+      << endpoint.output;
+  RunResult header =
+      RunProgram({EMBER_AGENT_BIN, "--otlp-endpoint=localhost:4317", "--otlp-header=token-s3cret"});
+  EXPECT_EQ(header.exit_code, 2) << header.output;
+  EXPECT_EQ(header.output.rfind("ember-agent: --otlp-header: expected", 0), 0u) << header.output;
+  EXPECT_EQ(header.output.find("s3cret"), std::string::npos) << header.output;
+  EXPECT_EQ(std::count(header.output.begin(), header.output.end(), '\n'), 1) << header.output;
+  RunResult help = RunProgram({EMBER_AGENT_BIN, "--help"});
+  EXPECT_NE(help.output.find("--otlp-endpoint"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ember::testing

@@ -34,6 +34,25 @@ TEST(OptionsTest, ParsesEveryFlagInBothForms) {
   EXPECT_EQ(Parse({"--stack-snapshot-bytes=0"})->stack_snapshot_bytes, 0u);  // frame pointers only
 }
 
+TEST(OptionsTest, OtlpFlagsAreKeptForResolutionWithTheEnvironment) {
+  auto options = Parse({"--otlp-endpoint=https://collector:4317", "--otlp-protocol",
+                        "http/protobuf", "--otlp-header=a=1", "--otlp-header", "b=2",
+                        "--otlp-insecure", "--otlp-ca-file=/ca.pem", "--otlp-client-cert=/c.pem",
+                        "--otlp-client-key=/k.pem", "--otlp-timeout=2s"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->otlp.endpoint, "https://collector:4317");
+  EXPECT_EQ(options->otlp.protocol, "http/protobuf");
+  EXPECT_EQ(options->otlp.headers, (std::vector<std::string>{"a=1", "b=2"}));
+  EXPECT_TRUE(options->otlp.insecure);
+  EXPECT_EQ(options->otlp.ca_file, "/ca.pem");
+  EXPECT_EQ(options->otlp.client_cert_file, "/c.pem");
+  EXPECT_EQ(options->otlp.client_key_file, "/k.pem");
+  EXPECT_EQ(options->otlp.timeout, absl::Seconds(2));
+  EXPECT_FALSE(options->output_dir_given);
+  EXPECT_TRUE(Parse({"--output-dir=/tmp/x"})->output_dir_given);
+  EXPECT_FALSE(Parse({"--otlp-timeout=soon"}).ok());
+}
+
 TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"--help"})->help);
   EXPECT_TRUE(Parse({"-h"})->help);

@@ -1,0 +1,140 @@
+// The agent exports what it samples as OTLP Profiles to an in-test gRPC ProfilesService on
+// loopback, beside the local pprof files (issue 4): valid requests, the fixture's stacks, the
+// resource attributes a backend keys on, and the same sample counts as the pprof files.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "profiled_run.h"
+#include "unit/otlp/grpc_test_receiver.h"
+
+namespace ember::testing {
+namespace {
+
+namespace otlp = opentelemetry::proto::profiles::v1development;
+
+std::string StringAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
+                            const std::string& key) {
+  for (const auto& attribute : resource.attributes()) {
+    if (attribute.key() == key) {
+      return attribute.value().has_int_value() ? std::to_string(attribute.value().int_value())
+                                               : attribute.value().string_value();
+    }
+  }
+  return "";
+}
+
+// Function names of a sample's stack, leaf first, through the request's dictionary.
+std::vector<std::string> FunctionsOf(const otlp::ProfilesDictionary& dictionary,
+                                     const otlp::Sample& sample) {
+  std::vector<std::string> names;
+  const otlp::Stack& stack = dictionary.stack_table(sample.stack_index());
+  for (int location_index : stack.location_indices()) {
+    const otlp::Location& location = dictionary.location_table(location_index);
+    for (const otlp::Line& line : location.lines()) {
+      const otlp::Function& function = dictionary.function_table(line.function_index());
+      names.push_back(dictionary.string_table(function.name_strindex()));
+    }
+  }
+  return names;
+}
+
+class OtlpExportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    receiver_ = GrpcTestReceiver::Start().release();
+    ASSERT_NE(receiver_, nullptr);
+    setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ember-test", 1);
+    run_ = new ProfiledRun(ProfileFixture({EMBER_PHASES_BIN, "7"}, 199, nullptr, SIGINT,
+                                          {"--otlp-endpoint", "http://" + receiver_->target(),
+                                           "--otlp-header", "X-Scope-OrgID=tenant-7"}));
+    unsetenv("OTEL_RESOURCE_ATTRIBUTES");
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(run_->output_dir);
+    delete run_;
+    delete receiver_;
+  }
+  static GrpcTestReceiver* receiver_;
+  static ProfiledRun* run_;
+};
+GrpcTestReceiver* OtlpExportTest::receiver_ = nullptr;
+ProfiledRun* OtlpExportTest::run_ = nullptr;
+
+TEST_F(OtlpExportTest, EveryIntervalArrivesValidWithItsHeaders) {
+  std::vector<ReceivedExport> received = receiver_->received();
+  // 7 s of work in 3 s intervals, and the last one flushed at SIGINT.
+  ASSERT_GE(received.size(), 3u) << run_->agent_log;
+  for (const ReceivedExport& r : received) {
+    EXPECT_TRUE(r.valid.ok()) << r.valid;
+    auto header = r.metadata.find("x-scope-orgid");
+    ASSERT_NE(header, r.metadata.end());
+    EXPECT_EQ(header->second, "tenant-7");
+  }
+  EXPECT_NE(run_->agent_log.find("interval(s) sent"), std::string::npos) << run_->agent_log;
+  EXPECT_EQ(run_->agent_log.find("tenant-7"), std::string::npos) << "a header value was logged";
+}
+
+TEST_F(OtlpExportTest, TheFixturesResourceSaysWhichProcessItIs) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  int resources = 0;
+  for (const ReceivedExport& r : receiver_->received()) {
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      const auto& resource = resource_profiles.resource();
+      if (StringAttribute(resource, "process.pid") != std::to_string(run_->pid)) continue;
+      ++resources;
+      EXPECT_EQ(StringAttribute(resource, "process.executable.name"), "phases");
+      EXPECT_TRUE(StringAttribute(resource, "process.executable.path").ends_with("/phases"));
+      EXPECT_EQ(StringAttribute(resource, "service.name"), "unknown_service:phases");
+      EXPECT_EQ(StringAttribute(resource, "host.name"), host);
+      EXPECT_EQ(StringAttribute(resource, "deployment.environment"), "ember-test");
+      ASSERT_EQ(resource_profiles.scope_profiles_size(), 1);
+      EXPECT_EQ(resource_profiles.scope_profiles(0).scope().name(), "ember");
+      const otlp::Profile& profile = resource_profiles.scope_profiles(0).profiles(0);
+      EXPECT_EQ(profile.period(), 1'000'000'000 / 199);
+      EXPECT_EQ(r.request.dictionary().string_table(profile.period_type().type_strindex()), "cpu");
+    }
+  }
+  EXPECT_GE(resources, 3);
+}
+
+TEST_F(OtlpExportTest, StacksAndCountsMatchThePprofFiles) {
+  int64_t otlp_samples = 0;
+  int64_t whole_chain = 0;
+  for (const ReceivedExport& r : receiver_->received()) {
+    const otlp::ProfilesDictionary& dictionary = r.request.dictionary();
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      if (StringAttribute(resource_profiles.resource(), "process.pid") !=
+          std::to_string(run_->pid)) {
+        continue;
+      }
+      for (const otlp::Sample& sample : resource_profiles.scope_profiles(0).profiles(0).samples()) {
+        ASSERT_EQ(sample.values_size(), 1);
+        otlp_samples += sample.values(0);
+        std::vector<std::string> f = FunctionsOf(dictionary, sample);
+        auto leaf = std::find_if(f.begin(), f.end(), [](const std::string& name) {
+          return name.rfind("leaf_", 0) == 0;
+        });
+        if (leaf != f.end() && f.end() - leaf >= 4 && leaf[1] == "run_phase" &&
+            leaf[2] == "run_phases" && leaf[3] == "main") {
+          whole_chain += sample.values(0);
+        }
+      }
+    }
+  }
+  int64_t pprof_samples = 0;
+  for (const NamedSample& s : SamplesOf(run_->output_dir, run_->pid)) pprof_samples += s.count;
+  EXPECT_GE(pprof_samples, 600) << run_->agent_log;
+  EXPECT_EQ(otlp_samples, pprof_samples);  // the same intervals, to the sample
+  EXPECT_GE(whole_chain, otlp_samples * 9 / 10);
+}
+
+}  // namespace
+}  // namespace ember::testing
