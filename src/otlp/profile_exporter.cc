@@ -76,18 +76,13 @@ class ProfileExporter::Sender {
     shutdown_deadline_ = Clock::now() + absl::ToChronoNanoseconds(deadline);
     cv_.notify_all();
     cv_.wait_until(lock, shutdown_deadline_, [this] { return finished_; });
-    if (!finished_) {
-      stop_ = true;
-      lock.unlock();
-      transport_->Cancel();
-      cv_.notify_all();
-      thread_.join();
-      lock.lock();
-    } else {
-      lock.unlock();
-      thread_.join();
-      lock.lock();
-    }
+    const bool cancel = !finished_;
+    stop_ = true;
+    lock.unlock();
+    if (cancel) transport_->Cancel();  // ends the attempt in flight at once
+    cv_.notify_all();
+    thread_.join();
+    lock.lock();
     if (!queue_.empty()) {
       spdlog::warn("OTLP export: stopped with {} intervals ({} bytes) not sent", queue_.size(),
                    queued_bytes_);
