@@ -270,7 +270,6 @@ absl::StatusOr<std::unique_ptr<ProfileExporter>> ProfileExporter::Create(
       config.protocol == OtlpProtocol::kGrpc ? CreateGrpcTransport(config, options)
                                              : CreateHttpTransport(config, options);
   if (!transport.ok()) return transport.status();
-  spdlog::info("OTLP export: {}", DescribeExporterConfig(config));
   return CreateWithTransport(*std::move(transport), limits);
 }
 

@@ -51,6 +51,7 @@ class ProfileExporter {
 
   // Opens the channel and starts the sending thread. Nothing is sent yet, so an endpoint that is
   // down is not an error. Errors are the user's to fix: unreadable certificate files, a bad URL.
+  // Logs nothing itself: the caller says where it exports (DescribeExporterConfig).
   static absl::StatusOr<std::unique_ptr<ProfileExporter>> Create(const ExporterConfig& config,
                                                                  ExporterLimits limits = {});
   // Over a transport of the caller's (tests).
