@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "profiled_run.h"
 #include "unit/otlp/grpc_test_receiver.h"
+#include "unit/otlp/reserved_port.h"
 
 namespace ember::testing {
 namespace {
@@ -134,6 +137,59 @@ TEST_F(OtlpExportTest, StacksAndCountsMatchThePprofFiles) {
   EXPECT_GE(pprof_samples, 600) << run_->agent_log;
   EXPECT_EQ(otlp_samples, pprof_samples);  // the same intervals, to the sample
   EXPECT_GE(whole_chain, otlp_samples * 9 / 10);
+}
+
+// The endpoint is down when the agent starts and comes up seconds later: the agent samples and
+// writes its local files all along, and the intervals queued meanwhile arrive once it is up.
+TEST(OtlpOutageTest, IntervalsQueuedWhileTheEndpointIsDownArriveAfterIt) {
+  ReservedPort port;
+  ASSERT_NE(port.port(), 0);
+  std::unique_ptr<GrpcTestReceiver> receiver;
+  std::thread recover([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    port.Release();
+    receiver = GrpcTestReceiver::Start({.port = port.port()});
+  });
+  ProfiledRun run =
+      ProfileFixture({EMBER_PHASES_BIN, "9"}, 99, nullptr, SIGINT,
+                     {"--otlp-endpoint", "http://127.0.0.1:" + std::to_string(port.port())});
+  recover.join();
+  ASSERT_NE(receiver, nullptr);
+
+  const size_t files = PprofFilesIn(run.output_dir).size();
+  int64_t pprof_samples = 0;
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) pprof_samples += s.count;
+  std::filesystem::remove_all(run.output_dir);
+  EXPECT_GE(files, 3u) << "sampling stalled while the endpoint was down\n" << run.agent_log;
+  std::vector<ReceivedExport> received = receiver->received();
+  EXPECT_EQ(received.size(), files) << run.agent_log;
+  int64_t otlp_samples = 0;
+  for (const ReceivedExport& r : received) {
+    EXPECT_TRUE(r.valid.ok()) << r.valid;
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      if (StringAttribute(resource_profiles.resource(), "process.pid") != std::to_string(run.pid)) {
+        continue;
+      }
+      for (const otlp::Sample& sample : resource_profiles.scope_profiles(0).profiles(0).samples()) {
+        otlp_samples += sample.values(0);
+      }
+    }
+  }
+  EXPECT_EQ(otlp_samples, pprof_samples);
+  // In order: each request's window starts after the one before.
+  for (size_t i = 1; i < received.size(); ++i) {
+    EXPECT_GT(
+        received[i].request.resource_profiles(0).scope_profiles(0).profiles(0).time_unix_nano(),
+        received[i - 1]
+            .request.resource_profiles(0)
+            .scope_profiles(0)
+            .profiles(0)
+            .time_unix_nano());
+  }
+  std::smatch retries;
+  ASSERT_TRUE(std::regex_search(run.agent_log, retries, std::regex(R"((\d+) retried attempt)")))
+      << run.agent_log;
+  EXPECT_GT(std::stoi(retries[1]), 0) << "nothing was sent while the endpoint was down";
 }
 
 }  // namespace
