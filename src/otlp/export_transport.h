@@ -30,6 +30,11 @@ struct SendResult {
   // Delivered: the response's partial_success.
   int64_t rejected_profiles = 0;
   std::string partial_error_message = {};
+
+  // A send that Cancel() ended: retryable, so a later exporter would still send the interval.
+  static SendResult Cancelled() {
+    return {.outcome = Outcome::kRetryable, .reason = "cancelled: shutting down"};
+  }
 };
 
 class ExportTransport {

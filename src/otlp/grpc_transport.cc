@@ -125,7 +125,7 @@ class GrpcTransport final : public ExportTransport {
     if (config_.gzip) context.set_compression_algorithm(GRPC_COMPRESS_GZIP);
     {
       std::lock_guard lock(mu_);
-      if (cancelled_) return Cancelled();
+      if (cancelled_) return SendResult::Cancelled();
       in_flight_ = &context;
     }
 
@@ -149,7 +149,7 @@ class GrpcTransport final : public ExportTransport {
     {
       std::lock_guard lock(mu_);
       in_flight_ = nullptr;
-      if (cancelled_) return Cancelled();
+      if (cancelled_) return SendResult::Cancelled();
     }
 
     SendResult result;
@@ -174,13 +174,6 @@ class GrpcTransport final : public ExportTransport {
   }
 
  private:
-  static SendResult Cancelled() {
-    SendResult result;
-    result.outcome = SendResult::Outcome::kRetryable;
-    result.reason = "cancelled: shutting down";
-    return result;
-  }
-
   grpc::TemplatedGenericStub<grpc::ByteBuffer, collector_pb::ExportProfilesServiceResponse> stub_;
   const ExporterConfig config_;
   std::mutex mu_;

@@ -164,7 +164,7 @@ class HttpTransport final : public ExportTransport {
 
     {
       std::lock_guard lock(mu_);
-      if (cancelled_) return Cancelled();
+      if (cancelled_) return SendResult::Cancelled();
     }
     curl_multi_add_handle(multi_, easy_);
     CURLcode code = CURLE_OK;
@@ -189,7 +189,7 @@ class HttpTransport final : public ExportTransport {
       cancelled = cancelled_;
     }
     curl_multi_remove_handle(multi_, easy_);
-    if (cancelled) return Cancelled();
+    if (cancelled) return SendResult::Cancelled();
 
     SendResult result;
     if (code != CURLE_OK) {
@@ -226,13 +226,6 @@ class HttpTransport final : public ExportTransport {
   }
 
  private:
-  static SendResult Cancelled() {
-    SendResult result;
-    result.outcome = SendResult::Outcome::kRetryable;
-    result.reason = "cancelled: shutting down";
-    return result;
-  }
-
   // OTLP/HTTP receivers answer a failure with a google.rpc.Status (protobuf) or plain text.
   std::string DescribeErrorBody() const {
     if (response_body_.empty()) return "";
