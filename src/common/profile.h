@@ -10,6 +10,15 @@ namespace ember {
 
 enum class FrameKind : uint8_t { kNative, kKernel };
 
+// A function whose code the compiler inlined at a frame's address, and where in its own source
+// that address lies. Both the symbolizer and the profile use it.
+struct InlineFrame {
+  std::string function;     // demangled
+  std::string source_file;  // empty when unknown
+  uint32_t line = 0;        // 0 when unknown
+  bool operator==(const InlineFrame&) const = default;
+};
+
 // One symbolized code location. Frames are owned by the agent's symbol cache and stay valid
 // until the interval that references them has been written.
 struct Frame {

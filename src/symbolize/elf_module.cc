@@ -148,7 +148,7 @@ std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
   if (name == nullptr) return std::nullopt;
   SourceSymbol symbol;
   symbol.function = Demangle(name);
-  if (lines_ != nullptr) lines_->Lookup(addr.value, &symbol.source_file, &symbol.line);
+  if (lines_ != nullptr) lines_->Lookup(addr.value, &symbol);
   return symbol;
 }
 

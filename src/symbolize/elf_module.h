@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/profile.h"
 #include "symbolize/address.h"
 
 namespace ember {
@@ -33,9 +34,16 @@ struct FileIdentityHash {
 };
 
 struct SourceSymbol {
-  std::string function;     // demangled
+  std::string function;     // demangled; the out-of-line function the symbol table names
   std::string source_file;  // from DWARF line info; empty when unknown
-  uint32_t line = 0;        // 0 when unknown
+  // 0 when unknown. In inlined code this is the line of `function` that the outermost inlined
+  // call sits on, so it always belongs to `function`.
+  uint32_t line = 0;
+  // The functions inlined at the address, innermost first (as pprof and OTLP list a location's
+  // lines, before `function`). The first one's line is the line table's row for the address,
+  // each later one's the call site of the one before it. Empty outside inlined code and
+  // without DWARF.
+  std::vector<InlineFrame> inlined;
 };
 
 struct ElfModuleOptions {
@@ -66,8 +74,9 @@ class ElfModule {
   std::optional<ElfAddress> ToElfAddress(FileOffset offset) const;
 
   // The function containing addr (from .symtab, else .dynsym, of the file or of its separate
-  // debug file), demangled, with DWARF file:line when debug info exists. nullopt when no symbol
-  // covers it. Not thread-safe: the first call loads the symbol tables.
+  // debug file), demangled, with DWARF file:line and the chain of inlined functions when debug
+  // info exists. nullopt when no symbol covers it. Not thread-safe: the first call loads the
+  // symbol tables, and DWARF lookups fill per-compile-unit caches.
   std::optional<SourceSymbol> Symbolize(ElfAddress addr) const;
 
  private:

@@ -115,15 +115,16 @@ void ExpectMatchesNm(const ElfModule& module, const std::string& nm_path) {
   }
 }
 
-// The line of `marker` in the fixture source.
-uint32_t MarkerLine(const std::string& marker) {
-  std::ifstream in(EMBER_SYMBOLIZE_FIXTURE_SOURCE);
+// The line of `marker` in a fixture source file.
+uint32_t MarkerLine(const std::string& marker,
+                    const std::string& path = EMBER_SYMBOLIZE_FIXTURE_SOURCE) {
+  std::ifstream in(path);
   uint32_t number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
     if (line.find(marker) != std::string::npos) return number;
   }
-  ADD_FAILURE() << "marker not found: " << marker;
+  ADD_FAILURE() << "marker not found: " << marker << " in " << path;
   return 0;
 }
 
@@ -241,6 +242,163 @@ TEST(ElfModuleTest, LinesMatchAddr2line) {
   EXPECT_GT(checked, 20);
 }
 
+// Inline frames, on sym_inline.cc: Scale (static, always_inline) inlined into SingleInline;
+// Middle (always_inline) inlined into DoubleInline, with Scale inlined into it; NotInlined.
+const std::string kInlineSource = EMBER_SYMBOLIZE_INLINE_SOURCE;
+const std::string kInlineHeader = EMBER_SYMBOLIZE_INLINE_HEADER;
+
+struct LineRange {
+  uint32_t first;
+  uint32_t last;
+};
+
+// The lines between the "<function> begin" and "<function> end" markers of `path`.
+LineRange BodyOf(const std::string& function, const std::string& path) {
+  return {MarkerLine("EMBER_INLINE_MARKER: " + function + " begin", path),
+          MarkerLine("EMBER_INLINE_MARKER: " + function + " end", path)};
+}
+
+std::string Describe(const SourceSymbol& symbol) {
+  std::ostringstream out;
+  for (const InlineFrame& f : symbol.inlined) {
+    out << f.function << " " << f.source_file << ":" << f.line << " <- ";
+  }
+  out << symbol.function << " " << symbol.source_file << ":" << symbol.line;
+  return out.str();
+}
+
+// Each address of the nm symbol `name` with what `module` says of it.
+std::vector<std::pair<uint64_t, SourceSymbol>> SymbolizeEach(const ElfModule& module,
+                                                             const std::string& name) {
+  std::vector<std::pair<uint64_t, SourceSymbol>> out;
+  std::vector<NmSymbol> symbols = NmFunctions(kProgram);
+  const NmSymbol* s = FindNm(symbols, name);
+  EXPECT_NE(s, nullptr) << "fixture lacks " << name;
+  if (s == nullptr) return out;
+  for (uint64_t a = s->address; a < s->address + s->size; ++a) {
+    std::optional<SourceSymbol> symbol = module.Symbolize(ElfAddress{a});
+    EXPECT_TRUE(symbol.has_value()) << name << " at 0x" << std::hex << a;
+    if (!symbol.has_value()) continue;
+    EXPECT_EQ(symbol->function, name) << "at 0x" << std::hex << a;
+    EXPECT_EQ(symbol->source_file, kInlineSource) << "at 0x" << std::hex << a;
+    out.emplace_back(a, std::move(*symbol));
+  }
+  return out;
+}
+
+void ExpectInlineChains(const ElfModule& module) {
+  const LineRange scale = BodyOf("Scale", kInlineHeader);
+  const LineRange middle = BodyOf("Middle", kInlineHeader);
+  const uint32_t middle_calls_scale =
+      MarkerLine("EMBER_INLINE_MARKER: Middle calls Scale", kInlineHeader);
+  const auto in = [](uint32_t line, LineRange range) {
+    return line >= range.first && line <= range.last;
+  };
+
+  // One level: [Scale at its own line, SingleInline at the call].
+  const LineRange single = BodyOf("SingleInline", kInlineSource);
+  int inlined = 0;
+  for (const auto& [a, symbol] : SymbolizeEach(module, "ember_fixture::inl::SingleInline(int)")) {
+    SCOPED_TRACE(Describe(symbol));
+    if (symbol.inlined.empty()) {
+      EXPECT_TRUE(in(symbol.line, single));
+      continue;
+    }
+    ++inlined;
+    ASSERT_EQ(symbol.inlined.size(), 1u);
+    // Scale is static: no linkage name, so its namespace comes from where it is declared.
+    EXPECT_EQ(symbol.inlined[0].function, "ember_fixture::inl::Scale");
+    EXPECT_EQ(symbol.inlined[0].source_file, kInlineHeader);
+    EXPECT_TRUE(in(symbol.inlined[0].line, scale));
+    EXPECT_EQ(symbol.line,
+              MarkerLine("EMBER_INLINE_MARKER: SingleInline calls Scale", kInlineSource));
+  }
+  EXPECT_GT(inlined, 0) << "no address of SingleInline is in Scale's inlined body";
+
+  // Two levels: [Scale at its own line, Middle at its call of Scale, DoubleInline at its call of
+  // Middle], and [Middle, DoubleInline] outside Scale's body.
+  const LineRange outer = BodyOf("DoubleInline", kInlineSource);
+  const uint32_t double_calls_middle =
+      MarkerLine("EMBER_INLINE_MARKER: DoubleInline calls Middle", kInlineSource);
+  int depth_counts[3] = {0, 0, 0};
+  for (const auto& [a, symbol] : SymbolizeEach(module, "ember_fixture::inl::DoubleInline(int)")) {
+    SCOPED_TRACE(Describe(symbol));
+    ASSERT_LE(symbol.inlined.size(), 2u);
+    ++depth_counts[symbol.inlined.size()];
+    if (symbol.inlined.empty()) {
+      EXPECT_TRUE(in(symbol.line, outer));
+      continue;
+    }
+    EXPECT_EQ(symbol.line, double_calls_middle);
+    const InlineFrame& middle_frame = symbol.inlined.back();
+    EXPECT_EQ(middle_frame.function, "ember_fixture::inl::Middle(int)");
+    EXPECT_EQ(middle_frame.source_file, kInlineHeader);
+    if (symbol.inlined.size() == 1) {
+      EXPECT_TRUE(in(middle_frame.line, middle));
+      continue;
+    }
+    EXPECT_EQ(middle_frame.line, middle_calls_scale);
+    EXPECT_EQ(symbol.inlined[0].function, "ember_fixture::inl::Scale");
+    EXPECT_EQ(symbol.inlined[0].source_file, kInlineHeader);
+    EXPECT_TRUE(in(symbol.inlined[0].line, scale));
+  }
+  EXPECT_GT(depth_counts[1], 0) << "no address in Middle's own code";
+  EXPECT_GT(depth_counts[2], 0) << "no address in Scale's body inlined into Middle";
+
+  // No inlining: exactly what symbolization gave before inline frames existed.
+  const LineRange plain = BodyOf("NotInlined", kInlineSource);
+  for (const auto& [a, symbol] : SymbolizeEach(module, "ember_fixture::inl::NotInlined(int)")) {
+    SCOPED_TRACE(Describe(symbol));
+    EXPECT_TRUE(symbol.inlined.empty());
+    EXPECT_TRUE(in(symbol.line, plain));
+  }
+}
+
+TEST(ElfModuleTest, InlinedFunctionsAreListedInnermostFirst) {
+  std::unique_ptr<ElfModule> module = OpenOrDie(kProgram);
+  ASSERT_NE(module, nullptr);
+  ExpectInlineChains(*module);
+}
+
+// Every level of every inline chain in the inline fixture agrees with addr2line -i: as many
+// frames, and the same file:line for each. (Names are checked above: binutils names an inlined
+// function without a linkage name after its caller.)
+TEST(ElfModuleTest, InlineChainsMatchAddr2line) {
+  std::unique_ptr<ElfModule> module = OpenOrDie(kProgram);
+  ASSERT_NE(module, nullptr);
+  std::vector<uint64_t> addresses;
+  for (const NmSymbol& s : NmFunctions(kProgram)) {
+    if (s.name.find("ember_fixture::inl::") != 0) continue;
+    for (uint64_t a = s.address; a < s.address + s.size; ++a) addresses.push_back(a);
+  }
+  ASSERT_GT(addresses.size(), 50u);
+  std::ostringstream command;
+  command << EMBER_ADDR2LINE << " -a -i -e '" << kProgram << "'" << std::hex;
+  for (uint64_t a : addresses) command << " 0x" << a;
+  std::map<uint64_t, std::vector<std::string>> chains;  // innermost first
+  uint64_t current = 0;
+  for (const std::string& line : Lines(RunCommand(command.str()))) {
+    if (line.rfind("0x", 0) == 0) {
+      current = std::stoull(line, nullptr, 16);
+    } else {
+      chains[current].push_back(line.substr(0, line.find(" (discriminator")));
+    }
+  }
+  int with_inlines = 0;
+  for (uint64_t a : addresses) {
+    std::optional<SourceSymbol> symbol = module->Symbolize(ElfAddress{a});
+    ASSERT_TRUE(symbol.has_value());
+    std::vector<std::string> ours;
+    for (const InlineFrame& f : symbol->inlined) {
+      ours.push_back(f.source_file + ":" + std::to_string(f.line));
+    }
+    ours.push_back(symbol->source_file + ":" + std::to_string(symbol->line));
+    EXPECT_EQ(ours, chains[a]) << symbol->function << " at 0x" << std::hex << a;
+    if (!symbol->inlined.empty()) ++with_inlines;
+  }
+  EXPECT_GT(with_inlines, 10);
+}
+
 TEST(ElfModuleTest, StrippedBinaryUsesDebuglinkFile) {
   std::unique_ptr<ElfModule> module = OpenOrDie(kDebuglinkProgram);
   ASSERT_NE(module, nullptr);
@@ -248,6 +406,7 @@ TEST(ElfModuleTest, StrippedBinaryUsesDebuglinkFile) {
   EXPECT_EQ(module->build_id(), original->build_id());
   ExpectMatchesNm(*module, kProgram);
   ExpectSpinLines(*module);
+  ExpectInlineChains(*module);
 }
 
 TEST(ElfModuleTest, StrippedLibraryWithoutBuildIdUsesDebuglinkCrc) {
@@ -262,6 +421,7 @@ TEST(ElfModuleTest, StrippedBinaryUsesBuildIdTree) {
   ASSERT_NE(module, nullptr);
   ExpectMatchesNm(*module, kProgram);
   ExpectSpinLines(*module);
+  ExpectInlineChains(*module);
 }
 
 TEST(ElfModuleTest, StrippedBinaryWithoutDebugFileKnowsOnlyDynamicSymbols) {
