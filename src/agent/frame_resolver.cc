@@ -93,6 +93,7 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
         frame.function = std::move(symbol->function);
         frame.source_file = std::move(symbol->source_file);
         frame.line = symbol->line;
+        frame.inlined = std::move(symbol->inlined);
       }
     }
   }

@@ -32,6 +32,11 @@ struct Frame {
   // Path of the binary as the process mapped it, or "[kernel.kallsyms]" / "[ext4]" for the kernel.
   std::string module;
   std::string build_id;  // lower-case hex GNU build id, empty when none
+  // Native frames with DWARF: the functions inlined at `address`, innermost first; `function`
+  // is the out-of-line function they were inlined into, and `source_file:line` the outermost
+  // call in it. Empty when the code there is not inlined. (Last, and with an initializer, so that
+  // brace-initialized Frames may leave it out.)
+  std::vector<InlineFrame> inlined{};
 };
 
 struct StackSample {
