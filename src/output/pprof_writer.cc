@@ -83,24 +83,33 @@ class PprofBuilder {
       loc->set_id(static_cast<uint64_t>(out_.location_size()));
       loc->set_mapping_id(MappingId(frame));
       loc->set_address(frame.address);
-      pb::Line* line = loc->add_line();
-      line->set_function_id(FunctionId(frame));
-      if (frame.line != 0) line->set_line(frame.line);
+      // pprof's order: the innermost inlined function first, the function they were inlined
+      // into (the caller of them all) last.
+      for (const InlineFrame& inlined : frame.inlined) {
+        AddLine(loc, inlined.function, inlined.source_file, inlined.line);
+      }
+      AddLine(loc, frame.function, frame.source_file, frame.line);
       it->second = loc->id();
     }
     by_pointer_.emplace(&frame, it->second);
     return it->second;
   }
 
-  uint64_t FunctionId(const Frame& frame) {
-    auto [it, inserted] =
-        functions_.try_emplace(std::make_pair(frame.function, frame.source_file), 0);
+  void AddLine(pb::Location* loc, const std::string& function, const std::string& source_file,
+               uint32_t line_number) {
+    pb::Line* line = loc->add_line();
+    line->set_function_id(FunctionId(function, source_file));
+    if (line_number != 0) line->set_line(line_number);
+  }
+
+  uint64_t FunctionId(const std::string& name, const std::string& source_file) {
+    auto [it, inserted] = functions_.try_emplace(std::make_pair(name, source_file), 0);
     if (inserted) {
       pb::Function* fn = out_.add_function();
       fn->set_id(static_cast<uint64_t>(out_.function_size()));
-      fn->set_name(Intern(frame.function));
+      fn->set_name(Intern(name));
       fn->set_system_name(fn->name());
-      if (!frame.source_file.empty()) fn->set_filename(Intern(frame.source_file));
+      if (!source_file.empty()) fn->set_filename(Intern(source_file));
       it->second = fn->id();
     }
     return it->second;
@@ -125,6 +134,7 @@ class PprofBuilder {
     if (frame.address >= m->memory_limit()) m->set_memory_limit(frame.address + 1);
     if (!frame.source_file.empty()) m->set_has_filenames(true);
     if (frame.line != 0) m->set_has_line_numbers(true);
+    if (!frame.inlined.empty()) m->set_has_inline_frames(true);
     return m->id();
   }
 

@@ -13,11 +13,14 @@ namespace ember {
 // The pprof message for one interval: sample types samples/count and cpu/nanoseconds (values
 // count and count*period_ns), period_type cpu/nanoseconds, period, time_nanos, duration_nanos;
 // labels pid (num), process (str), thread (str) on each sample; one Location per distinct Frame
-// (dedupe by kind+module+address+function), one Function per distinct (name, file), Line with line
-// number when known; one Mapping per distinct module with filename and build_id, has_functions=true
-// (and has_filenames/has_line_numbers when any frame of it has them). Kernel frames go to a mapping
-// named after their module ("[kernel.kallsyms]", "[ext4]"). Location.address = Frame::address
-// (mappings: memory_start 0, memory_limit = max address in it + 1). string_table[0] == "".
+// (dedupe by kind+module+address+function) with one Line per function inlined there (innermost
+// first) and then one for the frame's own function, last as pprof expects the caller; one
+// Function per distinct (name, file), inlined or not; Line.line when known; one Mapping per
+// distinct module with filename and build_id, has_functions=true (and has_filenames /
+// has_line_numbers / has_inline_frames when any frame of it has them). Kernel frames go to a
+// mapping named after their module ("[kernel.kallsyms]", "[ext4]"). Location.address =
+// Frame::address (mappings: memory_start 0, memory_limit = max address in it + 1). string_table[0]
+// == "".
 //
 // Samples with a count <= 0 are dropped; empty process/thread names get no label. A module seen
 // with two different build ids (same path, different binaries) gets one mapping per build id.

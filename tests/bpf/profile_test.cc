@@ -94,6 +94,26 @@ TEST_F(PhasesProfileTest, StacksReachMainThroughTheCallChain) {
   EXPECT_GE(static_cast<double>(full_chain) / total, 0.9);
 }
 
+// main calls run_phases from RunPhasesMain (phase_driver.h), which the compiler inlined into main:
+// the location of that call lists RunPhasesMain as an inlined line before main.
+TEST_F(PhasesProfileTest, InlinedCallerIsALineOfTheCallersLocation) {
+  int64_t through_main = 0;
+  int64_t with_inline = 0;
+  for (const NamedSample& s : SamplesOf(run_->output_dir, run_->pid)) {
+    const auto& f = s.functions;
+    auto run_phases = std::find(f.begin(), f.end(), "run_phases");
+    if (run_phases == f.end() || run_phases + 1 == f.end() || run_phases[1] != "main") continue;
+    through_main += s.count;
+    const auto& l = s.lines;
+    auto line = std::find(l.begin(), l.end(), "run_phases");
+    if (l.end() - line >= 3 && line[1] == "RunPhasesMain" && line[2] == "main") {
+      with_inline += s.count;
+    }
+  }
+  ASSERT_GT(through_main, 0) << run_->agent_log;
+  EXPECT_EQ(with_inline, through_main);
+}
+
 TEST_F(PhasesProfileTest, StartupIsPrintedAndUnderOneSecond) {
   std::smatch match;
   ASSERT_TRUE(std::regex_search(run_->agent_log, match,

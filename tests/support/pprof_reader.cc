@@ -47,20 +47,20 @@ std::vector<NamedSample> NamedSamples(const perftools::profiles::Profile& profil
     named.count = sample.value_size() > count_index ? sample.value(count_index) : 0;
     for (uint64_t id : sample.location_id()) {
       auto loc = locations.find(id);
-      if (loc == locations.end()) {
+      if (loc == locations.end() || loc->second->line_size() == 0) {
         named.functions.push_back("<bad location>");
         named.modules.push_back("<bad location>");
+        named.lines.push_back("<bad location>");
         continue;
       }
       auto mapping = mappings.find(loc->second->mapping_id());
-      std::string module = mapping == mappings.end() ? "" : str(mapping->second->filename());
-      // pprof lists a location's lines innermost first.
+      named.modules.push_back(mapping == mappings.end() ? "" : str(mapping->second->filename()));
+      // pprof lists a location's lines innermost first, so the last is the out-of-line function.
       for (const auto& line : loc->second->line()) {
-        named.modules.push_back(module);
         auto fn = functions.find(line.function_id());
-        named.functions.push_back(fn == functions.end() ? "<bad function>"
-                                                        : str(fn->second->name()));
+        named.lines.push_back(fn == functions.end() ? "<bad function>" : str(fn->second->name()));
       }
+      named.functions.push_back(named.lines.back());
     }
     for (const auto& label : sample.label()) {
       std::string key = str(label.key());

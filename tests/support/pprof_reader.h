@@ -13,12 +13,16 @@ namespace ember::testing {
 absl::StatusOr<perftools::profiles::Profile> ReadPprofFile(const std::string& path);
 
 struct NamedSample {
-  std::vector<std::string> functions;  // leaf first; inlined lines expanded
-  std::vector<std::string> modules;    // mapping file name of each entry of `functions`
-  int64_t count = 0;                   // value of the samples/count type
-  std::string process;                 // label "process"
-  std::string thread;                  // label "thread"
-  int64_t pid = 0;                     // label "pid"
+  // Leaf first, one per location: the function of its last line, the one the others (if any)
+  // were inlined into. These are the stack's real frames, what unwinding found.
+  std::vector<std::string> functions;
+  std::vector<std::string> modules;  // mapping file name of each entry of `functions`
+  // Leaf first, every line of every location: inlined functions expanded, as pprof shows them.
+  std::vector<std::string> lines;
+  int64_t count = 0;    // value of the samples/count type
+  std::string process;  // label "process"
+  std::string thread;   // label "thread"
+  int64_t pid = 0;      // label "pid"
 };
 std::vector<NamedSample> NamedSamples(const perftools::profiles::Profile& profile);
 

@@ -16,12 +16,14 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/pprof_reader.h"
 #include "support/subprocess.h"
 
 namespace ember {
 namespace {
 
 namespace pb = perftools::profiles;
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -264,6 +266,62 @@ TEST_F(PprofWriterTest, Mappings) {
   EXPECT_EQ(by_file.count("/usr/bin/tool"), 1u);
 }
 
+// Scale inlined into Middle inlined into DoubleInline, sampled there; Scale also sampled where it
+// was not inlined.
+struct InlineFixture {
+  Frame inlined{
+      FrameKind::kNative, "DoubleInline(int)", "src/app.cc", 21, 0x1580, "/usr/bin/app", "abcd01"};
+  Frame scale{FrameKind::kNative, "Scale", "src/app.h", 13, 0x1600, "/usr/bin/app", "abcd01"};
+  Frame app_main{FrameKind::kNative, "main", "src/app.cc", 10, 0x1100, "/usr/bin/app", "abcd01"};
+  IntervalProfile profile;
+
+  InlineFixture() {
+    inlined.inlined = {{"Scale", "src/app.h", 12}, {"Middle(int)", "src/app.h", 18}};
+    profile.period_ns = kPeriodNs;
+    profile.samples = {
+        {100, "app", "app", {&inlined, &app_main}, 3},
+        {100, "app", "app", {&scale, &app_main}, 1},
+    };
+  }
+};
+
+TEST(PprofWriterInlineTest, InlinedFunctionsAreLinesOfOneLocationInnermostFirst) {
+  InlineFixture f;
+  const pb::Profile p = BuildPprof(f.profile);
+  const auto str = [&](int64_t i) { return p.string_table(static_cast<int>(i)); };
+  ASSERT_EQ(p.sample_size(), 2);
+  ASSERT_EQ(p.sample(0).location_id_size(), 2) << "one location per frame, inlined or not";
+  const pb::Location* loc = nullptr;
+  for (const pb::Location& l : p.location()) {
+    if (l.id() == p.sample(0).location_id(0)) loc = &l;
+  }
+  ASSERT_NE(loc, nullptr);
+  EXPECT_EQ(loc->address(), 0x1580u);
+  using Row = std::tuple<std::string, std::string, int64_t>;
+  std::vector<Row> lines;
+  for (const pb::Line& line : loc->line()) {
+    const pb::Function& fn = p.function(static_cast<int>(line.function_id() - 1));
+    EXPECT_EQ(fn.id(), line.function_id());
+    lines.emplace_back(str(fn.name()), str(fn.filename()), line.line());
+  }
+  EXPECT_THAT(lines, ElementsAre(Row{"Scale", "src/app.h", 12}, Row{"Middle(int)", "src/app.h", 18},
+                                 Row{"DoubleInline(int)", "src/app.cc", 21}));
+  // Scale inlined and Scale out of line are one Function: Scale, Middle, DoubleInline, main.
+  EXPECT_EQ(p.function_size(), 4);
+  EXPECT_EQ(p.location_size(), 3);
+  ASSERT_EQ(p.mapping_size(), 1);
+  EXPECT_TRUE(p.mapping(0).has_inline_frames());
+
+  // Tests that check real frames see the out-of-line function; the expanded lines see them all.
+  const std::vector<ember::testing::NamedSample> named = ember::testing::NamedSamples(p);
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_THAT(named[0].functions, ElementsAre("DoubleInline(int)", "main"));
+  EXPECT_THAT(named[0].modules, ElementsAre("/usr/bin/app", "/usr/bin/app"));
+  EXPECT_THAT(named[0].lines, ElementsAre("Scale", "Middle(int)", "DoubleInline(int)", "main"));
+  EXPECT_THAT(named[1].functions, ElementsAre("Scale", "main"));
+  EXPECT_THAT(named[1].lines, ElementsAre("Scale", "main"));
+}
+
 TEST(PprofWriterEmptyTest, EmptyIntervalIsValid) {
   IntervalProfile empty;
   empty.period_ns = kPeriodNs;
@@ -317,6 +375,31 @@ TEST(PprofToolTest, GooglePprofReadsTheFile) {
   EXPECT_THAT(cpu_top, HasSubstr("Type: cpu"));
   EXPECT_THAT(cpu_top, HasSubstr("of 150ms total")) << cpu_top;
   EXPECT_EQ(FlatOf(cpu_top, "Work(int)"), "60ms") << cpu_top;
+}
+
+TEST(PprofToolTest, GooglePprofShowsInlinedFunctions) {
+  const std::string pprof = EMBER_PPROF_PATH;
+  ASSERT_FALSE(pprof.empty() || pprof.ends_with("-NOTFOUND"))
+      << "Google's pprof was not found at .cache/tools/pprof; run scripts/setup.sh and reconfigure";
+  InlineFixture f;
+  const std::string path = TempPath("ember_pprof_inline_test.pb.gz");
+  ASSERT_TRUE(WritePprofFile(f.profile, path).ok());
+  const auto [rc, top] =
+      ember::testing::RunProgram({pprof, "-top", "-symbolize=none", "-sample_index=samples", path});
+  ASSERT_EQ(rc, 0) << top;
+  // The innermost inlined function is where the samples are; its callers have none of their own.
+  // pprof marks a function "(inline)" where it was inlined, "(partial-inline)" when only some of
+  // its samples were.
+  EXPECT_THAT(top, ContainsRegex("\n +4 .* Scale \\(partial-inline\\)\n")) << top;
+  EXPECT_THAT(top, ContainsRegex("\n +0 .* Middle\\(int\\) \\(inline\\)\n")) << top;
+  EXPECT_THAT(top, ContainsRegex("\n +0 .* DoubleInline\\(int\\)\n")) << top;
+  const auto [traces_rc, traces] =
+      ember::testing::RunProgram({pprof, "-traces", "-symbolize=none", path});
+  ASSERT_EQ(traces_rc, 0) << traces;
+  EXPECT_THAT(traces,
+              ContainsRegex("\n +30ms +Scale \\(inline\\)\n +Middle\\(int\\) \\(inline\\)\n "
+                            "+DoubleInline\\(int\\)\n +main\n"))
+      << traces;
 }
 
 }  // namespace
