@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
@@ -70,19 +71,27 @@ class Dictionary {
     // Most samples of an interval share Frame objects from the symbol cache, so the pointer
     // lookup usually answers without hashing strings.
     if (auto it = by_pointer_.find(&frame); it != by_pointer_.end()) return it->second;
-    const LocationKey key{Mapping(frame), frame.address, Function(frame), frame.line,
-                          FrameType(frame.kind)};
-    auto [it, inserted] = locations_.try_emplace(key, 0);
+    // The spec's order: inlined functions innermost first, the function they were inlined into
+    // (the outermost caller) last.
+    std::vector<std::pair<int32_t, uint32_t>> lines;
+    lines.reserve(frame.inlined.size() + 1);
+    for (const InlineFrame& inlined : frame.inlined) {
+      lines.emplace_back(Function(inlined.function, inlined.source_file), inlined.line);
+    }
+    lines.emplace_back(Function(frame.function, frame.source_file), frame.line);
+    LocationKey key{Mapping(frame), frame.address, std::move(lines), FrameType(frame.kind)};
+    auto [it, inserted] = locations_.try_emplace(std::move(key), 0);
     if (inserted) {
       it->second = out_->location_table_size();
       profiles_pb::Location* loc = out_->add_location_table();
-      loc->set_mapping_index(std::get<0>(key));
+      loc->set_mapping_index(std::get<0>(it->first));
       loc->set_address(frame.address);
-      // Frames carry no inlining yet: one Line per location.
-      profiles_pb::Line* line = loc->add_lines();
-      line->set_function_index(std::get<2>(key));
-      line->set_line(frame.line);
-      loc->add_attribute_indices(std::get<4>(key));
+      for (const auto& [function_index, line_number] : std::get<2>(it->first)) {
+        profiles_pb::Line* line = loc->add_lines();
+        line->set_function_index(function_index);
+        line->set_line(line_number);
+      }
+      loc->add_attribute_indices(std::get<3>(it->first));
     }
     by_pointer_.emplace(&frame, it->second);
     return it->second;
@@ -100,8 +109,9 @@ class Dictionary {
   }
 
  private:
-  // (mapping, address, function, line, frame type attribute)
-  using LocationKey = std::tuple<int32_t, uint64_t, int32_t, uint32_t, int32_t>;
+  // (mapping, address, (function, line) of each Line, frame type attribute)
+  using LocationKey =
+      std::tuple<int32_t, uint64_t, std::vector<std::pair<int32_t, uint32_t>>, int32_t>;
 
   int32_t FrameType(FrameKind kind) {
     const int32_t key = String("profile.frame.type");
@@ -129,8 +139,8 @@ class Dictionary {
     return it->second;
   }
 
-  int32_t Function(const Frame& frame) {
-    const std::pair<int32_t, int32_t> key{String(frame.function), String(frame.source_file)};
+  int32_t Function(absl::string_view name, absl::string_view source_file) {
+    const std::pair<int32_t, int32_t> key{String(name), String(source_file)};
     if (key.first == 0 && key.second == 0) return 0;
     auto [it, inserted] = functions_.try_emplace(key, 0);
     if (inserted) {

@@ -39,8 +39,10 @@ struct ResourceContext {
 // one CPU Profile: sample_type samples/count, period_type cpu/nanoseconds, period = period_ns,
 // time_unix_nano = start, duration_nano = duration, a random 16-byte profile_id. Each Sample has
 // a stack (leaf first), exactly one value (the count) and a `thread.name` attribute when the
-// thread has a name. Samples with count <= 0 are dropped, so an empty interval gives no
-// ResourceProfiles (and nothing worth sending).
+// thread has a name. A frame is one Location whose Lines are the functions inlined at its address,
+// innermost first, and then its own function (the outermost caller, last). Samples with
+// count <= 0 are dropped, so an empty interval gives no ResourceProfiles (and nothing worth
+// sending).
 //
 // Resource attributes, plain key/string_value (process.pid as int_value), each key once:
 //   service.name: context.service_name, else service.name from context.attributes, else the

@@ -33,15 +33,18 @@ std::string StringAttribute(const opentelemetry::proto::resource::v1::Resource& 
   return "";
 }
 
-// Function names of a sample's stack, leaf first, through the request's dictionary.
+// Function names of a sample's stack, leaf first, through the request's dictionary: with every
+// Line of each location (inlined functions expanded), or only its last, the out-of-line function
+// that is the real frame (as NamedSample::functions for the pprof files).
 std::vector<std::string> FunctionsOf(const otlp::ProfilesDictionary& dictionary,
-                                     const otlp::Sample& sample) {
+                                     const otlp::Sample& sample, bool expand_inlined = false) {
   std::vector<std::string> names;
   const otlp::Stack& stack = dictionary.stack_table(sample.stack_index());
   for (int location_index : stack.location_indices()) {
     const otlp::Location& location = dictionary.location_table(location_index);
-    for (const otlp::Line& line : location.lines()) {
-      const otlp::Function& function = dictionary.function_table(line.function_index());
+    for (int i = expand_inlined ? 0 : location.lines_size() - 1; i < location.lines_size(); ++i) {
+      const otlp::Function& function =
+          dictionary.function_table(location.lines(i).function_index());
       names.push_back(dictionary.string_table(function.name_strindex()));
     }
   }
@@ -137,6 +140,34 @@ TEST_F(OtlpExportTest, StacksAndCountsMatchThePprofFiles) {
   EXPECT_GE(pprof_samples, 600) << run_->agent_log;
   EXPECT_EQ(otlp_samples, pprof_samples);  // the same intervals, to the sample
   EXPECT_GE(whole_chain, otlp_samples * 9 / 10);
+}
+
+// main calls run_phases from RunPhasesMain (phase_driver.h), inlined into main: the location of
+// that call has RunPhasesMain as a Line before main's.
+TEST_F(OtlpExportTest, InlinedCallerIsALineOfTheCallersLocation) {
+  int64_t through_main = 0;
+  int64_t with_inline = 0;
+  for (const ReceivedExport& r : receiver_->received()) {
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      if (StringAttribute(resource_profiles.resource(), "process.pid") !=
+          std::to_string(run_->pid)) {
+        continue;
+      }
+      for (const otlp::Sample& sample : resource_profiles.scope_profiles(0).profiles(0).samples()) {
+        std::vector<std::string> f = FunctionsOf(r.request.dictionary(), sample);
+        auto run_phases = std::find(f.begin(), f.end(), "run_phases");
+        if (run_phases == f.end() || run_phases + 1 == f.end() || run_phases[1] != "main") continue;
+        through_main += sample.values(0);
+        std::vector<std::string> l = FunctionsOf(r.request.dictionary(), sample, true);
+        auto line = std::find(l.begin(), l.end(), "run_phases");
+        if (l.end() - line >= 3 && line[1] == "RunPhasesMain" && line[2] == "main") {
+          with_inline += sample.values(0);
+        }
+      }
+    }
+  }
+  ASSERT_GT(through_main, 0);
+  EXPECT_EQ(with_inline, through_main);
 }
 
 // The endpoint is down when the agent starts and comes up seconds later: the agent samples and

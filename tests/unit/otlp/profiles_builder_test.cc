@@ -250,6 +250,51 @@ TEST(BuildExportRequestTest, LocationsCarryFrameTypeAddressLineAndMapping) {
               ElementsAre(T{"native", 0x1a2b, "/opt/lib/libfoo.so", "", 0, ""}));
 }
 
+// Scale inlined into Middle inlined into DoubleInline, sampled there; Scale also sampled where it
+// was not inlined, in another process.
+TEST(BuildExportRequestTest, InlinedFunctionsAreLinesOfOneLocationInnermostFirst) {
+  Frame inlined{
+      FrameKind::kNative, "DoubleInline(int)", "src/app.cc", 21, 0x1580, "/usr/bin/app", "abcd01"};
+  inlined.inlined = {{"Scale", "src/app.h", 12}, {"Middle(int)", "src/app.h", 18}};
+  Frame scale{FrameKind::kNative, "Scale", "src/app.h", 13, 0x1600, "/usr/bin/app", "abcd01"};
+  Frame app_main{FrameKind::kNative, "main", "src/app.cc", 10, 0x1100, "/usr/bin/app", "abcd01"};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  profile.samples = {
+      {100, "app", "app", {&inlined, &app_main}, 3},
+      {101, "app", "app", {&scale, &app_main}, 1},
+      {101, "app", "app", {&inlined, &app_main}, 2},
+  };
+  const auto request = BuildExportRequest(profile, ResourceContext{});
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& d = request.dictionary();
+  const Decoded dec(request);
+
+  const auto& sample = OnlyProfile(request.resource_profiles(0)).samples(0);
+  ASSERT_EQ(d.stack_table(sample.stack_index()).location_indices_size(), 2)
+      << "one location per frame, inlined or not";
+  const auto& loc = d.location_table(d.stack_table(sample.stack_index()).location_indices(0));
+  EXPECT_EQ(loc.address(), 0x1580u);
+  using Row = std::tuple<std::string, std::string, int64_t>;
+  std::vector<Row> lines;
+  for (const auto& line : loc.lines()) {
+    const auto& fn = d.function_table(line.function_index());
+    lines.emplace_back(dec.Str(fn.name_strindex()), dec.Str(fn.filename_strindex()), line.line());
+  }
+  EXPECT_THAT(lines, ElementsAre(Row{"Scale", "src/app.h", 12}, Row{"Middle(int)", "src/app.h", 18},
+                                 Row{"DoubleInline(int)", "src/app.cc", 21}));
+  EXPECT_EQ(dec.Functions(sample),
+            (std::vector<std::string>{"Scale", "Middle(int)", "DoubleInline(int)", "main"}));
+
+  // Scale inlined and Scale out of line are one Function: Scale, Middle, DoubleInline, main. The
+  // inlined frame sampled in both processes is one Location: inlined, scale, main.
+  EXPECT_EQ(d.function_table_size(), 1 + 4);
+  EXPECT_EQ(d.location_table_size(), 1 + 3);
+  const auto& again = OnlyProfile(request.resource_profiles(1)).samples(1);
+  EXPECT_EQ(d.stack_table(again.stack_index()).location_indices(0),
+            d.stack_table(sample.stack_index()).location_indices(0));
+}
+
 TEST(BuildExportRequestTest, ProfileDescribesCpuSamples) {
   Fixture f;
   const auto request = BuildExportRequest(f.profile, f.context);
