@@ -109,27 +109,31 @@ void FlameGraph::Add(const IntervalProfile& profile) {
       const Frame& frame = **it;
       node = AddToChild(node, frame.function.empty() ? "[unknown]" : frame.function, TypeOf(frame),
                         s.count);
+      // Inlined functions are listed innermost first; the tree grows outermost first here too.
+      for (auto in = frame.inlined.rbegin(); in != frame.inlined.rend() && node != kFolded; ++in) {
+        node = AddToChild(node, in->function, NodeType::kInlined, s.count);
+      }
     }
   }
 }
 
 int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
-  uint32_t node = 0;
-  for (const std::string& step : path) {
-    auto name_it = name_ids_.find(step);
+  // A step may match children of several types (a real frame and an inlined function of one
+  // name): try them in this order, and take the first that matches the whole path.
+  constexpr NodeType kTypes[] = {NodeType::kProcess, NodeType::kNative, NodeType::kKernel,
+                                 NodeType::kUnknown, NodeType::kOther,  NodeType::kInlined};
+  const auto walk = [&](const auto& self, uint32_t node, size_t step) -> int64_t {
+    if (step == path.size()) return nodes_[node].samples;
+    auto name_it = name_ids_.find(path[step]);
     if (name_it == name_ids_.end()) return -1;
-    bool found = false;
-    for (NodeType type : {NodeType::kProcess, NodeType::kNative, NodeType::kKernel,
-                          NodeType::kUnknown, NodeType::kOther}) {
-      if (auto it = children_.find(ChildKey{node, name_it->second, type}); it != children_.end()) {
-        node = it->second;
-        found = true;
-        break;
-      }
+    for (NodeType type : kTypes) {
+      auto it = children_.find(ChildKey{node, name_it->second, type});
+      if (it == children_.end()) continue;
+      if (int64_t samples = self(self, it->second, step + 1); samples >= 0) return samples;
     }
-    if (!found) return -1;
-  }
-  return nodes_[node].samples;
+    return -1;
+  };
+  return walk(walk, 0, 0);
 }
 
 std::string FlameGraph::ToJson() const {

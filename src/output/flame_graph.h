@@ -16,7 +16,8 @@
 namespace ember {
 
 // The whole run's stacks merged into one tree (root -> process name -> outermost frame -> ... ->
-// leaf), written as one self-contained HTML page.
+// leaf), written as one self-contained HTML page. A frame's inlined functions are nodes of their
+// own below it (outermost first), typed kInlined.
 class FlameGraph {
  public:
   // What a node stands for; decides its colour on the page. Values are part of the page's JSON.
@@ -27,6 +28,7 @@ class FlameGraph {
     kKernel = 3,
     kUnknown = 4,  // "[truncated]", unnamed "module+0x..." frames
     kOther = 5,    // children folded away by the node bound
+    kInlined = 6,  // a function inlined into its parent node: no frame of its own at run time
   };
 
   // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children
@@ -48,7 +50,8 @@ class FlameGraph {
   size_t node_count() const { return nodes_.size(); }
   int64_t folded_samples() const { return folded_samples_; }
   // Samples of the node reached from the root by `path` (process name, then frame names
-  // outermost first; a step matches a child of any type), or -1 if there is no such node.
+  // outermost first, inlined functions after their frame; a step matches a child of any type),
+  // or -1 if there is no such node.
   int64_t SamplesAt(const std::vector<std::string>& path) const;
 
  private:

@@ -82,6 +82,26 @@ TEST(FlameGraphTest, MergesIntervalsIntoOneTree) {
   EXPECT_EQ(graph.folded_samples(), 0);
 }
 
+// A frame's inlined functions hang below it, outermost first, as nodes apart from a real frame
+// of the same name.
+TEST(FlameGraphTest, InlinedFunctionsAreNodesBelowTheirFrame) {
+  Frame main_fn = Native("main"), run = Native("Run"), work = Native("Work");
+  Frame run_inlining = Native("Run");
+  run_inlining.inlined = {{"Scale", "app.h", 12}, {"Work", "app.h", 18}};  // innermost first
+  FlameGraph graph;
+  graph.Add(Interval({
+      {1, "app", "app", {&run_inlining, &main_fn}, 3},
+      {1, "app", "app", {&work, &run, &main_fn}, 2},
+  }));
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "Run"}), 5);
+  EXPECT_EQ(graph.SamplesAt({"app", "main", "Run", "Work", "Scale"}), 3);
+  // root, app, main, Run, Work (real frame), Work (inlined), Scale (inlined).
+  EXPECT_EQ(graph.node_count(), 7u);
+  const std::string json = graph.ToJson();
+  EXPECT_THAT(json, HasSubstr(",6,3,1,")) << "inlined Work: type 6, 3 samples, one child";
+  EXPECT_THAT(json, HasSubstr(",6,3,0,")) << "inlined Scale: type 6, 3 samples, a leaf";
+}
+
 TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
   constexpr size_t kMaxNodes = 20;
   FlameGraph graph(kMaxNodes);
@@ -243,6 +263,40 @@ TEST_F(FlameGraphPageTest, SearchTooltipAndZoomWork) {
 )js");
   std::ofstream(page, std::ios::trunc) << html;
   const auto [rc, out] = CheckPage(page, {"web", "batch", "Idle", "ksys_read", "ParseJson"});
+  EXPECT_EQ(rc, 0) << out;
+}
+
+TEST_F(FlameGraphPageTest, InlinedFramesAreDrawnInItalicsAndSaySo) {
+  Frame main_fn = Native("main");
+  Frame serve = Native("Server::Serve(Request const&)");
+  serve.inlined = {{"ParseHeader(char const*)", "http.h", 40}};
+  FlameGraph graph;
+  graph.Add(Interval({{10, "web", "web", {&serve, &main_fn}, 400}}));
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_inlined.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "inlined").ok());
+  std::string html = ReadFile(page);
+  const size_t body_end = html.rfind("</body>");
+  ASSERT_NE(body_end, std::string::npos);
+  html.insert(body_end, R"js(<script>
+(function () {
+  function check(ok, what) { if (!ok) throw new Error('inline check failed: ' + what); }
+  function frame(name) {
+    return Array.prototype.filter.call(document.querySelectorAll('#chart .f'),
+                                       function (e) { return e.textContent === name; })[0];
+  }
+  var inlined = frame('ParseHeader(char const*)');
+  check(inlined && inlined.classList.contains('inlined'), 'inlined frame has the inlined class');
+  check(getComputedStyle(inlined).fontStyle === 'italic', 'inlined frame is italic');
+  check(!frame('Server::Serve(Request const&)').classList.contains('inlined'), 'real frame is not');
+  inlined.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: 50, clientY: 50}));
+  var tip = document.getElementById('tip').textContent;
+  check(tip.indexOf('inlined into its caller') !== -1, 'tooltip: ' + tip);
+})();
+</script>
+)js");
+  std::ofstream(page, std::ios::trunc) << html;
+  const auto [rc, out] =
+      CheckPage(page, {"main", "Server::Serve(Request const&)", "ParseHeader(char const*)"});
   EXPECT_EQ(rc, 0) << out;
 }
 
