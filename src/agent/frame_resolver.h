@@ -34,9 +34,9 @@ class FrameResolver {
 
  private:
   struct Key {
-    FileIdentity file;   // {0,0} for kernel and marker frames
-    uint64_t value = 0;  // file offset, kernel address, or 0 for markers
-    std::string name;    // marker name or "" otherwise
+    FileIdentity file = {};  // {0,0} for kernel and marker frames
+    uint64_t value = 0;      // file offset, kernel address, or 0 for markers
+    std::string name = {};   // marker name or "" otherwise
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {

@@ -24,18 +24,18 @@ struct InlineFrame {
 struct Frame {
   FrameKind kind = FrameKind::kNative;
   // Demangled function name; for a frame that cannot be named, "module+0xOFFSET".
-  std::string function;
-  std::string source_file;  // empty when unknown
-  uint32_t line = 0;        // 0 when unknown
+  std::string function = {};
+  std::string source_file = {};  // empty when unknown
+  uint32_t line = 0;             // 0 when unknown
   // Native frames: ELF virtual address in `module`. Kernel frames: kernel address.
   uint64_t address = 0;
   // Path of the binary as the process mapped it, or "[kernel.kallsyms]" / "[ext4]" for the kernel.
-  std::string module;
-  std::string build_id;  // lower-case hex GNU build id, empty when none
+  std::string module = {};
+  std::string build_id = {};  // lower-case hex GNU build id, empty when none
   // Native frames with DWARF: the functions inlined at `address`, innermost first; `function`
   // is the out-of-line function they were inlined into, and `source_file:line` the outermost
-  // call in it. Empty when the code there is not inlined. (Last, and with an initializer, so that
-  // brace-initialized Frames may leave it out.)
+  // call in it. Empty when the code there is not inlined. (Every member has an initializer, so
+  // brace-initialized Frames may leave any out.)
   std::vector<InlineFrame> inlined{};
 };
 
