@@ -1,0 +1,99 @@
+// The resolver's cache and its two filesystem reads: /proc/PID/cgroup and a stat of the cgroup
+// directory whose inode number is the cgroup id.
+#include "k8s/cgroup_resolver.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ember {
+namespace {
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return std::nullopt;
+  return text;
+}
+
+}  // namespace
+
+CgroupResolver::CgroupResolver(CgroupResolverOptions options) : options_(std::move(options)) {
+  if (options_.max_entries == 0) options_.max_entries = 1;
+}
+
+const ContainerRef* CgroupResolver::Resolve(uint64_t cgroup_id, uint32_t pid) {
+  ++stats_.lookups;
+  auto it = entries_.find(cgroup_id);
+  if (it == entries_.end()) {
+    Entry entry = Lookup(cgroup_id, pid);
+    MakeRoom();
+    it = entries_.emplace(cgroup_id, std::move(entry)).first;
+  }
+  it->second.last_used = generation_;
+  return it->second.container ? &*it->second.container : nullptr;
+}
+
+CgroupResolver::Entry CgroupResolver::Lookup(uint64_t cgroup_id, uint32_t pid) {
+  Entry entry;
+  ++stats_.proc_reads;
+  std::optional<std::string> text = ReadFile(absl::StrCat(options_.proc_root, "/", pid, "/cgroup"));
+  if (!text) {
+    ++stats_.read_failures;
+    entry.transient = true;
+    return entry;
+  }
+  // The cgroup id is the v2 cgroup's, so only the v2 path may answer for it: on a hybrid or v1
+  // host every process shares the v2 root, and a v1 line's container would be pinned on all of
+  // them. Such hosts need a per-process lookup (ContainerFromProcCgroup), not this cache.
+  std::optional<std::string> unified = UnifiedCgroupPath(*text);
+  if (!unified) return entry;
+  // The sample's pid may have moved cgroup (or its pid been reused) since the sample was taken:
+  // when the v2 directory exists, its inode must be the sample's cgroup id.
+  struct stat st {};
+  if (stat(absl::StrCat(options_.cgroup_root, *unified).c_str(), &st) == 0 &&
+      static_cast<uint64_t>(st.st_ino) != cgroup_id) {
+    ++stats_.id_mismatches;
+    entry.transient = true;
+    return entry;
+  }
+  entry.container = ContainerIdFromCgroupPath(*unified);
+  return entry;
+}
+
+void CgroupResolver::MakeRoom() {
+  if (entries_.size() < options_.max_entries) return;
+  // Entries unused in this generation go first; if every entry is in use, any one goes: a miss
+  // costs one /proc read, never unbounded memory.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second.last_used != generation_ || it->second.transient) {
+      entries_.erase(it++);
+      ++stats_.evictions;
+    } else {
+      ++it;
+    }
+  }
+  if (entries_.size() >= options_.max_entries) {
+    entries_.erase(entries_.begin());
+    ++stats_.evictions;
+  }
+}
+
+void CgroupResolver::NextGeneration() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second.last_used != generation_ || it->second.transient) {
+      entries_.erase(it++);
+      ++stats_.evictions;
+    } else {
+      ++it;
+    }
+  }
+  ++generation_;
+}
+
+}  // namespace ember
