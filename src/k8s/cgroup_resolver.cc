@@ -70,21 +70,14 @@ void CgroupResolver::MakeRoom() {
   if (entries_.size() < options_.max_entries) return;
   // Entries unused in this generation go first; if every entry is in use, any one goes: a miss
   // costs one /proc read, never unbounded memory.
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->second.last_used != generation_ || it->second.transient) {
-      entries_.erase(it++);
-      ++stats_.evictions;
-    } else {
-      ++it;
-    }
-  }
+  DropStale();
   if (entries_.size() >= options_.max_entries) {
     entries_.erase(entries_.begin());
     ++stats_.evictions;
   }
 }
 
-void CgroupResolver::NextGeneration() {
+void CgroupResolver::DropStale() {
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->second.last_used != generation_ || it->second.transient) {
       entries_.erase(it++);
@@ -93,6 +86,10 @@ void CgroupResolver::NextGeneration() {
       ++it;
     }
   }
+}
+
+void CgroupResolver::NextGeneration() {
+  DropStale();
   ++generation_;
 }
 

@@ -54,6 +54,8 @@ class CgroupResolver {
 
   Entry Lookup(uint64_t cgroup_id, uint32_t pid);
   void MakeRoom();
+  // Drops entries not used in this generation, and transient (retry-next-generation) negatives.
+  void DropStale();
 
   CgroupResolverOptions options_;
   absl::node_hash_map<uint64_t, Entry> entries_;
