@@ -3,7 +3,6 @@
 //   cgroupfs driver: /kubepods[/<qos>]/pod<uid>/<id>, /docker/<id>, crio-<id>, libpod-<id>
 #include "k8s/container_id.h"
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
