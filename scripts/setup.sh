@@ -12,7 +12,7 @@ packages=(
   # libraries
   libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates
@@ -20,6 +20,8 @@ packages=(
   # deploy tests: unzip for the helm binary below, Python with YAML to read what helm renders,
   # systemd-analyze for the unit file
   unzip python3 python3-yaml systemd
+  # container test: a real container run by runc from a busybox-static bundle
+  runc busybox-static
 )
 
 missing=()
