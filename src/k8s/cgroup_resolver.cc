@@ -7,8 +7,12 @@
 #include <fstream>
 #include <iterator>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ember {
 namespace {
@@ -55,8 +59,11 @@ CgroupResolver::Entry CgroupResolver::Lookup(uint64_t cgroup_id, uint32_t pid) {
   if (!unified) return entry;
   // The sample's pid may have moved cgroup (or its pid been reused) since the sample was taken:
   // when the v2 directory exists, its inode must be the sample's cgroup id.
+  // A path relative to the agent's own cgroup namespace ("/../../kubepods.slice/...", an agent in
+  // a pod of its own) cannot be found under the mount: it is taken as it is.
   struct stat st {};
-  if (stat(absl::StrCat(options_.cgroup_root, *unified).c_str(), &st) == 0 &&
+  if (!options_.cgroup_root.empty() && !absl::StrContains(*unified, "/..") &&
+      stat(absl::StrCat(options_.cgroup_root, *unified).c_str(), &st) == 0 &&
       static_cast<uint64_t>(st.st_ino) != cgroup_id) {
     ++stats_.id_mismatches;
     entry.transient = true;
@@ -64,6 +71,18 @@ CgroupResolver::Entry CgroupResolver::Lookup(uint64_t cgroup_id, uint32_t pid) {
   }
   entry.container = ContainerIdFromCgroupPath(*unified);
   return entry;
+}
+
+std::optional<ContainerRef> CgroupResolver::ResolveProcess(uint64_t cgroup_id, uint32_t pid) {
+  if (const ContainerRef* ref = Resolve(cgroup_id, pid)) return *ref;
+  if (!options_.read_v1_lines) return std::nullopt;
+  ++stats_.proc_reads;
+  std::optional<std::string> text = ReadFile(absl::StrCat(options_.proc_root, "/", pid, "/cgroup"));
+  if (!text) {
+    ++stats_.read_failures;
+    return std::nullopt;
+  }
+  return ContainerFromProcCgroup(*text);
 }
 
 void CgroupResolver::MakeRoom() {
@@ -91,6 +110,26 @@ void CgroupResolver::DropStale() {
 void CgroupResolver::NextGeneration() {
   DropStale();
   ++generation_;
+}
+
+std::string UnifiedCgroupMount(absl::string_view proc_mounts_text) {
+  // "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0"; spaces in the mount point are
+  // written as \040, which a cgroup mount point does not have in practice.
+  for (absl::string_view line : absl::StrSplit(proc_mounts_text, '\n')) {
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (fields.size() >= 3 && fields[2] == "cgroup2") return std::string(fields[1]);
+  }
+  return "";
+}
+
+bool HasCgroupV1Lines(absl::string_view proc_cgroup_text) {
+  for (absl::string_view line : absl::StrSplit(proc_cgroup_text, '\n')) {
+    size_t colon = line.find(':');
+    if (colon == absl::string_view::npos || colon == 0) continue;
+    uint32_t hierarchy = 0;
+    if (absl::SimpleAtoi(line.substr(0, colon), &hierarchy) && hierarchy > 0) return true;
+  }
+  return false;
 }
 
 }  // namespace ember

@@ -8,14 +8,21 @@
 #include <string>
 
 #include "absl/container/node_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "k8s/container_id.h"
 
 namespace ember {
 
 struct CgroupResolverOptions {
   std::string proc_root = "/proc";
-  std::string cgroup_root = "/sys/fs/cgroup";  // the cgroup v2 mount
+  // The cgroup v2 mount ("/sys/fs/cgroup" on unified hosts, "/sys/fs/cgroup/unified" on hybrid
+  // ones: see UnifiedCgroupMount); "" skips the inode check of a resolved path.
+  std::string cgroup_root = "/sys/fs/cgroup";
   size_t max_entries = 4096;
+  // Hybrid and v1 hosts (HostHasCgroupV1): a process whose v2 path names no container may still
+  // be in one through its v1 hierarchies (Docker's cgroupfs driver). ResolveProcess then reads its
+  // /proc/PID/cgroup whole.
+  bool read_v1_lines = false;
 };
 
 struct CgroupResolverStats {
@@ -37,6 +44,11 @@ class CgroupResolver {
   // A failed read, or a path whose directory under the cgroup root has another inode than
   // `cgroup_id`, is cached as "no container" only until the next generation, then retried.
   const ContainerRef* Resolve(uint64_t cgroup_id, uint32_t pid);
+
+  // The container of the sampled process: Resolve, and on hosts with v1 hierarchies
+  // (options.read_v1_lines) the v1 lines of /proc/<pid>/cgroup when the v2 path names none. For
+  // callers that ask once per process and cgroup change, not per sample.
+  std::optional<ContainerRef> ResolveProcess(uint64_t cgroup_id, uint32_t pid);
 
   // Ends a generation (one export cycle): drops entries not used during it, and the transient
   // negatives.
@@ -62,5 +74,12 @@ class CgroupResolver {
   uint64_t generation_ = 0;
   CgroupResolverStats stats_;
 };
+
+// Where cgroup v2 is mounted, from a /proc/self/mounts text: the first "cgroup2" file system;
+// "" when there is none.
+std::string UnifiedCgroupMount(absl::string_view proc_mounts_text);
+
+// Whether a /proc/PID/cgroup text has v1 hierarchy lines ("N:controllers:/path", N > 0).
+bool HasCgroupV1Lines(absl::string_view proc_cgroup_text);
 
 }  // namespace ember

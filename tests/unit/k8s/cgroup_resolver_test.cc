@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,61 @@ TEST_F(CgroupResolverTest, NextGenerationDropsUnusedEntries) {
   EXPECT_EQ(resolver.size(), 1u);
   ASSERT_NE(resolver.Resolve(b, 2), nullptr);  // read again
   EXPECT_EQ(resolver.stats().proc_reads, 3u);
+}
+
+TEST_F(CgroupResolverTest, ResolveProcessReadsV1LinesOnHybridHosts) {
+  // Docker's cgroupfs driver on a hybrid host: the container only in the v1 hierarchies.
+  uint64_t root_id = MakeCgroup("/");
+  WriteProcCgroup(100, absl::StrCat("12:pids:/docker/", kId, "\n0::/\n"));
+  WriteProcCgroup(101, "12:pids:/\n0::/\n");
+  options_.read_v1_lines = true;
+  CgroupResolver resolver(options_);
+  std::optional<ContainerRef> ref = resolver.ResolveProcess(root_id, 100);
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->runtime, ContainerRuntime::kDocker);
+  EXPECT_EQ(ref->id, kId);
+  // Another process in the same v2 cgroup is not in that container.
+  EXPECT_FALSE(resolver.ResolveProcess(root_id, 101).has_value());
+  // Without v1 lines to read (a unified host), the v2 answer is final.
+  options_.read_v1_lines = false;
+  CgroupResolver unified(options_);
+  EXPECT_FALSE(unified.ResolveProcess(root_id, 100).has_value());
+}
+
+TEST_F(CgroupResolverTest, PathOutsideTheAgentsCgroupNamespaceIsTakenAsItIs) {
+  // An agent in a pod of its own sees the host's cgroups relative to its namespace root; such a
+  // path is not under the mount, and a directory that happens to be there must not veto it.
+  const std::string path = absl::StrCat("/../..", PodPath(kId));
+  MakeCgroup(PodPath(kId));
+  WriteProcCgroup(100, absl::StrCat("0::", path, "\n"));
+  CgroupResolver resolver(options_);
+  const ContainerRef* ref = resolver.Resolve(987654321, 100);
+  ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(ref->id, kId);
+  EXPECT_EQ(ref->pod_uid, kPodUid);
+  EXPECT_EQ(resolver.stats().id_mismatches, 0u);
+}
+
+TEST(UnifiedCgroupMountTest, FindsTheCgroup2Mount) {
+  EXPECT_EQ(UnifiedCgroupMount("sysfs /sys sysfs rw 0 0\n"
+                               "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n"),
+            "/sys/fs/cgroup");
+  // Hybrid: v1 controllers, and v2 under unified/.
+  EXPECT_EQ(UnifiedCgroupMount("tmpfs /sys/fs/cgroup tmpfs rw 0 0\n"
+                               "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n"
+                               "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n"),
+            "/sys/fs/cgroup/unified");
+  EXPECT_EQ(UnifiedCgroupMount("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n"), "");
+  EXPECT_EQ(UnifiedCgroupMount(""), "");
+  EXPECT_EQ(UnifiedCgroupMount("garbage\n\n  \ncgroup2\n"), "");
+}
+
+TEST(HasCgroupV1LinesTest, TellsHybridFromUnified) {
+  EXPECT_FALSE(HasCgroupV1Lines("0::/user.slice\n"));
+  EXPECT_TRUE(HasCgroupV1Lines("4:memory:/x\n0::/\n"));
+  EXPECT_TRUE(HasCgroupV1Lines("9:name=systemd:/\n"));
+  EXPECT_FALSE(HasCgroupV1Lines(""));
+  EXPECT_FALSE(HasCgroupV1Lines("x:memory:/\n:cpu:/\n0::/\n"));
 }
 
 }  // namespace
