@@ -44,7 +44,9 @@ int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Agent::Agent(const Options& options)
-    : options_(options), frames_(&processes_, &modules_, nullptr) {}
+    : options_(options),
+      cgroups_(CgroupResolverOptionsForHost()),
+      frames_(&processes_, &modules_, nullptr) {}
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     const Options& options, std::chrono::steady_clock::time_point started_at) {
@@ -130,6 +132,11 @@ void Agent::OnSample(const SampleView& sample) {
   if (process != nullptr && header.tid == header.pid && thread != process->name) {
     processes_.ReloadMaps(process);
   }
+  // The container is looked up when a process is first seen in a cgroup, not per sample.
+  if (process != nullptr && process->cgroup_id != header.cgroup_id) {
+    process->cgroup_id = header.cgroup_id;
+    process->container = cgroups_.ResolveProcess(header.cgroup_id, header.pid);
+  }
   if (process != nullptr) {
     AppendUserFrames(process, sample);
   } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
@@ -184,16 +191,41 @@ ResourceContext Agent::MakeResourceContext() {
   }
   context.scope_version = EMBER_VERSION;
   // Runs while the interval is built, before exited processes are dropped.
-  context.process_metadata = [this](uint32_t pid) {
-    ProcessMetadata metadata;
-    if (Process* process = processes_.Get(pid)) {
-      metadata.executable_path = process->executable_path;
-      std::string_view path = metadata.executable_path;
-      metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
-    }
-    return metadata;
-  };
+  context.process_metadata = [this](uint32_t pid) { return MetadataOf(pid); };
   return context;
+}
+
+ProcessMetadata Agent::MetadataOf(uint32_t pid) {
+  ProcessMetadata metadata;
+  Process* process = processes_.Get(pid);
+  if (process == nullptr) return metadata;
+  metadata.executable_path = process->executable_path;
+  std::string_view path = metadata.executable_path;
+  metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
+  if (!process->container) return metadata;
+  metadata.container_id = process->container->id;
+  if (pods_ == nullptr) return metadata;
+  std::optional<ContainerMetadata> pod =
+      pods_->Lookup(process->container->id, process->container->pod_uid);
+  if (!pod) return metadata;
+  metadata.service_name = pod->service_name;
+  for (auto& [key, value] : KubernetesAttributes(*pod)) {
+    metadata.attributes.push_back({std::move(key), std::move(value)});
+  }
+  return metadata;
+}
+
+void Agent::LabelProcesses(IntervalProfile* profile) {
+  for (const StackSample& sample : profile->samples) {
+    if (profile->process_labels.contains(sample.pid)) continue;
+    ProcessMetadata metadata = MetadataOf(sample.pid);
+    std::vector<ProcessLabel>& labels = profile->process_labels[sample.pid];
+    if (!metadata.container_id.empty()) labels.push_back({"container.id", metadata.container_id});
+    for (ResourceAttribute& attribute : metadata.attributes) {
+      labels.push_back({std::move(attribute.key), std::move(attribute.value)});
+    }
+    if (!metadata.service_name.empty()) labels.push_back({"service.name", metadata.service_name});
+  }
 }
 
 void Agent::ReportExporter() {
@@ -231,6 +263,7 @@ void Agent::ExportInterval(absl::Time now) {
       aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
                                absl::ToInt64Nanoseconds(now - interval_start_), period_ns);
   interval_start_ = now;
+  if (write_local_) LabelProcesses(&profile);
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {
@@ -265,6 +298,7 @@ void Agent::ExportInterval(absl::Time now) {
   frames_.NextGeneration();
   modules_.NextGeneration();
   unwinder_.NextGeneration();
+  cgroups_.NextGeneration();
   processes_.DropExited();
 }
 

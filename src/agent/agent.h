@@ -15,6 +15,8 @@
 #include "agent/frame_resolver.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
+#include "k8s/cgroup_resolver.h"
+#include "k8s/pod_index.h"
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
@@ -43,8 +45,13 @@ class Agent {
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   void ExportInterval(absl::Time now);
   // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
-  // process's executable from the process table.
+  // process's MetadataOf.
   ResourceContext MakeResourceContext();
+  // What is known of a process beyond its samples: its executable, its container and that
+  // container's pod. Empty for a process no longer in the table.
+  ProcessMetadata MetadataOf(uint32_t pid);
+  // The process labels of the interval's processes (container.id, k8s.*), for the pprof file.
+  void LabelProcesses(IntervalProfile* profile);
   // Logs what the exporter dropped or failed since the last call.
   void ReportExporter();
   std::string NextPprofPath(absl::Time now) const;
@@ -53,6 +60,8 @@ class Agent {
   std::chrono::steady_clock::time_point started_at_;
   std::optional<KernelSymbols> kernel_symbols_;
   ProcessTable processes_;
+  CgroupResolver cgroups_;
+  PodIndex* pods_ = nullptr;  // the node's pods when watching the Kubernetes API, else null
   ModuleCache modules_;
   FrameResolver frames_;
   DwarfUnwinder unwinder_;

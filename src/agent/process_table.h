@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "agent/proc_maps.h"
+#include "k8s/container_id.h"
 #include "unwind/dwarf_unwinder.h"
 
 namespace ember {
@@ -26,6 +28,10 @@ struct Process {
   std::chrono::steady_clock::time_point maps_read_at;
   // Unique across the table and over time: changes with every re-read of the maps.
   uint64_t maps_version = 0;
+  // The cgroup v2 id of its latest sample, and the container that cgroup (or, on hybrid hosts,
+  // its v1 hierarchies) names; nullopt outside a container. Set by the agent from its samples.
+  uint64_t cgroup_id = 0;
+  std::optional<ContainerRef> container;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,11 +48,21 @@ struct StackSample {
   int64_t count = 0;
 };
 
+// A string label every sample of one process carries, e.g. {"container.id", "3e8f..."} or
+// {"k8s.pod.name", "web-5d9c7b-x2x9z"} (OpenTelemetry attribute names).
+struct ProcessLabel {
+  std::string key;
+  std::string value;
+  bool operator==(const ProcessLabel&) const = default;
+};
+
 struct IntervalProfile {
   int64_t start_unix_ns = 0;
   int64_t duration_ns = 0;
   int64_t period_ns = 0;  // CPU time one sample stands for: 1e9 / sampling Hz
   std::vector<StackSample> samples;
+  // The labels of each process's samples (its container and pod), by pid; absent: none.
+  std::map<uint32_t, std::vector<ProcessLabel>> process_labels;
 };
 
 }  // namespace ember

@@ -112,6 +112,14 @@ void CgroupResolver::NextGeneration() {
   ++generation_;
 }
 
+CgroupResolverOptions CgroupResolverOptionsForHost(const std::string& proc_root) {
+  CgroupResolverOptions options;
+  options.proc_root = proc_root;
+  options.cgroup_root = UnifiedCgroupMount(ReadFile(proc_root + "/self/mounts").value_or(""));
+  options.read_v1_lines = HasCgroupV1Lines(ReadFile(proc_root + "/self/cgroup").value_or(""));
+  return options;
+}
+
 std::string UnifiedCgroupMount(absl::string_view proc_mounts_text) {
   // "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0"; spaces in the mount point are
   // written as \040, which a cgroup mount point does not have in practice.

@@ -75,6 +75,10 @@ class CgroupResolver {
   CgroupResolverStats stats_;
 };
 
+// The options for this host: its cgroup v2 mount (from /proc/self/mounts) and whether it has v1
+// hierarchies (from /proc/self/cgroup), both read under `proc_root`.
+CgroupResolverOptions CgroupResolverOptionsForHost(const std::string& proc_root = "/proc");
+
 // Where cgroup v2 is mounted, from a /proc/self/mounts text: the first "cgroup2" file system;
 // "" when there is none.
 std::string UnifiedCgroupMount(absl::string_view proc_mounts_text);

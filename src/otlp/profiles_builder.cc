@@ -218,9 +218,19 @@ void FillResource(uint32_t pid, absl::string_view process_name, const ResourceCo
   if (!meta.container_id.empty()) {
     AddString(resource->add_attributes(), "container.id", meta.container_id);
   }
+  // The process's own attributes (its pod) come before the agent-wide ones, and win over them.
+  std::vector<absl::string_view> own_keys;
+  for (const ResourceAttribute& a : meta.attributes) {
+    if (a.value.empty() || absl::c_linear_search(kSetFromProcess, a.key) ||
+        absl::c_linear_search(own_keys, a.key)) {
+      continue;
+    }
+    own_keys.push_back(a.key);
+    AddString(resource->add_attributes(), Utf8(a.key), a.value);
+  }
 
   for (const ResourceAttribute& a : context.attributes) {
-    if (!absl::c_linear_search(kSetFromProcess, a.key)) {
+    if (!absl::c_linear_search(kSetFromProcess, a.key) && !absl::c_linear_search(own_keys, a.key)) {
       AddString(resource->add_attributes(), Utf8(a.key), a.value);
     }
   }

@@ -19,6 +19,9 @@ struct ProcessMetadata {
   std::string executable_path;  // target of /proc/PID/exe
   std::string container_id;
   std::string service_name;  // derived from the workload (e.g. a Kubernetes deployment)
+  // Further attributes of the process's own (k8s.namespace.name, k8s.pod.name, ...), in order.
+  // They win over OTEL_RESOURCE_ATTRIBUTES entries of the same key, which are the agent's.
+  std::vector<ResourceAttribute> attributes;
 };
 
 // Everything about the resources that does not come from the samples. Set up once at start-up.
@@ -50,7 +53,8 @@ struct ResourceContext {
 //   host.name: from context.attributes, else context.host_name;
 //   process.pid, process.executable.name, process.executable.path, container.id: from the process
 //     only (a fixed value from the environment would be wrong for every other process);
-//   then the rest of context.attributes in their order.
+//   then the process's own metadata.attributes (its pod), each key once;
+//   then the rest of context.attributes in their order, except keys already set.
 // Strings that are not valid UTF-8 (thread names, paths) have their bad bytes replaced by U+FFFD.
 opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest
 BuildExportRequest(const IntervalProfile& profile, const ResourceContext& context);

@@ -49,6 +49,11 @@ class PprofBuilder {
       pid->set_num(s.pid);
       AddStrLabel(sample, process_key, s.process);
       AddStrLabel(sample, thread_key, s.thread);
+      if (auto it = profile.process_labels.find(s.pid); it != profile.process_labels.end()) {
+        for (const ProcessLabel& label : it->second) {
+          AddStrLabel(sample, Intern(label.key), label.value);
+        }
+      }
     }
     return std::move(out_);
   }

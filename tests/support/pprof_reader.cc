@@ -67,6 +67,7 @@ std::vector<NamedSample> NamedSamples(const perftools::profiles::Profile& profil
       if (key == "process") named.process = str(label.str());
       if (key == "thread") named.thread = str(label.str());
       if (key == "pid") named.pid = label.num();
+      if (label.str() != 0) named.labels[key] = str(label.str());
     }
     out.push_back(std::move(named));
   }

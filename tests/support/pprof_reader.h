@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,11 @@ struct NamedSample {
   std::vector<std::string> modules;  // mapping file name of each entry of `functions`
   // Leaf first, every line of every location: inlined functions expanded, as pprof shows them.
   std::vector<std::string> lines;
-  int64_t count = 0;    // value of the samples/count type
-  std::string process;  // label "process"
-  std::string thread;   // label "thread"
-  int64_t pid = 0;      // label "pid"
+  int64_t count = 0;                          // value of the samples/count type
+  std::string process;                        // label "process"
+  std::string thread;                         // label "thread"
+  int64_t pid = 0;                            // label "pid"
+  std::map<std::string, std::string> labels;  // every string label: process, container.id, ...
 };
 std::vector<NamedSample> NamedSamples(const perftools::profiles::Profile& profile);
 

@@ -395,6 +395,43 @@ TEST(BuildExportRequestTest, ExtraResourceAttributesAreAddedOnceEach) {
   EXPECT_EQ(attrs.at("team"), "perf,infra");
 }
 
+TEST(BuildExportRequestTest, PodAttributesFollowTheProcessAndWinOverTheAgentsOwn) {
+  Fixture f;
+  f.context.attributes = ParseResourceAttributes(
+                             "k8s.cluster.name=prod-eu,k8s.pod.name=ember-agent-x7,"
+                             "deployment.environment=prod")
+                             .attributes;
+  f.context.process_metadata = [](uint32_t pid) {
+    ProcessMetadata meta;
+    if (pid == 100) {
+      meta.container_id = "3f2a9c";
+      meta.service_name = "checkout";
+      meta.attributes = {
+          {"k8s.namespace.name", "shop"},      {"k8s.pod.name", "checkout-5d9c7b-x2x9z"},
+          {"k8s.deployment.name", "checkout"}, {"k8s.node.name", ""},  // empty: left out
+          {"container.id", "other"},       // the process's own field wins
+          {"k8s.namespace.name", "dup"}};  // each key once
+    }
+    return meta;
+  };
+  const auto request = BuildExportRequest(f.profile, f.context);
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& pod_process = request.resource_profiles(0);
+  EXPECT_THAT(Keys(pod_process),
+              ElementsAre("service.name", "host.name", "process.pid", "process.executable.name",
+                          "container.id", "k8s.namespace.name", "k8s.pod.name",
+                          "k8s.deployment.name", "k8s.cluster.name", "deployment.environment"));
+  auto attributes = Attributes(pod_process);
+  EXPECT_EQ(attributes["service.name"], "checkout");
+  EXPECT_EQ(attributes["container.id"], "3f2a9c");
+  EXPECT_EQ(attributes["k8s.namespace.name"], "shop");
+  EXPECT_EQ(attributes["k8s.pod.name"], "checkout-5d9c7b-x2x9z");  // not the agent's own pod
+  EXPECT_EQ(attributes["k8s.cluster.name"], "prod-eu");
+  // A process outside any pod keeps the agent-wide attributes, the agent's pod name included:
+  // the environment is the only source there is for it.
+  EXPECT_EQ(Attributes(request.resource_profiles(2))["k8s.pod.name"], "ember-agent-x7");
+}
+
 TEST(BuildExportRequestTest, EmptyIntervalGivesNoResourceProfilesAndZeroValueTables) {
   for (const bool all_zero_counts : {false, true}) {
     Fixture f;

@@ -192,6 +192,34 @@ TEST_F(PprofWriterTest, ValuesAndLabels) {
   }
 }
 
+TEST(PprofWriterLabelsTest, ProcessLabelsGoOnEveryOneOfItsSamples) {
+  Frame leaf{.function = "work", .address = 0x10, .module = "/app"};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  profile.samples = {{.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 2},
+                     {.pid = 8, .process = "host", .thread = "b", .frames = {&leaf}, .count = 1},
+                     {.pid = 7, .process = "app", .thread = "c", .frames = {&leaf}, .count = 3}};
+  profile.process_labels[7] = {{"container.id", "3f2a9c"}, {"k8s.pod.name", "web-1"}};
+  profile.process_labels[9] = {{"container.id", "not-sampled"}};
+  const pb::Profile p = BuildPprof(profile);
+  ASSERT_EQ(p.sample_size(), 3);
+  std::vector<std::map<std::string, std::string>> labels;
+  for (const pb::Sample& s : p.sample()) {
+    std::map<std::string, std::string> named;
+    for (const pb::Label& l : s.label()) {
+      if (l.str() != 0) named[p.string_table(l.key())] = p.string_table(l.str());
+    }
+    labels.push_back(named);
+  }
+  EXPECT_EQ(labels[0], (std::map<std::string, std::string>{{"process", "app"},
+                                                           {"thread", "a"},
+                                                           {"container.id", "3f2a9c"},
+                                                           {"k8s.pod.name", "web-1"}}));
+  EXPECT_EQ(labels[1], (std::map<std::string, std::string>{{"process", "host"}, {"thread", "b"}}));
+  EXPECT_EQ(labels[2].at("container.id"), "3f2a9c");
+  EXPECT_EQ(labels[2].at("thread"), "c");
+}
+
 TEST_F(PprofWriterTest, TablesAreDeduplicatedWithValidIds) {
   // work and work_copy share one location; work_later is another location of the same function;
   // "main" in app.cc and "main" in the tool are different functions.
