@@ -132,6 +132,28 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          options.otlp.client_key_file = std::string(v);
          return absl::OkStatus();
        }},
+      // Kubernetes: checked with the environment by ResolveKubeApiConfig.
+      {"kube-api-server",
+       [&](absl::string_view v) {
+         options.kube.server = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"kube-token-file",
+       [&](absl::string_view v) {
+         options.kube.token_file = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"kube-ca-file",
+       [&](absl::string_view v) {
+         options.kube.ca_file = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"node-name",
+       [&](absl::string_view v) {
+         if (v.empty()) return FlagError("node-name", "a Kubernetes node name", v);
+         options.kube.node_name = std::string(v);
+         return absl::OkStatus();
+       }},
       {"otlp-timeout",
        [&](absl::string_view v) {
          absl::Duration timeout;
@@ -140,9 +162,13 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return absl::OkStatus();
        }},
   };
+  bool kubernetes_on = false;
+  bool kubernetes_off = false;
   const std::map<absl::string_view, bool*> switches = {{"help", &options.help},
                                                        {"version", &options.version},
-                                                       {"otlp-insecure", &options.otlp.insecure}};
+                                                       {"otlp-insecure", &options.otlp.insecure},
+                                                       {"kubernetes", &kubernetes_on},
+                                                       {"no-kubernetes", &kubernetes_off}};
 
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
@@ -174,6 +200,11 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
     }
     if (absl::Status status = it->second(*value); !status.ok()) return status;
   }
+  if (kubernetes_on && kubernetes_off) {
+    return absl::InvalidArgumentError("--kubernetes: not with --no-kubernetes");
+  }
+  if (kubernetes_on) options.kubernetes = Options::Kubernetes::kOn;
+  if (kubernetes_off) options.kubernetes = Options::Kubernetes::kOff;
   return options;
 }
 
@@ -205,6 +236,17 @@ OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* va
   --otlp-ca-file F      PEM roots to verify the endpoint with instead of the system ones
   --otlp-client-cert F  client certificate for mutual TLS (with --otlp-client-key F)
   --otlp-timeout D      deadline of each request (default 10s)
+
+Kubernetes pod metadata (k8s.pod.name, k8s.deployment.name, service.name, ... of each container):
+  --kubernetes          watch this node's pods through the API server (default: on when
+                        KUBERNETES_SERVICE_HOST is set, as in a pod)
+  --no-kubernetes       do not, even in a pod
+  --node-name N         the node whose pods to watch (default: $NODE_NAME)
+  --kube-api-server URL the API server (default: https://$KUBERNETES_SERVICE_HOST:$..._PORT)
+  --kube-token-file F   bearer token, re-read for every request (default: the pod's service
+                        account token; "" for none)
+  --kube-ca-file F      PEM roots for the API server (default: the service account's ca.crt)
+
   --help                show this text
   --version             print the version
 )";

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "k8s/kube_api_config.h"
 #include "otlp/exporter_config.h"
 #include "spdlog/common.h"
 
@@ -28,6 +29,11 @@ struct Options {
   bool output_dir_given = false;
   spdlog::level::level_enum log_level = spdlog::level::info;
   ExporterFlags otlp;  // resolved with the environment by ResolveExporterConfig
+  // Pod metadata from the Kubernetes API server; kAuto: on when KUBERNETES_SERVICE_HOST is set
+  // (the agent runs in a pod).
+  enum class Kubernetes { kAuto, kOn, kOff };
+  Kubernetes kubernetes = Kubernetes::kAuto;
+  KubeApiFlags kube;  // resolved with the environment by ResolveKubeApiConfig
   bool help = false;
   bool version = false;
 };

@@ -53,6 +53,33 @@ TEST(OptionsTest, OtlpFlagsAreKeptForResolutionWithTheEnvironment) {
   EXPECT_FALSE(Parse({"--otlp-timeout=soon"}).ok());
 }
 
+TEST(OptionsTest, KubernetesFlagsAreKeptForResolutionWithTheEnvironment) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->kubernetes, Options::Kubernetes::kAuto);
+  EXPECT_FALSE(defaults->kube.server.has_value());
+  EXPECT_FALSE(defaults->kube.node_name.has_value());
+
+  auto options =
+      Parse({"--kubernetes", "--kube-api-server=https://127.0.0.1:6443", "--kube-token-file",
+             "/run/token", "--kube-ca-file=", "--node-name", "node-7"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->kubernetes, Options::Kubernetes::kOn);
+  EXPECT_EQ(options->kube.server, "https://127.0.0.1:6443");
+  EXPECT_EQ(options->kube.token_file, "/run/token");
+  EXPECT_EQ(options->kube.ca_file, "");  // given empty: the system roots, not the default file
+  EXPECT_EQ(options->kube.node_name, "node-7");
+  EXPECT_EQ(Parse({"--no-kubernetes"})->kubernetes, Options::Kubernetes::kOff);
+
+  auto both = Parse({"--kubernetes", "--no-kubernetes"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message().substr(0, 13), "--kubernetes:");
+  auto empty_node = Parse({"--node-name="});
+  ASSERT_FALSE(empty_node.ok());
+  EXPECT_EQ(empty_node.status().message().substr(0, 12), "--node-name:");
+  EXPECT_FALSE(Parse({"--kubernetes=yes"}).ok());  // a switch takes no value
+}
+
 TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"--help"})->help);
   EXPECT_TRUE(Parse({"-h"})->help);
