@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "status/listen_address.h"
 
 namespace ember {
 namespace {
@@ -100,6 +101,19 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return absl::OkStatus();
        }},
       {"log-level", [&](absl::string_view v) { return ParseLogLevel(v, &options.log_level); }},
+      {"metrics-address",
+       [&](absl::string_view v) {
+         if (!v.empty()) {
+           absl::StatusOr<ListenAddress> address = ParseListenAddress(v);
+           // Its message reads "expected ..., got '...'", as FlagError's do.
+           if (!address.ok()) {
+             return absl::InvalidArgumentError(
+                 absl::StrCat("--metrics-address: ", address.status().message()));
+           }
+         }
+         options.metrics_address = std::string(v);
+         return absl::OkStatus();
+       }},
       // The --otlp-* values are checked with the environment's by ResolveExporterConfig. A
       // header's value may be a secret, so none of them is echoed back here.
       {"otlp-endpoint",
@@ -226,6 +240,9 @@ Flags:
   --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles; with
                         an OTLP endpoint, local files are written only when this is given)
   --log-level L         trace, debug, info, warn, error or off (default info)
+  --metrics-address A   where /metrics (Prometheus), /healthz and /readyz listen: IPv4:port or
+                        [IPv6]:port (default 127.0.0.1:9464; 0.0.0.0:9464 for every address;
+                        "" for none)
 
 OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
   --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope

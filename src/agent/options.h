@@ -34,6 +34,9 @@ struct Options {
   enum class Kubernetes { kAuto, kOn, kOff };
   Kubernetes kubernetes = Kubernetes::kAuto;
   KubeApiFlags kube;  // resolved with the environment by ResolveKubeApiConfig
+  // Where the status endpoint (/metrics, /healthz, /readyz) listens: checked by
+  // ParseListenAddress; empty: no endpoint.
+  std::string metrics_address = "127.0.0.1:9464";
   bool help = false;
   bool version = false;
 };

@@ -17,6 +17,22 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->output_dir, "ember-profiles");
   EXPECT_EQ(options->stack_snapshot_bytes, 16384u);
   EXPECT_TRUE(options->pids.empty());
+  EXPECT_EQ(options->metrics_address, "127.0.0.1:9464");
+}
+
+TEST(OptionsTest, MetricsAddress) {
+  EXPECT_EQ(Parse({"--metrics-address=0.0.0.0:9100"})->metrics_address, "0.0.0.0:9100");
+  EXPECT_EQ(Parse({"--metrics-address", "[::]:0"})->metrics_address, "[::]:0");
+  // Empty turns the endpoint off, in both forms.
+  EXPECT_EQ(Parse({"--metrics-address="})->metrics_address, "");
+  EXPECT_EQ(Parse({"--metrics-address", ""})->metrics_address, "");
+  auto bad = Parse({"--metrics-address=localhost:9464"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--metrics-address: expected IPv4:port or [IPv6]:port such as 127.0.0.1:9464, "
+            "0.0.0.0:9464 or [::]:9464 (port 0: any free port), got 'localhost:9464' "
+            "('localhost' is not an IPv4 address; host names are not resolved, so write "
+            "127.0.0.1 rather than localhost)");
 }
 
 TEST(OptionsTest, ParsesEveryFlagInBothForms) {
@@ -108,6 +124,10 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--stack-snapshot-bytes=-1"}, "--stack-snapshot-bytes: expected"},
       {{"--stack-snapshot-bytes=16K"}, "--stack-snapshot-bytes: expected"},
       {{"--output-dir="}, "--output-dir: expected"},
+      {{"--metrics-address=9464"}, "--metrics-address: expected"},
+      {{"--metrics-address", "127.0.0.1:70000"}, "--metrics-address: expected"},
+      {{"--metrics-address=::1:9464"}, "--metrics-address: expected"},
+      {{"--metrics-address"}, "--metrics-address: missing value"},
       {{"--output-dir"}, "--output-dir: missing value"},
       {{"--help=yes"}, "--help: expected"},
       {{"--frobnicate"}, "unknown flag --frobnicate"},
