@@ -75,8 +75,29 @@ check("NODE_NAME from the downward API",
       node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
       node_name)
 check("tolerates every taint", pod.get("tolerations") == [{"operator": "Exists"}])
-check("no probes until /healthz exists",
-      "livenessProbe" not in c and "readinessProbe" not in c)
+# The status endpoint on the pod's IP (the kubelet probes that, not loopback), in a named port
+# the probes point at.
+check("status endpoint on every address of the pod",
+      "--metrics-address=0.0.0.0:9464" in c["args"], c["args"])
+check("container port 'metrics'",
+      c.get("ports") == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}],
+      c.get("ports"))
+live, ready = c.get("livenessProbe", {}), c.get("readinessProbe", {})
+check("liveness probe: GET /healthz on the metrics port",
+      live.get("httpGet") == {"path": "/healthz", "port": "metrics"}, live)
+check("readiness probe: GET /readyz on the metrics port",
+      ready.get("httpGet") == {"path": "/readyz", "port": "metrics"}, ready)
+probe_fields = {"initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold"}
+check("probe timings set", probe_fields <= set(live) and probe_fields <= set(ready), (live, ready))
+# The agent attaches in about 1-3 s: readiness comes soon after; a liveness restart needs several
+# failures well past start-up, and each probe's timeout fits in its period.
+check("readiness: first probe within 5 s, then every 10 s at most",
+      ready.get("initialDelaySeconds", 99) <= 5 and ready.get("periodSeconds", 99) <= 10, ready)
+check("liveness: not before 10 s, restarts only after 3 failures or more",
+      live.get("initialDelaySeconds", 0) >= 10 and live.get("failureThreshold", 0) >= 3, live)
+check("probe timeouts shorter than their periods",
+      live.get("timeoutSeconds", 99) < live.get("periodSeconds", 0) and
+      ready.get("timeoutSeconds", 99) < ready.get("periodSeconds", 0), (live, ready))
 res = c.get("resources", {})
 check("requests and limits set",
       {"cpu", "memory"} <= set(res.get("requests", {})) and
@@ -135,16 +156,31 @@ check("nodeSelector", pod.get("nodeSelector") == {"kubernetes.io/os": "linux"})
 check("tolerations replaced", pod.get("tolerations") == [
     {"key": "dedicated", "operator": "Equal", "value": "profiling", "effect": "NoSchedule"}])
 
-# Probes, once enabled, point at the health endpoints.
-c = container(daemonset(render("--set", "probes.enabled=true")))
-check("probes when enabled",
-      c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz" and
-      c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz")
+# Another metrics port moves the flag and the named port together; the probes follow the name.
+c = container(daemonset(render("--set", "metrics.port=9500",
+                               "--set", "probes.readiness.periodSeconds=7")))
+check("metrics.port sets the flag and the container port",
+      "--metrics-address=0.0.0.0:9500" in c["args"] and
+      c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}],
+      (c["args"], c["ports"]))
+check("probes still on the named port",
+      c["livenessProbe"]["httpGet"]["port"] == "metrics" and
+      c["readinessProbe"]["httpGet"]["port"] == "metrics")
+check("one probe timing changed, the others kept",
+      c["readinessProbe"]["periodSeconds"] == 7 and
+      c["readinessProbe"]["initialDelaySeconds"] == ready["initialDelaySeconds"])
+# Probes off: the endpoint stays, for Prometheus.
+c = container(daemonset(render("--set", "probes.enabled=false")))
+check("no probes when disabled, endpoint kept",
+      "livenessProbe" not in c and "readinessProbe" not in c and
+      c["ports"][0]["name"] == "metrics", c)
 
 # The schema turns bad values away before anything renders.
 for bad in (["--set-string", "samplingHz=fast"], ["--set", "samplingHz=5000"],
             ["--set", "otlp.protocol=udp"], ["--set", "privileged=yes-please"],
-            ["--set", "no_such_value=1"]):
+            ["--set", "no_such_value=1"], ["--set", "metrics.port=0"],
+            ["--set", "metrics.port=70000"], ["--set", "probes.port=8080"],
+            ["--set", "probes.liveness.periodSeconds=0"]):
     r = helm_run("template", "ember", chart, *bad)
     check(f"schema rejects {bad[-1]}",
           r.returncode != 0 and "schema" in r.stderr, (r.returncode, r.stderr[-300:]))
