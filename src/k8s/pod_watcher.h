@@ -57,6 +57,13 @@ struct PodWatcherStats {
   absl::Time last_error_time = absl::InfinitePast();
 };
 
+// The agent's wiring:
+//   absl::StatusOr<KubeApiConfig> config = ResolveKubeApiConfig(options.kube, getenv);
+//   PodIndex index;  // outlives the watcher
+//   absl::StatusOr<std::unique_ptr<PodWatcher>> watcher = PodWatcher::Create(*config, &index);
+//   (*watcher)->Start();  // returns at once; index.Lookup answers once stats().synced
+//   ...
+//   (*watcher)->Stop();  // or its destructor
 class PodWatcher {
  public:
   // Checks the configuration and that the token file (if any) and CA file are readable, so a
@@ -70,7 +77,8 @@ class PodWatcher {
 
   // Starts the thread; it runs until Stop. Call once.
   void Start();
-  // Ends the thread within about a second, even mid-stream or mid-backoff. Idempotent.
+  // Ends the thread within about a second, even mid-stream or mid-backoff. Idempotent; call it
+  // from one thread (the owner's).
   void Stop();
 
   PodWatcherStats stats() const;

@@ -294,7 +294,15 @@ void KubeApiServer::SendExpired() {
                     "\n");
 }
 
-void KubeApiServer::SendRaw(const std::string& line) { Broadcast("", line + "\n"); }
+void KubeApiServer::SendRaw(const std::string& bytes, bool newline) {
+  Broadcast("", newline ? bytes + "\n" : bytes);
+}
+
+std::string KubeApiServer::EventLine(const std::string& type, json pod) {
+  pod["kind"] = "Pod";
+  pod["apiVersion"] = "v1";
+  return json{{"type", type}, {"object", std::move(pod)}}.dump();
+}
 
 void KubeApiServer::EndWatches() {
   std::lock_guard lock(mu_);

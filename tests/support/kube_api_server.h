@@ -60,9 +60,12 @@ class KubeApiServer {
   std::string resource_version() const;
 
   // To every open watch stream.
-  std::string SendBookmark();             // takes a new resourceVersion, returned
-  void SendExpired();                     // ERROR event with a 410 Expired Status
-  void SendRaw(const std::string& line);  // the line as it is, then "\n"
+  std::string SendBookmark();  // takes a new resourceVersion, returned
+  void SendExpired();          // ERROR event with a 410 Expired Status
+  // The bytes as they are, then "\n" unless `newline` is false (a line split across chunks).
+  void SendRaw(const std::string& bytes, bool newline = true);
+  // A watch event line as the server writes it, without its "\n".
+  static std::string EventLine(const std::string& type, nlohmann::json pod);
   void EndWatches();   // a clean end of the chunked body (the server's timeoutSeconds)
   void DropWatches();  // closes the connections mid-body
 
