@@ -184,23 +184,32 @@ StatusServer::StatusServer(ListenAddress address, StatusHandlers handlers)
 StatusServer::~StatusServer() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Start(absl::string_view address,
-                                                                  StatusHandlers handlers) {
+                                                                  StatusHandlers handlers,
+                                                                  StatusServerLimits limits) {
   ASSIGN_OR_RETURN(ListenAddress parsed, ParseListenAddress(address));
-  return Start(parsed, std::move(handlers));
+  return Start(parsed, std::move(handlers), limits);
 }
 
 absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Start(const ListenAddress& address,
-                                                                  StatusHandlers handlers) {
+                                                                  StatusHandlers handlers,
+                                                                  StatusServerLimits limits) {
   ListenAddress bound = address;
   ASSIGN_OR_RETURN(int fd, OpenListenSocket(bound));
   std::unique_ptr<StatusServer> server(new StatusServer(bound, std::move(handlers)));
-  server->daemon_ =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
-                           MHD_USE_ERROR_LOG | (bound.ipv6 ? MHD_USE_IPv6 : 0),
-                       /*port=*/0, /*apc=*/nullptr, /*apc_cls=*/nullptr, &Callbacks::HandleRequest,
-                       server.get(), MHD_OPTION_EXTERNAL_LOGGER, &LogFromMhd, nullptr,
-                       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
-                       MHD_OPTION_CONNECTION_TIMEOUT, kConnectionTimeoutSeconds, MHD_OPTION_END);
+  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
+                         MHD_USE_ERROR_LOG | (bound.ipv6 ? MHD_USE_IPv6 : 0);
+  // One option and its values per line.
+  // clang-format off
+  server->daemon_ = MHD_start_daemon(
+      flags, /*port=*/0, /*apc=*/nullptr, /*apc_cls=*/nullptr,
+      &Callbacks::HandleRequest, server.get(),
+      MHD_OPTION_EXTERNAL_LOGGER, &LogFromMhd, nullptr,
+      MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, limits.max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_connections_per_ip,
+      MHD_OPTION_CONNECTION_TIMEOUT, limits.connection_timeout_seconds,
+      MHD_OPTION_END);
+  // clang-format on
   if (server->daemon_ == nullptr) {
     // Not closed here: libmicrohttpd closes the socket itself when it fails after taking it
     // (threads, memory); it leaves it open only for bad flags, which are constant and tested.

@@ -30,22 +30,29 @@ struct StatusHandlers {
   std::function<ProbeResult()> readyz = nullptr;   // readiness: not ok takes it out of rotation
 };
 
+// Bounds on what clients may hold. The defaults suit the agent; tests shorten the timeout.
+struct StatusServerLimits {
+  // At most this many connections at once, and this many from one IP address, so that one stuck
+  // or hostile client cannot starve the kubelet's probes; more are closed at once.
+  unsigned max_connections = 32;
+  unsigned max_connections_per_ip = 8;
+  // A connection idle this long (a stalled client) is closed.
+  unsigned connection_timeout_seconds = 10;
+};
+
 // GET and HEAD of /metrics (200, text/plain; version=0.0.4), /healthz and /readyz (200 "ok\n",
 // or 503 and the detail); other paths 404, other methods 405. A handler that throws answers 500.
 class StatusServer {
  public:
-  // At most this many connections at once; more wait in the listen backlog.
-  static constexpr unsigned kMaxConnections = 32;
-  // A connection idle this long (a stalled client) is closed.
-  static constexpr unsigned kConnectionTimeoutSeconds = 10;
-
   // Binds and listens before it returns: a bad address or a port in use is an error here, with
   // one line that names the address. Serving runs on libmicrohttpd's own thread.
   static absl::StatusOr<std::unique_ptr<StatusServer>> Start(const ListenAddress& address,
-                                                             StatusHandlers handlers);
+                                                             StatusHandlers handlers,
+                                                             StatusServerLimits limits = {});
   // `address` as ParseListenAddress reads it.
   static absl::StatusOr<std::unique_ptr<StatusServer>> Start(absl::string_view address,
-                                                             StatusHandlers handlers);
+                                                             StatusHandlers handlers,
+                                                             StatusServerLimits limits = {});
 
   StatusServer(const StatusServer&) = delete;
   StatusServer& operator=(const StatusServer&) = delete;

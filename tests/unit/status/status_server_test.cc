@@ -17,6 +17,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "exposition_checker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +27,17 @@
 
 namespace ember {
 namespace {
+
+// Polls `condition` every few milliseconds until it holds or 10 s pass.
+template <typename Condition>
+bool WaitFor(Condition condition) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 using ::ember::testing::ParseExposition;
 using ::testing::HasSubstr;
@@ -50,7 +63,9 @@ size_t ReadHeader(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
-Reply Fetch(const std::string& url, const std::string& method = "GET") {
+// `from`: the local address to connect from (127.0.0.2 is loopback too), or empty.
+Reply Fetch(const std::string& url, const std::string& method = "GET",
+            const std::string& from = "") {
   static const bool initialized = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   EXPECT_TRUE(initialized);
   Reply reply;
@@ -63,6 +78,7 @@ Reply Fetch(const std::string& url, const std::string& method = "GET") {
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+  if (!from.empty()) curl_easy_setopt(curl, CURLOPT_INTERFACE, from.c_str());
   if (method == "HEAD") {
     curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   } else if (method == "POST") {
@@ -251,23 +267,52 @@ TEST(StatusServerTest, AHandlerThatThrowsAnswers500) {
   EXPECT_EQ(Fetch(Url(*server, "/readyz")).status, 200);
 }
 
-TEST(StatusServerTest, AStalledClientDoesNotBlockOthers) {
+// Connects to `server` from 127.0.0.1 and sends half a request.
+int StalledConnection(const StatusServer& server) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(server.address().port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_EQ(write(fd, "GET /hea", 8), 8);
+  return fd;
+}
+
+TEST(StatusServerTest, StalledClientsDoNotBlockOthers) {
   auto server = StartOrDie("127.0.0.1:0", {});
   ASSERT_NE(server, nullptr);
-  // Connected, but never sends a request: the one polling thread must not wait on it.
+  // The one polling thread must not wait on a client that never finishes its request.
   std::vector<int> stalled;
-  for (int i = 0; i < 4; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(server->address().port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(write(fd, "GET /hea", 8), 8);  // half a request
-    stalled.push_back(fd);
-  }
+  for (int i = 0; i < 4; ++i) stalled.push_back(StalledConnection(*server));
   EXPECT_EQ(Fetch(Url(*server, "/healthz")).status, 200);
+  // One address using up its share of connections leaves the others theirs (the kubelet's
+  // probes come from another address than a scraper's).
+  while (stalled.size() < StatusServerLimits().max_connections_per_ip) {
+    stalled.push_back(StalledConnection(*server));
+  }
+  EXPECT_NE(Fetch(Url(*server, "/healthz")).status, 200);
+  Reply other = Fetch(Url(*server, "/healthz"), "GET", "127.0.0.2");
+  EXPECT_EQ(other.status, 200) << other.error;
   for (int fd : stalled) close(fd);
+  EXPECT_TRUE(WaitFor([&] { return Fetch(Url(*server, "/healthz")).status == 200; }));
+}
+
+TEST(StatusServerTest, IdleConnectionsTimeOut) {
+  auto server = StatusServer::Start("127.0.0.1:0", {}, {.connection_timeout_seconds = 1});
+  ASSERT_TRUE(server.ok()) << server.status();
+  int fd = StalledConnection(**server);
+  // The server closes it: read sees the end of the stream (or a reset), not a hang.
+  timeval limit{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  char byte;
+  const absl::Time start = absl::Now();
+  ssize_t n = read(fd, &byte, 1);
+  EXPECT_LE(n, 0);
+  EXPECT_TRUE(n == 0 || errno == ECONNRESET) << errno;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  close(fd);
 }
 
 TEST(StatusServerTest, BadAddressesAreOneLineErrors) {
