@@ -22,20 +22,25 @@ struct PodIndexLimits {
 
 struct PodIndexStats {
   size_t pods = 0;
-  size_t containers = 0;        // containers with an id
-  uint64_t pods_refused = 0;    // dropped at max_pods
-  uint64_t replaced = 0;        // full relists applied
+  size_t containers = 0;      // containers with an id
+  uint64_t pods_refused = 0;  // dropped at max_pods
+  uint64_t replaced = 0;      // full relists applied
   uint64_t lookups = 0;
-  uint64_t lookup_misses = 0;   // container id unknown (pod not listed yet, or not a pod's)
+  uint64_t lookup_misses = 0;  // nullopt: neither id nor uid known (pod not listed yet, or
+                               // not a pod's)
+  uint64_t pod_fallbacks = 0;  // container id unknown, answered from the pod uid
 };
 
 class PodIndex {
  public:
   explicit PodIndex(PodIndexLimits limits = {});
 
-  // A relist: exactly these pods from now on.
+  // A relist: exactly these pods from now on (the first max_pods of them; a uid listed twice
+  // counts once, the later object winning).
   void Replace(std::vector<PodInfo> pods);
-  // A watch ADDED or MODIFIED event.
+  // A watch ADDED or MODIFIED event. The pod's previous container ids are dropped; an id that
+  // another pod claimed before now answers for this one. A new pod beyond max_pods is refused
+  // (stats().pods_refused). Pods without a uid are ignored (ParsePod never makes one).
   void Upsert(PodInfo pod);
   // A watch DELETED event.
   void Remove(const std::string& pod_uid);
