@@ -30,6 +30,13 @@ constexpr int kMaxListPages = 10000;
 // so a server that closes every watch at once is not hammered.
 constexpr absl::Duration kShortWatch = absl::Seconds(1);
 
+// json::value throws when the field has another type: a server's odd answer must not.
+std::string StringField(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto found = object.find(key);
+  return found != object.end() && found->is_string() ? found->get<std::string>() : "";
+}
+
 std::string StringAt(const json& object, const char* outer, const char* inner) {
   if (!object.is_object()) return "";
   auto found = object.find(outer);
@@ -43,8 +50,8 @@ std::string StringAt(const json& object, const char* outer, const char* inner) {
 std::string DescribeStatus(const KubeHttpResult& result) {
   std::string text = absl::StrCat("HTTP ", result.status);
   json status = json::parse(result.error_body, nullptr, /*allow_exceptions=*/false);
-  if (status.is_object() && status.contains("message") && status["message"].is_string()) {
-    absl::StrAppend(&text, ": ", status["message"].get<std::string>());
+  if (std::string message = StringField(status, "message"); !message.empty()) {
+    absl::StrAppend(&text, ": ", message);
   } else if (!result.error_body.empty()) {
     std::string body(absl::StripAsciiWhitespace(result.error_body.substr(0, 200)));
     bool printable = std::all_of(body.begin(), body.end(), [](char c) {
@@ -248,7 +255,8 @@ PodWatcher::Step PodWatcher::List() {
           pods.push_back(*std::move(pod));
         } else {
           ++rejected;
-          spdlog::debug("Kubernetes: skipping a listed pod: {}", std::string(pod.status().message()));
+          spdlog::debug("Kubernetes: skipping a listed pod: {}",
+                        std::string(pod.status().message()));
         }
       }
     }
@@ -304,7 +312,6 @@ PodWatcher::Step PodWatcher::Watch() {
   stream_events_ = 0;
   stream_malformed_logged_ = false;
   watch_failure_.clear();
-  Step next = Step::kWatch;
   bool line_too_long = false;
   absl::Time start = absl::Now();
   KubeHttpResult result = http_->Get(
@@ -324,7 +331,7 @@ PodWatcher::Step PodWatcher::Watch() {
           data.remove_prefix(newline + 1);
           std::string line = std::move(line_);
           line_.clear();
-          if (!OnWatchLine(line, &next)) return false;
+          if (!OnWatchLine(line)) return false;
         }
         return true;
       },
@@ -351,7 +358,7 @@ PodWatcher::Step PodWatcher::Watch() {
       if (!watch_failure_.empty()) {
         return Fail(KubeWatchError::kWatchError, what, watch_failure_, 0, Step::kWatch);
       }
-      return next;  // kList: the resourceVersion expired
+      return Relist(start);  // the resourceVersion expired
     case KubeHttpResult::Outcome::kTransportError:
       return Fail(KubeWatchError::kTransport, what,
                   stream_events_ > 0 || result.status == 200
@@ -368,7 +375,7 @@ PodWatcher::Step PodWatcher::Watch() {
     }
     spdlog::info("Kubernetes: resourceVersion {} has expired (HTTP 410); relisting",
                  resource_version_);
-    return Step::kList;
+    return Relist(start);
   }
   if (result.status == 401 || result.status == 403) {
     return Fail(KubeWatchError::kUnauthorized, what, DescribeStatus(result), result.status,
@@ -380,11 +387,11 @@ PodWatcher::Step PodWatcher::Watch() {
   // The server ended the stream (its timeoutSeconds): a last line may lack its newline.
   std::string rest(absl::StripAsciiWhitespace(line_));
   line_.clear();
-  if (!rest.empty() && !OnWatchLine(rest, &next)) {
+  if (!rest.empty() && !OnWatchLine(rest)) {
     if (!watch_failure_.empty()) {
       return Fail(KubeWatchError::kWatchError, what, watch_failure_, 0, Step::kWatch);
     }
-    return next;
+    return Relist(start);
   }
   {
     std::lock_guard lock(mu_);
@@ -398,7 +405,16 @@ PodWatcher::Step PodWatcher::Watch() {
   return Step::kWatch;
 }
 
-bool PodWatcher::OnWatchLine(absl::string_view line, Step* next) {
+PodWatcher::Step PodWatcher::Relist(absl::Time watch_start) {
+  // A fresh list's version expiring at once, again and again, is a server gone wrong: not a
+  // reason to relist in a tight loop.
+  if (stream_events_ == 0 && absl::Now() - watch_start < kShortWatch) {
+    return Backoff() ? Step::kList : Step::kStop;
+  }
+  return Step::kList;
+}
+
+bool PodWatcher::OnWatchLine(absl::string_view line) {
   line = absl::StripAsciiWhitespace(line);
   if (line.empty()) return true;
   json event = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
@@ -436,18 +452,16 @@ bool PodWatcher::OnWatchLine(absl::string_view line, Step* next) {
     if (auto found = object->find("code"); found != object->end() && found->is_number_integer()) {
       code = found->get<int64_t>();
     }
-    std::string reason = object->value("reason", std::string());
-    std::string message = object->value("message", std::string());
+    std::string reason = StringField(*object, "reason");
+    std::string message = StringField(*object, "message");
     std::lock_guard lock(mu_);
     ++stats_.error_events;
     if (code == 410 || reason == "Expired" || reason == "Gone") {
       ++stats_.expired;
       spdlog::info("Kubernetes: resourceVersion {} has expired ({}); relisting", resource_version_,
                    message.empty() ? "410 Gone" : message);
-      *next = Step::kList;
     } else {
       watch_failure_ = absl::StrCat("ERROR event ", code, ": ", message.empty() ? reason : message);
-      *next = Step::kWatch;
     }
     return false;
   }

@@ -91,13 +91,17 @@ class PodWatcher {
   void Run();
   Step List();
   Step Watch();
-  // Handles one watch line; false ends the stream (`next` says what follows).
-  bool OnWatchLine(absl::string_view line, Step* next);
+  // Handles one watch line; false ends the stream: an ERROR event, 410 Expired (relist) or
+  // another (watch_failure_ says which).
+  bool OnWatchLine(absl::string_view line);
   // The step after a failed request: backs off and stays on `retry`, or kStop. `code` (an HTTP
   // status or CURLcode) tells failures of one kind apart for the log.
   Step Fail(KubeWatchError kind, const std::string& what, const std::string& detail, long code,
             Step retry);
   void Succeeded();
+  // kList after an expired resourceVersion, waiting out the backoff first when the watch that
+  // expired (started at `watch_start`) had no events and was short; kStop when stopped meanwhile.
+  Step Relist(absl::Time watch_start);
   // Waits out the backoff; false when stopped meanwhile.
   bool Backoff();
   std::string FieldSelector() const;

@@ -389,6 +389,22 @@ TEST_F(PodWatcherTest, ErrorEventOtherThanGoneRewatchesAfterBackoffWithoutRelist
   EXPECT_TRUE(HasPod("uid-1"));
 }
 
+TEST_F(PodWatcherTest, OddlyTypedFieldsAreNoCrash) {
+  ASSERT_NO_FATAL_FAILURE(StartAndSync());
+  server_->SendRaw(R"({"type":"ADDED","object":{"metadata":{"uid":7,"resourceVersion":8}}})");
+  server_->SendRaw(R"({"type":"DELETED","object":{"metadata":"gone"}})");
+  server_->SendRaw(R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":9}}})");
+  server_->SendRaw(R"({"type":7,"object":[]})");
+  server_->SendRaw(R"({"type":"ERROR","object":{"code":"410","reason":5,"message":[]}})");
+  ASSERT_TRUE(server_->WaitForRequests(KubeRequestKind::kWatch, 2));
+  PodWatcherStats stats = watcher_->stats();
+  EXPECT_EQ(stats.rejected_pods, 2u);     // the ADDED and the DELETED
+  EXPECT_EQ(stats.malformed_events, 2u);  // the BOOKMARK without a version, the numeric type
+  EXPECT_EQ(ErrorCount(stats, KubeWatchError::kWatchError), 1u);
+  server_->AddPod(TestPod("uid-1", "one", kNode));
+  ASSERT_TRUE(WaitFor([&] { return HasPod("uid-1"); }));
+}
+
 TEST_F(PodWatcherTest, GarbageListBodyIsAnErrorAndTheListIsRetried) {
   server_->AddPod(TestPod("uid-1", "one", kNode));
   server_->FailNext(KubeRequestKind::kList, 200, 1, "<html>proxy error</html>");
