@@ -165,7 +165,9 @@ struct StatusServer::Callbacks {
     const bool metrics = url == "/metrics" && handlers.metrics;
     if (!metrics && url != "/healthz" && url != "/readyz") {
       return Respond(connection, MHD_HTTP_NOT_FOUND, kTextPlain,
-                     "not found: the status endpoint serves /metrics, /healthz and /readyz\n");
+                     handlers.metrics
+                         ? "not found: the status endpoint serves /metrics, /healthz and /readyz\n"
+                         : "not found: the status endpoint serves /healthz and /readyz\n");
     }
     if (method != MHD_HTTP_METHOD_GET && method != MHD_HTTP_METHOD_HEAD) {
       return Respond(connection, MHD_HTTP_METHOD_NOT_ALLOWED, kTextPlain,

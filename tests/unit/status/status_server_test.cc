@@ -231,7 +231,9 @@ TEST(StatusServerTest, WithoutHandlersProbesAreOkAndMetricsIsNotFound) {
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(Fetch(Url(*server, "/healthz")).body, "ok\n");
   EXPECT_EQ(Fetch(Url(*server, "/readyz")).status, 200);
-  EXPECT_EQ(Fetch(Url(*server, "/metrics")).status, 404);
+  Reply reply = Fetch(Url(*server, "/metrics"));
+  EXPECT_EQ(reply.status, 404);
+  EXPECT_EQ(reply.body, "not found: the status endpoint serves /healthz and /readyz\n");
 }
 
 TEST(StatusServerTest, OtherPathsAndMethods) {
