@@ -307,6 +307,21 @@ TEST_F(PodWatcherTest, UnauthorizedIsRetriedKeepingThePodsAndARotatedTokenIsSent
   EXPECT_EQ(server_->CountRequests(KubeRequestKind::kList), 1u);
 }
 
+TEST_F(PodWatcherTest, MissingTokenFileIsRetriedWithoutSendingARequest) {
+  server_->AddPod(TestPod("uid-1", "one", kNode));
+  ASSERT_NO_FATAL_FAILURE(StartAndSync());
+  std::filesystem::remove(dir_ + "/token");
+  server_->EndWatches();
+  ASSERT_TRUE(WaitFor([&] { return ErrorCount(watcher_->stats(), KubeWatchError::kToken) >= 2; }));
+  EXPECT_EQ(server_->CountRequests(KubeRequestKind::kWatch), 1u);
+  EXPECT_TRUE(HasPod("uid-1"));
+  EXPECT_THAT(watcher_->stats().last_error, HasSubstr("token"));
+
+  WriteToken("token-3");
+  ASSERT_TRUE(server_->WaitForRequests(KubeRequestKind::kWatch, 2));
+  EXPECT_EQ(Requests(KubeRequestKind::kWatch).at(1).authorization, "Bearer token-3");
+}
+
 TEST_F(PodWatcherTest, ForbiddenListIsRetriedWithBackoffAndLoggedOnce) {
   ember::testing::LogCapture log;
   server_->AddPod(TestPod("uid-1", "one", kNode));
