@@ -461,7 +461,9 @@ bool PodWatcher::OnWatchLine(absl::string_view line) {
       spdlog::info("Kubernetes: resourceVersion {} has expired ({}); relisting", resource_version_,
                    message.empty() ? "410 Gone" : message);
     } else {
-      watch_failure_ = absl::StrCat("ERROR event ", code, ": ", message.empty() ? reason : message);
+      std::string text = message.empty() ? reason : message;
+      watch_failure_ = absl::StrCat("an ERROR event", code != 0 ? absl::StrCat(" ", code) : "",
+                                    text.empty() ? " without a message" : absl::StrCat(": ", text));
     }
     return false;
   }
