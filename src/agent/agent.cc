@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
 #include "spdlog/spdlog.h"
+#include "status/process_metrics.h"
 
 namespace ember {
 namespace {
@@ -46,7 +47,28 @@ int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
 Agent::Agent(const Options& options)
     : options_(options),
       cgroups_(CgroupResolverOptionsForHost()),
-      frames_(&processes_, &modules_, nullptr) {}
+      frames_(&processes_, &modules_, nullptr) {
+  // Registration fails only on a programming error (a bad or duplicate name).
+  auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
+    return metrics_.AddCounter(name, help, std::move(labels)).value();
+  };
+  samples_metric_ = counter("ember_samples_total", "Stack samples received from the kernel.");
+  samples_lost_metric_ = counter("ember_samples_lost_total",
+                                 "Samples the kernel dropped because the ring buffer was full.");
+  constexpr absl::string_view kUnwound = "ember_user_stacks_unwound_total";
+  constexpr absl::string_view kUnwoundHelp =
+      "User stacks unwound from stack snapshots, by how the walk ended.";
+  unwound_complete_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "complete"}});
+  unwound_truncated_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "truncated"}});
+  unwound_failed_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "failed"}});
+  profiles_written_metric_ =
+      counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
+  write_failures_metric_ = counter("ember_output_write_failures_total",
+                                   "Failed writes of pprof files or the flame graph.");
+  processes_metric_ =
+      metrics_.AddGauge("ember_processes_tracked", "Processes in the agent's process table.")
+          .value();
+}
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     const Options& options, std::chrono::steady_clock::time_point started_at) {
@@ -68,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
           "--output-dir: cannot create '", options.output_dir, "': ", error.message()));
     }
   }
+  RETURN_IF_ERROR(agent->SetUpKubernetes());
   if (exporter_config->has_value()) {
     ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
     agent->resources_ = agent->MakeResourceContext();
@@ -108,7 +131,134 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                  std::string(kernel_symbols.status().message()));
   }
   agent->interval_start_ = absl::Now();
+  if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
+  RETURN_IF_ERROR(agent->SetUpStatusEndpoint());
   return agent;
+}
+
+absl::Status Agent::SetUpKubernetes() {
+  const char* service_host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const KubeApiFlags& flags = options_.kube;
+  const bool flags_given = flags.server || flags.token_file || flags.ca_file || flags.node_name;
+  bool enabled = false;
+  switch (options_.kubernetes) {
+    case Options::Kubernetes::kOn:
+      enabled = true;
+      break;
+    case Options::Kubernetes::kOff:
+      enabled = false;
+      break;
+    case Options::Kubernetes::kAuto:  // in a pod, or pointed at an API server
+      enabled = (service_host != nullptr && *service_host != '\0') || flags_given;
+      break;
+  }
+  if (!enabled) return absl::OkStatus();
+  auto config = ResolveKubeApiConfig(flags, [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  });
+  if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
+  pods_ = std::make_unique<PodIndex>();
+  auto watcher = PodWatcher::Create(*config, pods_.get());
+  if (!watcher.ok()) return absl::InvalidArgumentError(watcher.status().message());
+  pod_watcher_ = std::move(watcher).value();
+  spdlog::info("watching the pods of node {} at {}", config->node_name, config->server);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::SetUpStatusEndpoint() {
+  RETURN_IF_ERROR(AddProcessMetrics(metrics_));
+  if (pods_ != nullptr) {
+    PodIndex* pods = pods_.get();
+    PodWatcher* watcher = pod_watcher_.get();
+    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
+        "ember_kubernetes_pods", "Pods of this node known from the Kubernetes API.", {},
+        [pods] { return static_cast<double>(pods->stats().pods); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
+        "ember_kubernetes_synced",
+        "1 once this node's pods have been listed from the Kubernetes API, else 0.", {},
+        [watcher] { return watcher->synced() ? 1.0 : 0.0; }));
+    for (size_t kind = 0; kind < kKubeWatchErrorKinds; ++kind) {
+      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+          "ember_kubernetes_watch_errors_total",
+          "Failed requests and streams of the Kubernetes pod watch, by kind.",
+          {{"kind", KubeWatchErrorName(static_cast<KubeWatchError>(kind))}},
+          [watcher, kind] { return static_cast<double>(watcher->stats().errors[kind]); }));
+    }
+  }
+  if (exporter_ != nullptr) {
+    ProfileExporter* exporter = exporter_.get();
+    using Field = uint64_t ExporterStats::*;
+    const std::pair<const char*, Field> outcomes[] = {
+        {"sent", &ExporterStats::intervals_sent},
+        {"rejected", &ExporterStats::failed},
+        {"dropped_queue_full", &ExporterStats::dropped_queue_full},
+        {"dropped_at_shutdown", &ExporterStats::dropped_at_shutdown}};
+    for (const auto& [outcome, field] : outcomes) {
+      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+          "ember_otlp_intervals_total", "Interval profiles for the OTLP endpoint, by outcome.",
+          {{"outcome", outcome}},
+          [exporter, field] { return static_cast<double>(exporter->stats().*field); }));
+    }
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_otlp_retries_total", "OTLP export attempts that failed and were tried again.", {},
+        [exporter] { return static_cast<double>(exporter->stats().retries); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_otlp_sent_bytes_total", "Serialized OTLP request bytes delivered (before gzip).", {},
+        [exporter] { return static_cast<double>(exporter->stats().bytes_sent); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
+        "ember_otlp_queue_bytes", "Serialized OTLP requests waiting to be sent.", {},
+        [exporter] { return static_cast<double>(exporter->stats().queued_bytes); }));
+  }
+  loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (options_.metrics_address.empty()) return absl::OkStatus();
+  StatusHandlers handlers{.metrics = [this] { return metrics_.Render(); },
+                          .healthz = [this] { return Liveness(); },
+                          .readyz = [this] { return Readiness(); }};
+  ASSIGN_OR_RETURN(status_server_, StatusServer::Start(options_.metrics_address, handlers));
+  spdlog::info("status endpoint: http://{}/metrics, /healthz, /readyz",
+               status_server_->address().ToString());
+  return absl::OkStatus();
+}
+
+namespace {
+// The loop goes round at least every 100 ms, but writing an interval may take a while (the first
+// symbolization of big binaries): liveness allows for that, readiness is stricter.
+constexpr std::chrono::seconds kLivenessStall{60};
+constexpr std::chrono::seconds kReadinessStall{15};
+
+std::chrono::nanoseconds SinceLoop(const std::atomic<int64_t>& loop_alive_ns) {
+  return std::chrono::steady_clock::now().time_since_epoch() -
+         std::chrono::nanoseconds(loop_alive_ns.load());
+}
+}  // namespace
+
+ProbeResult Agent::Liveness() const {
+  auto stalled = SinceLoop(loop_alive_ns_);
+  if (stalled > kLivenessStall) {
+    return {false,
+            absl::StrCat("the profiling loop has not run for ",
+                         std::chrono::duration_cast<std::chrono::seconds>(stalled).count(), " s")};
+  }
+  return {true, ""};
+}
+
+ProbeResult Agent::Readiness() const {
+  auto stalled = SinceLoop(loop_alive_ns_);
+  if (stalled > kReadinessStall) {
+    return {false,
+            absl::StrCat("the profiling loop has not run for ",
+                         std::chrono::duration_cast<std::chrono::seconds>(stalled).count(), " s")};
+  }
+  // Samples of pods would go out without their pod's names until the first list.
+  if (pod_watcher_ != nullptr && !pod_watcher_->synced()) {
+    PodWatcherStats stats = pod_watcher_->stats();
+    return {false, stats.last_error.empty()
+                       ? std::string("the pods of this node have not been listed yet")
+                       : absl::StrCat("the pods of this node have not been listed yet: ",
+                                      stats.last_error)};
+  }
+  return {true, ""};
 }
 
 void Agent::OnSample(const SampleView& sample) {
@@ -116,7 +266,7 @@ void Agent::OnSample(const SampleView& sample) {
     seen_first_sample_ = true;
     spdlog::info("first sample {} ms after start", MillisecondsSince(started_at_));
   }
-  ++samples_seen_;
+  samples_metric_->Increment();
   const ember_sample& header = *sample.header;
   absl::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
 
@@ -167,13 +317,13 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   }
   switch (unwound.end) {
     case UnwindEnd::kOutermost:
-      ++unwound_complete_;
+      unwound_complete_metric_->Increment();
       return;
     case UnwindEnd::kTruncated:
-      ++unwound_truncated_;
+      unwound_truncated_metric_->Increment();
       break;
     case UnwindEnd::kError:  // neither CFI nor a frame pointer explained a frame
-      ++unwound_failed_;
+      unwound_failed_metric_->Increment();
       break;
   }
   stack_.push_back(frames_.Marker("[truncated]"));
@@ -273,17 +423,17 @@ void Agent::ExportInterval(absl::Time now) {
     // A full or read-only disk loses this interval, not the agent: it keeps sampling.
     std::string path = NextPprofPath(now);
     if (absl::Status status = WritePprofFile(profile, path); status.ok()) {
-      ++profiles_written_;
+      profiles_written_metric_->Increment();
       spdlog::info("wrote {} ({} samples, {} stacks)", path, samples, profile.samples.size());
     } else {
-      ++write_failures_;
+      write_failures_metric_->Increment();
       spdlog::error("interval of {} samples lost: {}", samples, std::string(status.message()));
     }
     flame_graph_.Add(profile);
     if (absl::Status status =
             flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
         !status.ok()) {
-      ++write_failures_;
+      write_failures_metric_->Increment();
       spdlog::error("flame graph not updated: {}", std::string(status.message()));
     }
   }
@@ -292,6 +442,7 @@ void Agent::ExportInterval(absl::Time now) {
   if (stats.ring_buffer_full > ring_buffer_full_reported_) {
     spdlog::warn("{} samples lost: ring buffer full",
                  stats.ring_buffer_full - ring_buffer_full_reported_);
+    samples_lost_metric_->Increment(stats.ring_buffer_full - ring_buffer_full_reported_);
     ring_buffer_full_reported_ = stats.ring_buffer_full;
   }
   // Only now, with the interval written, may cached frames and modules go.
@@ -300,6 +451,7 @@ void Agent::ExportInterval(absl::Time now) {
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
   processes_.DropExited();
+  processes_metric_->Set(static_cast<double>(processes_.size()));
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
@@ -308,6 +460,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
                                                                         : start + options_.duration;
   absl::Time next_export = start + options_.export_interval;
   while (!stop.load()) {
+    loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (now >= next_export) {
@@ -322,15 +475,18 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
   ExportInterval(absl::Now());
+  if (pod_watcher_ != nullptr) pod_watcher_->Stop();
 
   BpfStats stats = profiler_->ReadStats();
   spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",
-               samples_seen_, stats.ring_buffer_full, profiler_->malformed_records(),
-               profiles_written_, options_.output_dir, write_failures_);
+               samples_metric_->Value(), stats.ring_buffer_full, profiler_->malformed_records(),
+               profiles_written_metric_->Value(), options_.output_dir,
+               write_failures_metric_->Value());
   spdlog::info(
       "user stacks unwound from snapshots: {} complete, {} truncated, {} failed; {} snapshot "
       "errors",
-      unwound_complete_, unwound_truncated_, unwound_failed_, stats.snapshot_errors);
+      unwound_complete_metric_->Value(), unwound_truncated_metric_->Value(),
+      unwound_failed_metric_->Value(), stats.snapshot_errors);
   if (exporter_ != nullptr) {
     exporter_->Shutdown(kExporterDrainTime);  // what is still queued gets a last chance
     ReportExporter();
@@ -341,7 +497,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
         sent.intervals_sent, sent.bytes_sent, sent.retries, sent.dropped_queue_full, sent.failed,
         sent.dropped_at_shutdown);
   }
-  if (samples_seen_ == 0) {
+  if (samples_metric_->Value() == 0) {
     spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
   } else if (write_local_ && flame_graph_.total_samples() > 0) {
     std::error_code error;

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,9 +18,12 @@
 #include "agent/process_table.h"
 #include "k8s/cgroup_resolver.h"
 #include "k8s/pod_index.h"
+#include "k8s/pod_watcher.h"
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
+#include "status/metrics_registry.h"
+#include "status/status_server.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
 #include "unwind/dwarf_unwinder.h"
@@ -55,13 +59,22 @@ class Agent {
   // Logs what the exporter dropped or failed since the last call.
   void ReportExporter();
   std::string NextPprofPath(absl::Time now) const;
+  // Pod metadata: watches this node's pods when --kubernetes says so (or, by default, when the
+  // agent runs in a pod). Flag and configuration errors are InvalidArgument.
+  absl::Status SetUpKubernetes();
+  // The self-metrics, and the status endpoint at --metrics-address serving them with /healthz
+  // and /readyz.
+  absl::Status SetUpStatusEndpoint();
+  ProbeResult Liveness() const;
+  ProbeResult Readiness() const;
 
   Options options_;
   std::chrono::steady_clock::time_point started_at_;
   std::optional<KernelSymbols> kernel_symbols_;
   ProcessTable processes_;
   CgroupResolver cgroups_;
-  PodIndex* pods_ = nullptr;  // the node's pods when watching the Kubernetes API, else null
+  std::unique_ptr<PodIndex> pods_;  // the node's pods when watching the Kubernetes API, else null
+  std::unique_ptr<PodWatcher> pod_watcher_;
   ModuleCache modules_;
   FrameResolver frames_;
   DwarfUnwinder unwinder_;
@@ -75,16 +88,25 @@ class Agent {
 
   absl::Time interval_start_;
   bool seen_first_sample_ = false;
-  int profiles_written_ = 0;
-  int write_failures_ = 0;
-  uint64_t samples_seen_ = 0;
   uint64_t ring_buffer_full_reported_ = 0;
-  // Samples by how their user stack ended: reached the thread's first frame, cut by the
-  // snapshot or frame limit, stopped by a frame neither CFI nor a frame pointer could unwind.
-  uint64_t unwound_complete_ = 0;
-  uint64_t unwound_truncated_ = 0;
-  uint64_t unwound_failed_ = 0;
   std::vector<const Frame*> stack_;  // reused per sample
+
+  // Self-metrics, updated by the sampling thread and read by the status endpoint's (registered
+  // in the constructor, never null). Samples by how their user stack ended: reached the thread's
+  // first frame, cut by the snapshot or frame limit, stopped by a frame neither CFI nor a frame
+  // pointer could unwind.
+  MetricsRegistry metrics_;
+  Counter* samples_metric_ = nullptr;
+  Counter* samples_lost_metric_ = nullptr;
+  Counter* unwound_complete_metric_ = nullptr;
+  Counter* unwound_truncated_metric_ = nullptr;
+  Counter* unwound_failed_metric_ = nullptr;
+  Counter* profiles_written_metric_ = nullptr;
+  Counter* write_failures_metric_ = nullptr;
+  Gauge* processes_metric_ = nullptr;
+  // When the profiling loop last went round (steady clock, ns): liveness and readiness.
+  std::atomic<int64_t> loop_alive_ns_{0};
+  std::unique_ptr<StatusServer> status_server_;  // after everything its handlers read
 };
 
 }  // namespace ember

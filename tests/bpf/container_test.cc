@@ -46,8 +46,8 @@ class ContainerProfileTest : public ::testing::Test {
     RunResult agent =
         RunProgram({EMBER_AGENT_BIN, "--pid", std::to_string(container_->pid()), "--pid",
                     std::to_string(host_loop_->pid()), "--sampling-hz", "99", "--duration", "5s",
-                    "--export-interval", "2s", "--output-dir", *dir_ + "/out", "--otlp-endpoint",
-                    "http://" + receiver_->target()},
+                    "--export-interval", "2s", "--output-dir", *dir_ + "/out", "--metrics-address",
+                    "127.0.0.1:0", "--otlp-endpoint", "http://" + receiver_->target()},
                    seconds(60));
     agent_log_ = new std::string(agent.output);
     EXPECT_EQ(agent.exit_code, 0) << agent.output;
@@ -87,8 +87,8 @@ TEST_F(ContainerProfileTest, EveryContainerSampleCarriesItsContainerId) {
     ASSERT_NE(label, sample.labels.end()) << "a sample of the container without container.id";
     EXPECT_EQ(label->second, *container_id_);
   }
-  // Two busy loops on two CPUs for 5 s at 99 Hz: about 495 samples each.
-  EXPECT_GE(samples, 150) << *agent_log_;
+  // Two busy loops on two CPUs for 5 s at 99 Hz: about 495 samples each on an idle machine.
+  EXPECT_GE(samples, 100) << *agent_log_;
 }
 
 TEST_F(ContainerProfileTest, TheHostProcessHasNoContainerId) {
@@ -97,7 +97,7 @@ TEST_F(ContainerProfileTest, TheHostProcessHasNoContainerId) {
     samples += sample.count;
     EXPECT_FALSE(sample.labels.contains("container.id")) << sample.labels.at("container.id");
   }
-  EXPECT_GE(samples, 150) << *agent_log_;
+  EXPECT_GE(samples, 100) << *agent_log_;
 }
 
 TEST_F(ContainerProfileTest, OtlpResourcesSayWhichContainer) {

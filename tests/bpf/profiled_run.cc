@@ -44,15 +44,11 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   Subprocess fixture(fixture_argv);
   run.pid = fixture.pid();
   if (after_start) after_start(fixture.pid());
-  std::vector<std::string> agent_argv = {EMBER_AGENT_BIN,
-                                         "--pid",
-                                         std::to_string(fixture.pid()),
-                                         "--sampling-hz",
-                                         std::to_string(hz),
-                                         "--export-interval",
-                                         "3s",
-                                         "--output-dir",
-                                         run.output_dir};
+  std::vector<std::string> agent_argv = {EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()),
+                                         "--sampling-hz", std::to_string(hz), "--export-interval",
+                                         "3s", "--output-dir", run.output_dir,
+                                         // any free port: another agent may hold the default
+                                         "--metrics-address", "127.0.0.1:0"};
   agent_argv.insert(agent_argv.end(), extra_agent_args.begin(), extra_agent_args.end());
   Subprocess agent(agent_argv);
   bool attached = agent.WaitForOutput("attached to", seconds(15));
