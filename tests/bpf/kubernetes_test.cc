@@ -178,8 +178,9 @@ class KubernetesPodTest : public ::testing::Test {
     s.agent_log = agent.output();
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove_all(s_->dir);
-    delete s_;
+    const std::string dir = s_->dir;
+    delete s_;  // the container first: runc kill and delete
+    std::filesystem::remove_all(dir);
   }
 
   // The container's OTLP resources in the order they arrived, pointing into `received`.
@@ -278,8 +279,12 @@ TEST_F(KubernetesPodTest, TheWatchFollowedTheProtocol) {
     if (!request.watch) ++lists;
     if (request.authorization == "Bearer token-two") rotated = true;
     // Once rotated, the old token is never sent again.
-    if (rotated) EXPECT_EQ(request.authorization, "Bearer token-two");
-    if (request.watch) EXPECT_FALSE(request.Query("resourceVersion").empty());
+    if (rotated) {
+      EXPECT_EQ(request.authorization, "Bearer token-two");
+    }
+    if (request.watch) {
+      EXPECT_FALSE(request.Query("resourceVersion").empty());
+    }
   }
   EXPECT_TRUE(rotated);
   EXPECT_EQ(lists, 2);  // the first list and the one after 410, not one per dropped stream

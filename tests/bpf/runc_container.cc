@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -26,6 +27,17 @@ std::string RandomHex(size_t length) {
   std::string hex;
   for (size_t i = 0; i < length; ++i) hex += "0123456789abcdef"[absl::Uniform(gen, 0, 16)];
   return hex;
+}
+
+// Kills and deletes every container under kRuncTestRoot: only tests put containers there, and
+// bpf tests run one at a time, so any found at start is a leftover of a test that crashed.
+void DeleteLeftoverContainers() {
+  RunResult list = RunProgram({kRunc, "--root", kRuncTestRoot, "list", "--quiet"});
+  if (list.exit_code != 0) return;  // no root yet
+  for (absl::string_view id : absl::StrSplit(list.output, '\n', absl::SkipWhitespace())) {
+    RunProgram({kRunc, "--root", kRuncTestRoot, "kill", std::string(id), "KILL"});
+    RunProgram({kRunc, "--root", kRuncTestRoot, "delete", "--force", std::string(id)});
+  }
 }
 
 }  // namespace
@@ -75,17 +87,19 @@ std::unique_ptr<RuncContainer> RuncContainer::Start(const std::string& dir, cons
   config["linux"]["cgroupsPath"] = cgroups_path;
   std::ofstream(bundle + "/config.json") << config.dump(1);
 
-  std::unique_ptr<RuncContainer> container(new RuncContainer(dir + "/runc-state", id));
+  static bool cleaned_up = false;
+  if (!cleaned_up) DeleteLeftoverContainers();
+  cleaned_up = true;
+  std::unique_ptr<RuncContainer> container(new RuncContainer(id));
   // Detached: runc returns once the container runs. Its stdio goes to a file, not to a pipe
   // RunProgram would wait on for as long as the container lives.
   const std::string pid_file = dir + "/container.pid";
   const std::string log_file = dir + "/container.log";
-  RunResult run =
-      RunProgram({"/bin/sh", "-c",
-                  absl::StrCat("exec ", kRunc, " --root '", container->state_dir_,
-                               "' run --detach --bundle '", bundle, "' --pid-file '", pid_file,
-                               "' ", id, " </dev/null >'", log_file, "' 2>&1")},
-                 std::chrono::seconds(30));
+  RunResult run = RunProgram(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec ", kRunc, " --root '", kRuncTestRoot, "' run --detach --bundle '", bundle,
+                    "' --pid-file '", pid_file, "' ", id, " </dev/null >'", log_file, "' 2>&1")},
+      std::chrono::seconds(30));
   std::stringstream pid_text;
   pid_text << std::ifstream(pid_file).rdbuf();
   if (run.exit_code != 0 ||
@@ -101,10 +115,10 @@ std::unique_ptr<RuncContainer> RuncContainer::Start(const std::string& dir, cons
 }
 
 RuncContainer::~RuncContainer() {
-  RunProgram({kRunc, "--root", state_dir_, "kill", id_, "KILL"}, std::chrono::seconds(10));
+  RunProgram({kRunc, "--root", kRuncTestRoot, "kill", id_, "KILL"}, std::chrono::seconds(10));
   // delete --force waits for the processes to go and removes the cgroups runc made.
-  RunResult deleted =
-      RunProgram({kRunc, "--root", state_dir_, "delete", "--force", id_}, std::chrono::seconds(30));
+  RunResult deleted = RunProgram({kRunc, "--root", kRuncTestRoot, "delete", "--force", id_},
+                                 std::chrono::seconds(30));
   EXPECT_EQ(deleted.exit_code, 0) << "runc delete: " << deleted.output;
 }
 

@@ -1,6 +1,7 @@
 // A real container for the bpf tests: runc runs a busybox-static bundle in a cgroup path of the
-// test's choosing (kubepods-style, as the kubelet's containerd would), detached, with runc state
-// of its own so the test never touches other containers.
+// test's choosing (kubepods-style, as the kubelet's containerd would), detached. The tests' runc
+// state lives in a root of their own (kRuncTestRoot), so they never touch other containers, and a
+// container a crashed test left running is killed by the next Start.
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +21,8 @@ std::string RandomPodUid();
 // cri-containerd-<id>.scope
 std::string KubepodsCgroupPath(const std::string& pod_uid, const std::string& container_id);
 
+inline constexpr char kRuncTestRoot[] = "/run/ember-tests/runc";
+
 class RuncContainer {
  public:
   // Builds the bundle under `dir` (rootfs with /bin/busybox, config.json from `runc spec`) and
@@ -33,9 +36,7 @@ class RuncContainer {
   const std::string& id() const { return id_; }
 
  private:
-  RuncContainer(std::string state_dir, std::string id)
-      : state_dir_(std::move(state_dir)), id_(std::move(id)) {}
-  std::string state_dir_;
+  explicit RuncContainer(std::string id) : id_(std::move(id)) {}
   std::string id_;
   pid_t pid_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,9 @@ Subprocess::Subprocess(std::vector<std::string> argv) {
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) std::abort();
   pid_ = fork();
   if (pid_ == 0) {
+    // A test that crashes takes its programs with it (a busy loop left behind would skew every
+    // later measurement on the machine).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(out[1], 2);
