@@ -1,0 +1,76 @@
+// The CPython frame walk in user space, over a MemoryReader: thread state -> innermost frame ->
+// code objects -> names, file and line. It is the model of the BPF walker (docs/cpython.md):
+// same reads, same order, same bounds, so the offsets are proven here against live processes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "python/cpython_layout.h"
+#include "python/process_memory.h"
+
+namespace ember::python {
+
+// Per-frame and per-walk results: small enums, no strings, as on the sample path.
+enum class WalkStatus : uint8_t {
+  kOk = 0,
+  kNoThreadState = 1,  // the thread runs no Python (or is not in the interpreter's list)
+  kReadFailed = 2,     // an address could not be read (process gone, or inconsistent state)
+  kNotCode = 3,        // a frame's code is not a code object: wrong layout or torn state
+  kTruncated = 4,      // more frames than the walk may visit
+};
+const char* WalkStatusName(WalkStatus status);
+
+// What the BPF program gets per process: the layout and two process addresses.
+struct WalkerConfig {
+  CPythonLayout layout;
+  uint64_t runtime_address = 0;    // &_PyRuntime in the process
+  uint64_t code_type_address = 0;  // &PyCode_Type in the process; 0: do not check
+};
+
+// How a sampled thread is matched to its PyThreadState.
+struct ThreadIdentity {
+  uint64_t pthread_id = 0;  // pthread_self(), which on x86-64 is the thread's fs base; 0: unused
+  uint32_t native_tid = 0;  // tid in the process's pid namespace (3.11+ only); 0: unused
+};
+
+struct PythonFrame {
+  uint64_t code_address = 0;
+  std::string name;      // co_name
+  std::string qualname;  // co_qualname (3.11+), else co_name
+  std::string file;      // co_filename
+  int first_line = -1;   // co_firstlineno
+  int line = -1;         // the line being executed, -1 when unknown
+  // This frame is the outermost Python frame run by one native _PyEval_EvalFrameDefault call:
+  // native eval frames and Python frames pair up at these boundaries (docs/cpython.md). Every
+  // frame in 3.8-3.10; in 3.11 the frames with is_entry; in 3.12+ the frames below a shim frame.
+  bool entry = false;
+};
+
+struct WalkLimits {
+  size_t max_threads = 64;  // thread states visited per interpreter when matching a thread
+  size_t max_frames = 128;  // frame records visited (shim frames count)
+  size_t max_string_bytes = 256;
+  size_t max_line_table_bytes = 64 * 1024;
+};
+
+// Finds the thread state of `thread` among the main interpreter's threads, matching thread_id
+// to pthread_id, or native_thread_id to native_tid. kNoThreadState when none matches.
+WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, ThreadIdentity thread,
+                           uint64_t* tstate, const WalkLimits& limits = {});
+
+// The thread state holding the GIL (gilstate.tstate_current, 3.8-3.11; kNoThreadState from 3.12,
+// and when no thread holds it).
+WalkStatus GilHolder(MemoryReader& memory, const WalkerConfig& config, uint64_t* tstate);
+
+// Walks from the innermost frame of `tstate` outwards, appending to `frames` (leaf first).
+WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
+                      std::vector<PythonFrame>* frames, const WalkLimits& limits = {});
+
+// Reads a compact str object (every identifier and file name is one) as UTF-8, at most
+// `max_bytes` of character data. False for non-compact strings and unreadable memory.
+bool ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_t address,
+                      size_t max_bytes, std::string* out);
+
+}  // namespace ember::python

@@ -1,0 +1,396 @@
+// The frame walker end to end: a live python3.11 (and, where present, pyenv 3.8-3.13) runs
+// tests/data/python/walk_target.py; the test stops it, finds the interpreter in its maps, and
+// follows the layout's offsets from _PyRuntime to every frame's names, file and line with
+// process_vm_readv, as the BPF program will. Plus a fake memory for the edge cases.
+#include "python/frame_walker.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "python/interpreter_detect.h"
+
+namespace ember::python {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kScript = std::string(EMBER_PYTHON_SCRIPTS_DIR) + "/walk_target.py";
+
+// Line numbers of the "# MARK name" comments in the script.
+std::map<std::string, int> ScriptMarks() {
+  std::map<std::string, int> marks;
+  std::ifstream in(kScript);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    size_t at = line.find("# MARK ");
+    if (at != std::string::npos) marks[line.substr(at + 7)] = number;
+  }
+  return marks;
+}
+
+// A python process running the script, stopped (SIGSTOP) once it printed its thread ids, killed
+// on destruction.
+class StoppedPython {
+ public:
+  explicit StoppedPython(const std::string& python) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      dup2(out[1], 1);
+      close(out[0]);
+      close(out[1]);
+      execl(python.c_str(), python.c_str(), "-u", kScript.c_str(), nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    std::string text;
+    char buf[256];
+    while (text.find('\n') == std::string::npos) {
+      struct pollfd pfd = {out[0], POLLIN, 0};
+      if (poll(&pfd, 1, 20000) <= 0) break;
+      ssize_t n = read(out[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    close(out[0]);
+    std::istringstream words(text);
+    std::string ready;
+    words >> ready >> main_ident_ >> main_native_ >> bg_ident_ >> bg_native_;
+    if (ready != "ready") return;
+    // Let both threads get into their loops, then stop the whole thread group.
+    usleep(200 * 1000);
+    kill(pid_, SIGSTOP);
+    int status = 0;
+    stopped_ = waitpid(pid_, &status, WUNTRACED) == pid_ && WIFSTOPPED(status);
+  }
+  ~StoppedPython() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool stopped() const { return stopped_; }
+  pid_t pid() const { return pid_; }
+  uint64_t main_ident_ = 0, main_native_ = 0, bg_ident_ = 0, bg_native_ = 0;
+
+ private:
+  pid_t pid_ = -1;
+  bool stopped_ = false;
+};
+
+struct MapLine {
+  uint64_t start = 0;
+  uint64_t offset = 0;
+  std::string path;
+};
+
+std::vector<MapLine> ReadMaps(pid_t pid) {
+  std::vector<MapLine> maps;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    if (path.empty() || path[0] != '/') continue;
+    maps.push_back({std::stoull(range.substr(0, range.find('-')), nullptr, 16),
+                    std::stoull(offset, nullptr, 16), path});
+  }
+  return maps;
+}
+
+// The interpreter binaries to walk: Debian's (test dependencies), then pyenv's when present.
+std::vector<std::string> Interpreters() {
+  std::vector<std::string> pythons = {EMBER_PYTHON311, "/usr/bin/python3.11d"};
+  const fs::path root = "/root/.pyenv/versions";
+  std::error_code ec;
+  for (int minor = 8; minor <= 13; ++minor) {
+    if (!fs::exists(root, ec)) break;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      std::string name = entry.path().filename();
+      std::string prefix = "3." + std::to_string(minor) + ".";
+      fs::path bin = entry.path() / "bin" / ("python3." + std::to_string(minor));
+      if (name.rfind(prefix, 0) == 0 && fs::exists(bin)) pythons.push_back(bin);
+    }
+  }
+  return pythons;
+}
+
+class LiveWalkTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
+  const std::string python = GetParam();
+  bool required = python == EMBER_PYTHON311 || python == "/usr/bin/python3.11d";
+  if (!fs::exists(python)) {
+    ASSERT_FALSE(required) << python << " missing: apt-get install python3.11 python3.11-dbg";
+    GTEST_SKIP() << python << " not on this machine";
+  }
+  StoppedPython process(python);
+  ASSERT_TRUE(process.stopped()) << python << " did not start the script";
+
+  std::vector<MapLine> maps = ReadMaps(process.pid());
+  std::vector<std::string> paths;
+  for (const MapLine& m : maps) paths.push_back(m.path);
+  absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths);
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
+  WalkerConfig config;
+  config.layout = info->layout;
+  for (const MapLine& m : maps) {
+    if (m.path != info->path) continue;
+    config.runtime_address = ElfToProcessAddress(*info, info->runtime_address, m.start, m.offset);
+    config.code_type_address =
+        ElfToProcessAddress(*info, info->code_type_address, m.start, m.offset);
+    break;
+  }
+  ASSERT_NE(config.runtime_address, 0u);
+  ASSERT_NE(config.code_type_address, 0u);
+
+  ProcessMemoryReader memory(process.pid());
+  uint64_t main_tstate = 0, bg_tstate = 0;
+  ASSERT_EQ(FindThreadState(memory, config, {.pthread_id = process.main_ident_}, &main_tstate),
+            WalkStatus::kOk);
+  ASSERT_EQ(FindThreadState(memory, config, {.pthread_id = process.bg_ident_}, &bg_tstate),
+            WalkStatus::kOk);
+  EXPECT_NE(main_tstate, bg_tstate);
+  if (config.layout.tstate_native_thread_id != kNoOffset) {
+    uint64_t by_tid = 0;
+    ASSERT_EQ(FindThreadState(memory, config,
+                              {.native_tid = static_cast<uint32_t>(process.main_native_)}, &by_tid),
+              WalkStatus::kOk);
+    EXPECT_EQ(by_tid, main_tstate);
+    ASSERT_EQ(FindThreadState(memory, config,
+                              {.native_tid = static_cast<uint32_t>(process.bg_native_)}, &by_tid),
+              WalkStatus::kOk);
+    EXPECT_EQ(by_tid, bg_tstate);
+  }
+  uint64_t unknown = 0;
+  EXPECT_EQ(FindThreadState(memory, config, {.pthread_id = 12345}, &unknown),
+            WalkStatus::kNoThreadState);
+  uint64_t holder = 0;
+  WalkStatus gil = GilHolder(memory, config, &holder);
+  if (config.layout.runtime_tstate_current != kNoOffset && gil == WalkStatus::kOk) {
+    EXPECT_TRUE(holder == main_tstate || holder == bg_tstate);
+  }
+
+  const int minor = config.layout.minor;
+  const bool qualnames = minor >= 11;
+  std::map<std::string, int> marks = ScriptMarks();
+
+  std::vector<PythonFrame> frames;
+  ASSERT_EQ(WalkFrames(memory, config, main_tstate, &frames), WalkStatus::kOk);
+  ASSERT_EQ(frames.size(), 5u);
+  const char* names[] = {"leaf_spin", "middle_ü", "run", "main", "<module>"};
+  const char* qualified[] = {"leaf_spin", "middle_ü", "Outer.run", "main", "<module>"};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(frames[i].name, names[i]) << i;
+    EXPECT_EQ(frames[i].qualname, qualnames ? qualified[i] : names[i]) << i;
+    EXPECT_EQ(frames[i].file, kScript) << i;
+    // Python-to-Python calls run in one eval loop from 3.11 on.
+    EXPECT_EQ(frames[i].entry, minor <= 10 || i == 4) << i;
+  }
+  EXPECT_TRUE(frames[0].line == marks["leaf_loop"] || frames[0].line == marks["leaf_body"])
+      << frames[0].line;
+  EXPECT_EQ(frames[0].first_line, marks["leaf_loop"] - 2);
+  EXPECT_EQ(frames[1].line, marks["call_leaf"]);
+  EXPECT_EQ(frames[2].line, marks["call_middle"]);
+  EXPECT_EQ(frames[3].line, marks["call_run"]);
+  EXPECT_EQ(frames[4].line, marks["call_main"]);
+  // Before 3.10 a module's first line is its first statement's.
+  EXPECT_EQ(frames[4].first_line, minor >= 10 ? 1 : marks["first_statement"]);
+
+  frames.clear();
+  ASSERT_EQ(WalkFrames(memory, config, bg_tstate, &frames), WalkStatus::kOk);
+  ASSERT_GE(frames.size(), 4u);
+  EXPECT_EQ(frames[0].name, "späte_λ_leaf");
+  EXPECT_TRUE(frames[0].line == marks["bg_loop"] || frames[0].line == marks["bg_body"]);
+  EXPECT_EQ(frames[1].name, "background");
+  EXPECT_EQ(frames[1].line, marks["call_bg_leaf"]);
+  EXPECT_EQ(frames[2].name, "run");
+  EXPECT_EQ(frames[2].qualname, qualnames ? "Thread.run" : "run");
+  EXPECT_TRUE(frames[2].file.ends_with("/threading.py")) << frames[2].file;
+  EXPECT_EQ(frames.back().name, "_bootstrap");
+  EXPECT_TRUE(frames.back().entry);  // the thread's first eval call
+  EXPECT_EQ(frames[0].entry, minor <= 10);
+
+  // A frame budget smaller than the stack ends the walk as truncated, keeping what it read.
+  frames.clear();
+  EXPECT_EQ(WalkFrames(memory, config, main_tstate, &frames, {.max_frames = 2}),
+            WalkStatus::kTruncated);
+  EXPECT_EQ(frames.size(), 2u);
+
+  // Another version's layout must fail cleanly, never walk this process's frames by chance.
+  // 3.8-3.10 share every offset the names come from, so only layouts that differ there count.
+  for (const CPythonLayout& other : AllLayouts()) {
+    const CPythonLayout& l = config.layout;
+    if (other.tstate_frame == l.tstate_frame && other.frame_code == l.frame_code &&
+        other.frame_previous == l.frame_previous && other.code_name == l.code_name &&
+        other.cframe_current_frame == l.cframe_current_frame) {
+      continue;
+    }
+    WalkerConfig wrong = config;
+    wrong.layout = other;
+    uint64_t tstate = 0;
+    if (FindThreadState(memory, wrong, {.pthread_id = process.main_ident_}, &tstate) !=
+        WalkStatus::kOk) {
+      continue;
+    }
+    frames.clear();
+    WalkStatus status = WalkFrames(memory, wrong, tstate, &frames);
+    EXPECT_TRUE(status != WalkStatus::kOk || frames.empty() || frames[0].name != "leaf_spin")
+        << "3." << other.minor << " layout walked a 3." << minor << " process";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, LiveWalkTest, testing::ValuesIn(Interpreters()),
+                         [](const auto& info) {
+                           std::string name;
+                           for (char c : info.param) name += std::isalnum(c) ? c : '_';
+                           return name;
+                         });
+
+// A sparse fake address space for the cases a live process does not show on demand.
+class FakeMemory : public MemoryReader {
+ public:
+  bool Read(uint64_t address, void* out, size_t size) override {
+    for (const auto& [base, bytes] : blocks_) {
+      if (address >= base && address + size <= base + bytes.size()) {
+        std::memcpy(out, bytes.data() + (address - base), size);
+        return true;
+      }
+    }
+    return false;
+  }
+  void Put(uint64_t address, std::vector<uint8_t> bytes) { blocks_[address] = std::move(bytes); }
+  template <typename T>
+  void PutValue(uint64_t address, T value) {
+    std::vector<uint8_t> bytes(sizeof(T));
+    std::memcpy(bytes.data(), &value, sizeof(T));
+    Put(address, bytes);
+  }
+
+ private:
+  std::map<uint64_t, std::vector<uint8_t>> blocks_;
+};
+
+// Puts a compact str object at `address`: kind 1 (ASCII or latin-1), 2 or 4.
+void PutString(FakeMemory& memory, const CPythonLayout& layout, uint64_t address,
+               const std::vector<uint32_t>& chars, uint32_t kind, bool ascii, bool compact = true) {
+  std::vector<uint8_t> object(ascii ? layout.ascii_data : layout.compact_data);
+  int64_t length = static_cast<int64_t>(chars.size());
+  std::memcpy(object.data() + layout.unicode_length, &length, 8);
+  uint32_t state = (kind << kUnicodeKindShift) | (compact ? kUnicodeCompactBit : 0) |
+                   (ascii ? kUnicodeAsciiBit : 0);
+  std::memcpy(object.data() + layout.unicode_state, &state, 4);
+  for (uint32_t c : chars) {
+    for (uint32_t b = 0; b < kind; ++b) object.push_back(static_cast<uint8_t>(c >> (8 * b)));
+  }
+  memory.Put(address, object);
+}
+
+TEST(FrameWalkerTest, StringKinds) {
+  const CPythonLayout& layout = *FindLayout(3, 12);
+  FakeMemory memory;
+  PutString(memory, layout, 0x1000, {'a', 'b'}, 1, true);
+  PutString(memory, layout, 0x2000, {'g', 0xfc}, 1, false);        // "gü"
+  PutString(memory, layout, 0x3000, {0x3bb, 'x'}, 2, false);       // "λx"
+  PutString(memory, layout, 0x4000, {0x1f600, 0xd800}, 4, false);  // emoji, lone surrogate
+  PutString(memory, layout, 0x5000, {'a'}, 1, true, /*compact=*/false);
+  std::string s;
+  ASSERT_TRUE(ReadPythonString(memory, layout, 0x1000, 64, &s));
+  EXPECT_EQ(s, "ab");
+  ASSERT_TRUE(ReadPythonString(memory, layout, 0x2000, 64, &s));
+  EXPECT_EQ(s, "gü");
+  ASSERT_TRUE(ReadPythonString(memory, layout, 0x3000, 64, &s));
+  EXPECT_EQ(s, "λx");
+  ASSERT_TRUE(ReadPythonString(memory, layout, 0x4000, 64, &s));
+  EXPECT_EQ(s, "\xf0\x9f\x98\x80\xef\xbf\xbd");
+  EXPECT_FALSE(ReadPythonString(memory, layout, 0x5000, 64, &s));
+  EXPECT_FALSE(ReadPythonString(memory, layout, 0x9000, 64, &s));  // unmapped
+  EXPECT_FALSE(ReadPythonString(memory, layout, 0, 64, &s));
+  ASSERT_TRUE(ReadPythonString(memory, layout, 0x3000, 2, &s));  // cut to the byte budget
+  EXPECT_EQ(s, "λ");
+}
+
+// 3.12 shape: tstate -> cframe -> frame(code A) -> shim (CSTACK) -> frame(code B) -> shim.
+TEST(FrameWalkerTest, ShimFramesMarkEntriesAndLoopsAreBounded) {
+  const CPythonLayout& l = *FindLayout(3, 12);
+  FakeMemory memory;
+  const uint64_t tstate = 0x10000, cframe = 0x11000, f1 = 0x12000, shim1 = 0x13000, f2 = 0x14000,
+                 shim2 = 0x15000, code = 0x20000, type = 0x30000, name = 0x21000, table = 0x22000;
+  memory.PutValue<uint64_t>(tstate + l.tstate_frame, cframe);
+  memory.PutValue<uint64_t>(cframe + l.cframe_current_frame, f1);
+  auto put_frame = [&](uint64_t frame, uint64_t previous, int8_t owner) {
+    std::vector<uint8_t> bytes(80);
+    std::memcpy(bytes.data() + l.frame_code, &code, 8);
+    std::memcpy(bytes.data() + l.frame_previous, &previous, 8);
+    uint64_t instr = code + l.code_adaptive + 4;
+    std::memcpy(bytes.data() + l.frame_last_instruction, &instr, 8);
+    bytes[l.frame_owner] = static_cast<uint8_t>(owner);
+    memory.Put(frame, bytes);
+  };
+  put_frame(f1, shim1, 0);
+  put_frame(shim1, f2, 3);
+  put_frame(f2, shim2, 0);
+  put_frame(shim2, 0, 3);
+  std::vector<uint8_t> code_bytes(l.code_adaptive + 16);
+  auto put64 = [&](uint32_t off, uint64_t v) { std::memcpy(code_bytes.data() + off, &v, 8); };
+  put64(l.object_type, type);
+  put64(l.code_name, name);
+  put64(l.code_qualname, name);
+  put64(l.code_filename, name);
+  put64(l.code_linetable, table);
+  int first_line = 40;
+  std::memcpy(code_bytes.data() + l.code_firstlineno, &first_line, 4);
+  memory.Put(code, code_bytes);
+  PutString(memory, l, name, {'f'}, 1, true);
+  // Location table: 2 units on line +1, 2 units on line +3 (NO_COLUMNS, svarint 6).
+  std::vector<uint8_t> bytes_object(l.bytes_data);
+  int64_t size = 3;
+  std::memcpy(bytes_object.data() + l.var_size, &size, 8);
+  for (uint8_t b : {0xd1, 0xe9, 0x06}) bytes_object.push_back(b);
+  memory.Put(table, bytes_object);
+
+  WalkerConfig config{.layout = l, .runtime_address = 0, .code_type_address = type};
+  std::vector<PythonFrame> frames;
+  ASSERT_EQ(WalkFrames(memory, config, tstate, &frames), WalkStatus::kOk);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_TRUE(frames[0].entry);
+  EXPECT_TRUE(frames[1].entry);
+  EXPECT_EQ(frames[0].line, 43);  // byte offset 4: the second entry
+  EXPECT_EQ(frames[0].qualname, "f");
+
+  // A code object of the wrong type stops the walk.
+  config.code_type_address = type + 8;
+  frames.clear();
+  EXPECT_EQ(WalkFrames(memory, config, tstate, &frames), WalkStatus::kNotCode);
+
+  // A cycle ends at the frame budget.
+  config.code_type_address = type;
+  put_frame(shim2, f1, 3);
+  frames.clear();
+  EXPECT_EQ(WalkFrames(memory, config, tstate, &frames, {.max_frames = 10}),
+            WalkStatus::kTruncated);
+  // An unreadable previous pointer is a read failure.
+  put_frame(shim2, 0xdead0000, 3);
+  put_frame(shim1, 0xdead0000, 3);
+  frames.clear();
+  EXPECT_EQ(WalkFrames(memory, config, tstate, &frames), WalkStatus::kReadFailed);
+}
+
+}  // namespace
+}  // namespace ember::python

@@ -1,0 +1,199 @@
+// Interpreter detection on Debian's real python3.11 (and python3.11d from python3.11-dbg), on
+// the pyenv builds when this machine has them, and on files that are not interpreters at all.
+#include "python/interpreter_detect.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ember::python {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ember_python_test.XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    std::string path = path_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(InterpreterDetectTest, DebianPython311) {
+  absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(EMBER_PYTHON311);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
+  EXPECT_EQ(info->version.major, 3);
+  EXPECT_EQ(info->version.minor, 11);
+  EXPECT_GE(info->version.micro, 2);
+  EXPECT_EQ(info->version_source, "Py_Version");
+  EXPECT_NE(info->runtime_address, 0u);
+  EXPECT_GT(info->runtime_size, 1000u);
+  EXPECT_NE(info->code_type_address, 0u);
+  EXPECT_NE(info->eval_frame_address, 0u);
+  EXPECT_GT(info->eval_frame_size, 1000u);
+  EXPECT_FALSE(info->segments.empty());
+  EXPECT_EQ(info->layout.minor, 11);
+  EXPECT_TRUE(info->layout.verified);
+}
+
+// python3.11-dbg's python3.11d is a separate, Py_DEBUG build; its layout is the same for every
+// field the walker reads (checked against its DWARF).
+TEST(InterpreterDetectTest, DebianPython311DebugBuild) {
+  const std::string path = "/usr/bin/python3.11d";
+  ASSERT_TRUE(fs::exists(path)) << path << " missing: apt-get install python3.11-dbg";
+  absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
+  EXPECT_EQ(info->version.minor, 11);
+  EXPECT_NE(info->runtime_address, 0u);
+}
+
+TEST(InterpreterDetectTest, PickedFromProcessMappings) {
+  std::vector<std::string> paths = {"/usr/lib/x86_64-linux-gnu/libc.so.6", EMBER_PYTHON311,
+                                    "/usr/lib/x86_64-linux-gnu/libm.so.6"};
+  absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+  EXPECT_EQ(info->path, EMBER_PYTHON311);
+
+  std::vector<std::string> no_python = {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/bash"};
+  info = DetectInterpreter(no_python);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kNotPython);
+}
+
+TEST(InterpreterDetectTest, RootPrefixForContainers) {
+  std::vector<std::string> paths = {EMBER_PYTHON311};
+  absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, "/proc/self/root");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+}
+
+TEST(InterpreterDetectTest, InterpreterFileNames) {
+  EXPECT_TRUE(LooksLikeInterpreterPath("/usr/bin/python3.11"));
+  EXPECT_TRUE(LooksLikeInterpreterPath("/usr/bin/python3.11d"));
+  EXPECT_TRUE(LooksLikeInterpreterPath("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"));
+  EXPECT_TRUE(LooksLikeInterpreterPath("/opt/py/lib/libpython3.8.so"));
+  EXPECT_TRUE(LooksLikeInterpreterPath("/usr/local/bin/python3.13t"));
+  EXPECT_FALSE(LooksLikeInterpreterPath("/usr/bin/python3"));  // a symlink; maps show the target
+  EXPECT_FALSE(LooksLikeInterpreterPath("/usr/bin/python3.11-config"));
+  EXPECT_FALSE(LooksLikeInterpreterPath("/usr/lib/python3.11/lib-dynload/_json.so"));
+  EXPECT_FALSE(LooksLikeInterpreterPath("/usr/bin/perl"));
+}
+
+TEST(InterpreterDetectTest, NonPythonElfIsNotPython) {
+  absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf("/usr/bin/bash");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kNotPython);
+  EXPECT_FALSE(info->reason.empty());
+}
+
+TEST(InterpreterDetectTest, JunkFilesAreErrorsNotCrashes) {
+  TempDir dir;
+  EXPECT_FALSE(InspectInterpreterElf(dir.Write("python3.11", "")).ok());
+  EXPECT_FALSE(InspectInterpreterElf(dir.Write("libpython3.11.so", "#!/bin/sh\necho hi\n")).ok());
+  EXPECT_FALSE(InspectInterpreterElf(dir.Write("elf_magic",
+                                               "\x7f"
+                                               "ELF\2\1\1"))
+                   .ok());
+  EXPECT_FALSE(InspectInterpreterElf(dir.path()).ok());  // a directory
+  absl::StatusOr<InterpreterInfo> missing = InspectInterpreterElf(dir.path() + "/none");
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  // A junk file named like an interpreter fails detection with an error, not a crash.
+  std::vector<std::string> paths = {dir.path() + "/python3.11"};
+  EXPECT_FALSE(DetectInterpreter(paths).ok());
+}
+
+TEST(InterpreterDetectTest, TruncatedInterpreterFails) {
+  TempDir dir;
+  std::string bytes = ReadFile(EMBER_PYTHON311);
+  ASSERT_GT(bytes.size(), 1u << 20);
+  for (size_t keep : {size_t{64}, size_t{4096}, bytes.size() / 2, bytes.size() - 100}) {
+    std::string path = dir.Write("python3.11", bytes.substr(0, keep));
+    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(path);
+    // Cut before the section table: an error; the symbols and data that survive must not be
+    // trusted for a supported result either.
+    EXPECT_FALSE(info.ok() && info->outcome == DetectOutcome::kSupported) << keep;
+  }
+}
+
+TEST(InterpreterDetectTest, UnsupportedVersionIsAResultNotAnError) {
+  // Python 3.7 and 2.7 and 3.6 from pyenv, when present, have _PyRuntime (3.7) or not.
+  for (const char* v : {"3.7.16/lib/libpython3.7m.so.1.0", "3.6.15/lib/libpython3.6m.so.1.0"}) {
+    std::string path = std::string("/root/.pyenv/versions/") + v;
+    if (!fs::exists(path)) continue;
+    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(path);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_NE(info->outcome, DetectOutcome::kSupported) << path;
+    EXPECT_FALSE(info->reason.empty());
+  }
+  // A file name alone with a version outside the table.
+  TempDir dir;
+  std::string copy = dir.path() + "/python3.99";
+  fs::copy_file("/usr/bin/bash", copy);
+  absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(copy);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->outcome, DetectOutcome::kNotPython);  // no _PyRuntime: not CPython at all
+}
+
+// The other versions, where this machine has pyenv builds (they are not a test dependency).
+TEST(InterpreterDetectTest, PyenvBuildsWhenPresent) {
+  const fs::path root = "/root/.pyenv/versions";
+  int seen = 0;
+  for (int minor = 8; minor <= 13; ++minor) {
+    if (!fs::exists(root)) break;
+    for (const auto& entry : fs::directory_iterator(root)) {
+      std::string name = entry.path().filename();
+      if (name.rfind("3." + std::to_string(minor) + ".", 0) != 0) continue;
+      std::string lib = entry.path() / "lib" / ("libpython3." + std::to_string(minor) + ".so.1.0");
+      if (!fs::exists(lib)) continue;
+      std::vector<std::string> paths = {entry.path() / "bin" / ("python3." + std::to_string(minor)),
+                                        lib};
+      absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths);
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->outcome, DetectOutcome::kSupported) << lib << ": " << info->reason;
+      EXPECT_EQ(info->path, lib);
+      EXPECT_EQ(info->version.minor, minor);
+      EXPECT_EQ(std::to_string(info->version.major) + "." + std::to_string(info->version.minor) +
+                    "." + std::to_string(info->version.micro),
+                name);
+      EXPECT_EQ(info->version_source, minor >= 11 ? "Py_Version" : "PY_VERSION string");
+      ++seen;
+    }
+  }
+  if (seen == 0) GTEST_SKIP() << "no pyenv CPython builds on this machine";
+}
+
+TEST(InterpreterDetectTest, ElfToProcessAddress) {
+  InterpreterInfo info;
+  info.segments = {
+      {0, 0, 0x1000, 0x1000}, {0x2000, 0x1000, 0x3000, 0x3000}, {0x6080, 0x4080, 0x100, 0x900}};
+  // A PIE mapped at 0x5555_0000_0000: text mapping from offset 0x1000.
+  EXPECT_EQ(ElfToProcessAddress(info, 0x2345, 0x555500002000, 0x1000), 0x555500002345u);
+  // The data segment's mapping starts on its page: offset 0x4000 -> vaddr 0x6000.
+  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, 0x555500006000, 0x4000), 0x555500006100u);
+  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, 0x555500009000, 0x9000), 0u);
+}
+
+}  // namespace
+}  // namespace ember::python
