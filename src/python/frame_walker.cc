@@ -47,24 +47,21 @@ bool InnermostFrame(MemoryReader& memory, const CPythonLayout& layout, uint64_t 
   return true;
 }
 
-// The byte offset into the code of the instruction the frame executes (negative: not started).
-bool ByteOffset(MemoryReader& memory, const CPythonLayout& layout, uint64_t frame, uint64_t code,
-                int* offset) {
-  uint64_t at = frame + layout.frame_last_instruction;
+// The byte offset into the code of the instruction a raw frame executes (negative: not started).
+bool ByteOffset(const CPythonLayout& layout, const RawFrame& raw, int* offset) {
   switch (layout.last_instruction) {
     case LastInstruction::kByteOffset:
-      return ReadValue(memory, at, offset);
+      *offset = static_cast<int32_t>(raw.last_instruction);
+      return true;
     case LastInstruction::kInstructionIndex: {
-      int index = 0;
-      if (!ReadValue(memory, at, &index)) return false;
+      int32_t index = static_cast<int32_t>(raw.last_instruction);
       *offset = index < 0 ? -2 : index * 2;
       return true;
     }
     case LastInstruction::kPrevInstrPointer:
     case LastInstruction::kInstrPointer: {
-      uint64_t pointer = 0;
-      if (!ReadPointer(memory, at, &pointer)) return false;
-      int64_t delta = static_cast<int64_t>(pointer - (code + layout.code_adaptive));
+      int64_t delta =
+          static_cast<int64_t>(raw.last_instruction - (raw.code_address + layout.code_adaptive));
       if (delta < -2 || delta > (1 << 28)) return false;
       *offset = static_cast<int>(delta);
       return true;
@@ -73,41 +70,18 @@ bool ByteOffset(MemoryReader& memory, const CPythonLayout& layout, uint64_t fram
   return false;
 }
 
-WalkStatus ReadFrame(MemoryReader& memory, const WalkerConfig& config, uint64_t frame,
-                     uint64_t code, const WalkLimits& limits, PythonFrame* out) {
-  const CPythonLayout& layout = config.layout;
-  out->code_address = code;
-  uint64_t name = 0, qualname = 0, file = 0, table = 0;
-  if (!ReadPointer(memory, code + layout.code_name, &name) ||
-      !ReadPointer(memory, code + layout.code_filename, &file) ||
-      !ReadPointer(memory, code + layout.code_linetable, &table) ||
-      !ReadValue(memory, code + layout.code_firstlineno, &out->first_line)) {
-    return WalkStatus::kReadFailed;
+// Reads the frame's position: an int (3.8-3.10) or a pointer (3.11+).
+bool ReadLastInstruction(MemoryReader& memory, const CPythonLayout& layout, uint64_t frame,
+                         uint64_t* out) {
+  uint64_t at = frame + layout.frame_last_instruction;
+  if (layout.last_instruction == LastInstruction::kByteOffset ||
+      layout.last_instruction == LastInstruction::kInstructionIndex) {
+    int32_t lasti = 0;
+    if (!ReadValue(memory, at, &lasti)) return false;
+    *out = static_cast<uint64_t>(static_cast<int64_t>(lasti));
+    return true;
   }
-  if (layout.code_qualname != kNoOffset &&
-      !ReadPointer(memory, code + layout.code_qualname, &qualname)) {
-    return WalkStatus::kReadFailed;
-  }
-  if (!ReadPythonString(memory, layout, name, limits.max_string_bytes, &out->name) ||
-      !ReadPythonString(memory, layout, file, limits.max_string_bytes, &out->file)) {
-    return WalkStatus::kReadFailed;
-  }
-  if (qualname == 0 ||
-      !ReadPythonString(memory, layout, qualname, limits.max_string_bytes, &out->qualname)) {
-    out->qualname = out->name;
-  }
-  // The line is best effort: a frame with a name but no line is still worth showing.
-  int offset = 0;
-  int64_t table_size = 0;
-  if (ByteOffset(memory, layout, frame, code, &offset) &&
-      ReadValue(memory, table + layout.var_size, &table_size) && table_size >= 0 &&
-      static_cast<uint64_t>(table_size) <= limits.max_line_table_bytes) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(table_size));
-    if (memory.Read(table + layout.bytes_data, bytes.data(), bytes.size())) {
-      out->line = LineForOffset(layout.line_table, bytes, out->first_line, offset);
-    }
-  }
-  return WalkStatus::kOk;
+  return ReadPointer(memory, at, out);
 }
 
 }  // namespace
@@ -220,15 +194,16 @@ WalkStatus GilHolder(MemoryReader& memory, const WalkerConfig& config, uint64_t*
   return WalkStatus::kOk;
 }
 
-WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
-                      std::vector<PythonFrame>* frames, const WalkLimits& limits) {
+WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
+                         std::vector<RawFrame>* frames, const WalkLimits& limits) {
   const CPythonLayout& layout = config.layout;
   uint64_t frame = 0;
   if (!InnermostFrame(memory, layout, tstate, &frame)) return WalkStatus::kReadFailed;
   size_t first = frames->size();
   for (size_t visited = 0; frame != 0; ++visited) {
     if (visited == limits.max_frames) return WalkStatus::kTruncated;
-    bool entry = !layout.interpreter_frames;
+    RawFrame raw;
+    raw.entry = !layout.interpreter_frames;
     if (layout.frame_owner != kNoOffset && layout.owner_cstack >= 0) {
       int8_t owner = 0;
       if (!ReadValue(memory, frame + layout.frame_owner, &owner)) return WalkStatus::kReadFailed;
@@ -247,25 +222,77 @@ WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t
       if (!ReadValue(memory, frame + layout.frame_is_entry, &is_entry)) {
         return WalkStatus::kReadFailed;
       }
-      entry = is_entry != 0;
+      raw.entry = is_entry != 0;
     }
-    uint64_t code = 0;
-    if (!ReadPointer(memory, frame + layout.frame_code, &code)) return WalkStatus::kReadFailed;
+    if (!ReadPointer(memory, frame + layout.frame_code, &raw.code_address) ||
+        !ReadLastInstruction(memory, layout, frame, &raw.last_instruction)) {
+      return WalkStatus::kReadFailed;
+    }
     if (config.code_type_address != 0) {
       uint64_t type = 0;
-      if (!ReadPointer(memory, code + layout.object_type, &type)) return WalkStatus::kReadFailed;
+      if (!ReadPointer(memory, raw.code_address + layout.object_type, &type)) {
+        return WalkStatus::kReadFailed;
+      }
       if (type != config.code_type_address) return WalkStatus::kNotCode;
     }
-    PythonFrame out;
-    out.entry = entry;
-    WalkStatus status = ReadFrame(memory, config, frame, code, limits, &out);
-    if (status != WalkStatus::kOk) return status;
-    frames->push_back(std::move(out));
+    frames->push_back(raw);
     if (!ReadPointer(memory, frame + layout.frame_previous, &frame)) {
       return WalkStatus::kReadFailed;
     }
   }
   return WalkStatus::kOk;
+}
+
+WalkStatus ResolveFrame(MemoryReader& memory, const WalkerConfig& config, const RawFrame& raw,
+                        PythonFrame* out, const WalkLimits& limits) {
+  const CPythonLayout& layout = config.layout;
+  const uint64_t code = raw.code_address;
+  out->code_address = code;
+  out->entry = raw.entry;
+  uint64_t name = 0, qualname = 0, file = 0, table = 0;
+  if (!ReadPointer(memory, code + layout.code_name, &name) ||
+      !ReadPointer(memory, code + layout.code_filename, &file) ||
+      !ReadPointer(memory, code + layout.code_linetable, &table) ||
+      !ReadValue(memory, code + layout.code_firstlineno, &out->first_line)) {
+    return WalkStatus::kReadFailed;
+  }
+  if (layout.code_qualname != kNoOffset &&
+      !ReadPointer(memory, code + layout.code_qualname, &qualname)) {
+    return WalkStatus::kReadFailed;
+  }
+  if (!ReadPythonString(memory, layout, name, limits.max_string_bytes, &out->name) ||
+      !ReadPythonString(memory, layout, file, limits.max_string_bytes, &out->file)) {
+    return WalkStatus::kReadFailed;
+  }
+  if (qualname == 0 ||
+      !ReadPythonString(memory, layout, qualname, limits.max_string_bytes, &out->qualname)) {
+    out->qualname = out->name;
+  }
+  // The line is best effort: a frame with a name but no line is still worth showing.
+  out->line = -1;
+  int offset = 0;
+  int64_t table_size = 0;
+  if (ByteOffset(layout, raw, &offset) && ReadValue(memory, table + layout.var_size, &table_size) &&
+      table_size >= 0 && static_cast<uint64_t>(table_size) <= limits.max_line_table_bytes) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(table_size));
+    if (memory.Read(table + layout.bytes_data, bytes.data(), bytes.size())) {
+      out->line = LineForOffset(layout.line_table, bytes, out->first_line, offset);
+    }
+  }
+  return WalkStatus::kOk;
+}
+
+WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
+                      std::vector<PythonFrame>* frames, const WalkLimits& limits) {
+  std::vector<RawFrame> raw;
+  WalkStatus walked = WalkRawFrames(memory, config, tstate, &raw, limits);
+  for (const RawFrame& r : raw) {
+    PythonFrame frame;
+    WalkStatus status = ResolveFrame(memory, config, r, &frame, limits);
+    if (status != WalkStatus::kOk) return status;
+    frames->push_back(std::move(frame));
+  }
+  return walked;
 }
 
 }  // namespace ember::python

@@ -64,7 +64,25 @@ WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, Thr
 // and when no thread holds it).
 WalkStatus GilHolder(MemoryReader& memory, const WalkerConfig& config, uint64_t* tstate);
 
-// Walks from the innermost frame of `tstate` outwards, appending to `frames` (leaf first).
+// What the BPF program records per Python frame: no strings, two reads per frame (docs/cpython.md).
+struct RawFrame {
+  uint64_t code_address = 0;
+  // f_lasti (3.8-3.10, sign-extended) or the prev_instr/instr_ptr pointer (3.11+), as read.
+  uint64_t last_instruction = 0;
+  bool entry = false;  // as PythonFrame::entry
+};
+
+// The BPF half: walks from the innermost frame of `tstate` outwards, appending code object
+// addresses and positions to `frames` (leaf first). Shim frames are skipped.
+WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
+                         std::vector<RawFrame>* frames, const WalkLimits& limits = {});
+
+// The agent half: the names, file and line of one raw frame, read from the code object.
+WalkStatus ResolveFrame(MemoryReader& memory, const WalkerConfig& config, const RawFrame& raw,
+                        PythonFrame* frame, const WalkLimits& limits = {});
+
+// Both halves: walks from the innermost frame of `tstate` outwards, appending to `frames` (leaf
+// first). On an error the frames read so far stay in `frames`.
 WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
                       std::vector<PythonFrame>* frames, const WalkLimits& limits = {});
 

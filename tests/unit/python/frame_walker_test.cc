@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +131,22 @@ std::vector<std::string> Interpreters() {
   return pythons;
 }
 
+// Counts the reads a walk makes: the BPF program's cost is in its number of probe reads.
+class CountingReader : public MemoryReader {
+ public:
+  explicit CountingReader(MemoryReader& inner) : inner_(inner) {}
+  bool Read(uint64_t address, void* out, size_t size) override {
+    ++reads;
+    bytes += size;
+    return inner_.Read(address, out, size);
+  }
+  size_t reads = 0;
+  size_t bytes = 0;
+
+ private:
+  MemoryReader& inner_;
+};
+
 class LiveWalkTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
@@ -226,6 +243,26 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   EXPECT_EQ(frames.back().name, "_bootstrap");
   EXPECT_TRUE(frames.back().entry);  // the thread's first eval call
   EXPECT_EQ(frames[0].entry, minor <= 10);
+
+  // The BPF half's cost: thread lookup plus a few small reads per frame, no strings.
+  CountingReader counting(memory);
+  uint64_t tstate = 0;
+  ASSERT_EQ(FindThreadState(counting, config, {.pthread_id = process.bg_ident_}, &tstate),
+            WalkStatus::kOk);
+  size_t lookup_reads = counting.reads;
+  std::vector<RawFrame> raw;
+  ASSERT_EQ(WalkRawFrames(counting, config, main_tstate, &raw), WalkStatus::kOk);
+  ASSERT_EQ(raw.size(), 5u);
+  size_t walk_reads = counting.reads - lookup_reads;
+  EXPECT_LE(walk_reads, 7 * raw.size());
+  PythonFrame resolved;
+  size_t before = counting.reads;
+  ASSERT_EQ(ResolveFrame(counting, config, raw[0], &resolved), WalkStatus::kOk);
+  EXPECT_EQ(resolved.name, "leaf_spin");
+  std::printf(
+      "python 3.%d: thread lookup %zu reads, raw walk of %zu frames %zu reads, "
+      "resolving one frame %zu reads\n",
+      minor, lookup_reads, raw.size(), walk_reads, counting.reads - before);
 
   // A frame budget smaller than the stack ends the walk as truncated, keeping what it read.
   frames.clear();
