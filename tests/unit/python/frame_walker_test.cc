@@ -8,6 +8,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +148,20 @@ class CountingReader : public MemoryReader {
  private:
   MemoryReader& inner_;
 };
+
+// The fs base of a thread of a stopped process, through ptrace: what BPF reads from
+// task->thread.fsbase to match a sampled thread to its PyThreadState.
+uint64_t FsBase(pid_t tid) {
+  if (ptrace(PTRACE_ATTACH, tid, nullptr, nullptr) != 0) return 0;
+  int status = 0;
+  uint64_t fs_base = 0;
+  if (waitpid(tid, &status, __WALL) == tid) {
+    struct user_regs_struct regs;
+    if (ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0) fs_base = regs.fs_base;
+  }
+  ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  return fs_base;
+}
 
 class LiveWalkTest : public testing::TestWithParam<std::string> {};
 
@@ -291,6 +307,12 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
     EXPECT_TRUE(status != WalkStatus::kOk || frames.empty() || frames[0].name != "leaf_spin")
         << "3." << other.minor << " layout walked a 3." << minor << " process";
   }
+
+  // Last, as ptrace detaching may let the stopped threads run again.
+  // thread_id is pthread_self(), which on x86-64 (glibc and musl) is the thread's fs base: the
+  // key BPF can read for any sampled thread without knowing its pid namespace.
+  EXPECT_EQ(FsBase(static_cast<pid_t>(process.main_native_)), process.main_ident_);
+  EXPECT_EQ(FsBase(static_cast<pid_t>(process.bg_native_)), process.bg_ident_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreters, LiveWalkTest, testing::ValuesIn(Interpreters()),
