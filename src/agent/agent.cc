@@ -227,29 +227,21 @@ namespace {
 constexpr std::chrono::seconds kLivenessStall{60};
 constexpr std::chrono::seconds kReadinessStall{15};
 
-std::chrono::nanoseconds SinceLoop(const std::atomic<int64_t>& loop_alive_ns) {
-  return std::chrono::steady_clock::now().time_since_epoch() -
-         std::chrono::nanoseconds(loop_alive_ns.load());
+// Not ok when the loop last went round more than `limit` ago.
+ProbeResult LoopProbe(const std::atomic<int64_t>& loop_alive_ns, std::chrono::seconds limit) {
+  auto stalled = std::chrono::steady_clock::now().time_since_epoch() -
+                 std::chrono::nanoseconds(loop_alive_ns.load());
+  if (stalled <= limit) return {true, ""};
+  return {false,
+          absl::StrCat("the profiling loop has not run for ",
+                       std::chrono::duration_cast<std::chrono::seconds>(stalled).count(), " s")};
 }
 }  // namespace
 
-ProbeResult Agent::Liveness() const {
-  auto stalled = SinceLoop(loop_alive_ns_);
-  if (stalled > kLivenessStall) {
-    return {false,
-            absl::StrCat("the profiling loop has not run for ",
-                         std::chrono::duration_cast<std::chrono::seconds>(stalled).count(), " s")};
-  }
-  return {true, ""};
-}
+ProbeResult Agent::Liveness() const { return LoopProbe(loop_alive_ns_, kLivenessStall); }
 
 ProbeResult Agent::Readiness() const {
-  auto stalled = SinceLoop(loop_alive_ns_);
-  if (stalled > kReadinessStall) {
-    return {false,
-            absl::StrCat("the profiling loop has not run for ",
-                         std::chrono::duration_cast<std::chrono::seconds>(stalled).count(), " s")};
-  }
+  if (ProbeResult loop = LoopProbe(loop_alive_ns_, kReadinessStall); !loop.ok) return loop;
   // Samples of pods would go out without their pod's names until the first list.
   if (pod_watcher_ != nullptr && !pod_watcher_->synced()) {
     PodWatcherStats stats = pod_watcher_->stats();

@@ -11,6 +11,7 @@
 #include "runc_container.h"
 #include "support/subprocess.h"
 #include "unit/otlp/grpc_test_receiver.h"
+#include "unit/otlp/test_requests.h"
 
 namespace ember::testing {
 namespace {
@@ -18,17 +19,6 @@ namespace {
 using std::chrono::seconds;
 
 const std::vector<std::string> kBusyLoop = {"/bin/busybox", "sh", "-c", "while :; do :; done"};
-
-std::string ResourceAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
-                              const std::string& key) {
-  for (const auto& attribute : resource.attributes()) {
-    if (attribute.key() == key) {
-      return attribute.value().has_int_value() ? std::to_string(attribute.value().int_value())
-                                               : attribute.value().string_value();
-    }
-  }
-  return "";
-}
 
 class ContainerProfileTest : public ::testing::Test {
  protected:

@@ -21,6 +21,7 @@
 #include "support/pprof_reader.h"
 #include "support/subprocess.h"
 #include "unit/otlp/grpc_test_receiver.h"
+#include "unit/otlp/test_requests.h"
 
 namespace ember::testing {
 namespace {
@@ -30,17 +31,6 @@ using std::chrono::seconds;
 const std::vector<std::string> kBusyLoop = {"/bin/busybox", "sh", "-c", "while :; do :; done"};
 constexpr char kNode[] = "node-e2e";
 constexpr char kPodName[] = "checkout-5d9c7b8f4-x2x9z";
-
-std::string ResourceAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
-                              const std::string& key) {
-  for (const auto& attribute : resource.attributes()) {
-    if (attribute.key() == key) {
-      return attribute.value().has_int_value() ? std::to_string(attribute.value().int_value())
-                                               : attribute.value().string_value();
-    }
-  }
-  return "";
-}
 
 // The pod of a Deployment "checkout" in namespace "shop", with the container's id in its status
 // once `started`, and the OpenTelemetry service-name annotation when `service` is not empty.

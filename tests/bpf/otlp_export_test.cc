@@ -16,22 +16,12 @@
 #include "profiled_run.h"
 #include "unit/otlp/grpc_test_receiver.h"
 #include "unit/otlp/reserved_port.h"
+#include "unit/otlp/test_requests.h"
 
 namespace ember::testing {
 namespace {
 
 namespace otlp = opentelemetry::proto::profiles::v1development;
-
-std::string StringAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
-                            const std::string& key) {
-  for (const auto& attribute : resource.attributes()) {
-    if (attribute.key() == key) {
-      return attribute.value().has_int_value() ? std::to_string(attribute.value().int_value())
-                                               : attribute.value().string_value();
-    }
-  }
-  return "";
-}
 
 // Function names of a sample's stack, leaf first, through the request's dictionary: with every
 // Line of each location (inlined functions expanded), or only its last, the out-of-line function
@@ -94,13 +84,13 @@ TEST_F(OtlpExportTest, TheFixturesResourceSaysWhichProcessItIs) {
   for (const ReceivedExport& r : receiver_->received()) {
     for (const auto& resource_profiles : r.request.resource_profiles()) {
       const auto& resource = resource_profiles.resource();
-      if (StringAttribute(resource, "process.pid") != std::to_string(run_->pid)) continue;
+      if (ResourceAttribute(resource, "process.pid") != std::to_string(run_->pid)) continue;
       ++resources;
-      EXPECT_EQ(StringAttribute(resource, "process.executable.name"), "phases");
-      EXPECT_TRUE(StringAttribute(resource, "process.executable.path").ends_with("/phases"));
-      EXPECT_EQ(StringAttribute(resource, "service.name"), "unknown_service:phases");
-      EXPECT_EQ(StringAttribute(resource, "host.name"), host);
-      EXPECT_EQ(StringAttribute(resource, "deployment.environment"), "ember-test");
+      EXPECT_EQ(ResourceAttribute(resource, "process.executable.name"), "phases");
+      EXPECT_TRUE(ResourceAttribute(resource, "process.executable.path").ends_with("/phases"));
+      EXPECT_EQ(ResourceAttribute(resource, "service.name"), "unknown_service:phases");
+      EXPECT_EQ(ResourceAttribute(resource, "host.name"), host);
+      EXPECT_EQ(ResourceAttribute(resource, "deployment.environment"), "ember-test");
       ASSERT_EQ(resource_profiles.scope_profiles_size(), 1);
       EXPECT_EQ(resource_profiles.scope_profiles(0).scope().name(), "ember");
       const otlp::Profile& profile = resource_profiles.scope_profiles(0).profiles(0);
@@ -117,7 +107,7 @@ TEST_F(OtlpExportTest, StacksAndCountsMatchThePprofFiles) {
   for (const ReceivedExport& r : receiver_->received()) {
     const otlp::ProfilesDictionary& dictionary = r.request.dictionary();
     for (const auto& resource_profiles : r.request.resource_profiles()) {
-      if (StringAttribute(resource_profiles.resource(), "process.pid") !=
+      if (ResourceAttribute(resource_profiles.resource(), "process.pid") !=
           std::to_string(run_->pid)) {
         continue;
       }
@@ -149,7 +139,7 @@ TEST_F(OtlpExportTest, InlinedCallerIsALineOfTheCallersLocation) {
   int64_t with_inline = 0;
   for (const ReceivedExport& r : receiver_->received()) {
     for (const auto& resource_profiles : r.request.resource_profiles()) {
-      if (StringAttribute(resource_profiles.resource(), "process.pid") !=
+      if (ResourceAttribute(resource_profiles.resource(), "process.pid") !=
           std::to_string(run_->pid)) {
         continue;
       }
@@ -198,7 +188,8 @@ TEST(OtlpOutageTest, IntervalsQueuedWhileTheEndpointIsDownArriveAfterIt) {
   for (const ReceivedExport& r : received) {
     EXPECT_TRUE(r.valid.ok()) << r.valid;
     for (const auto& resource_profiles : r.request.resource_profiles()) {
-      if (StringAttribute(resource_profiles.resource(), "process.pid") != std::to_string(run.pid)) {
+      if (ResourceAttribute(resource_profiles.resource(), "process.pid") !=
+          std::to_string(run.pid)) {
         continue;
       }
       for (const otlp::Sample& sample : resource_profiles.scope_profiles(0).profiles(0).samples()) {

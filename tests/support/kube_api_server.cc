@@ -21,91 +21,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "support/subprocess.h"
+#include "support/test_certificates.h"
 
 namespace ember::testing {
 namespace {
 
 using json = nlohmann::json;
-
-// EC P-256 keys (fast); a config of our own so the system's openssl.cnf cannot change the
-// extensions; two days of validity.
-constexpr char kOpensslConfig[] = R"(
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = Ember kube test
-[ca]
-basicConstraints = critical,CA:TRUE
-keyUsage = critical,keyCertSign,cRLSign
-subjectKeyIdentifier = hash
-[server]
-basicConstraints = CA:FALSE
-keyUsage = critical,digitalSignature
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost,IP:127.0.0.1
-authorityKeyIdentifier = keyid
-)";
-
-bool RunOpenssl(std::vector<std::string> argv) {
-  argv.insert(argv.begin(), EMBER_OPENSSL_CLI);
-  RunResult result = RunProgram(argv, std::chrono::seconds(30));
-  if (result.exit_code != 0) {
-    ADD_FAILURE() << "openssl " << argv[1] << " failed: " << result.output;
-    return false;
-  }
-  return true;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-struct Certificates {
-  std::string dir;
-  std::string ca_cert;
-  std::string server_cert;
-  std::string server_key;
-  ~Certificates() {
-    std::error_code ignored;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
-  }
-};
-
-// Made once per test process, removed when it ends.
-const Certificates* GetCertificates() {
-  static Certificates certificates;
-  static bool ok = [] {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "ember-kube-certs-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << pattern << " failed";
-      return false;
-    }
-    const std::string& dir = certificates.dir = pattern;
-    std::ofstream(dir + "/openssl.cnf") << kOpensslConfig;
-    if (!RunOpenssl({"req", "-x509", "-config", dir + "/openssl.cnf", "-extensions", "ca",
-                     "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                     "-keyout", dir + "/ca.key", "-out", dir + "/ca.crt", "-days", "2", "-subj",
-                     "/CN=Ember kube test CA"}) ||
-        !RunOpenssl({"req", "-new", "-config", dir + "/openssl.cnf", "-newkey", "ec", "-pkeyopt",
-                     "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir + "/server.key",
-                     "-out", dir + "/server.csr", "-subj", "/CN=localhost"}) ||
-        !RunOpenssl({"x509", "-req", "-in", dir + "/server.csr", "-CA", dir + "/ca.crt", "-CAkey",
-                     dir + "/ca.key", "-set_serial", "2", "-days", "2", "-extfile",
-                     dir + "/openssl.cnf", "-extensions", "server", "-out", dir + "/server.crt"})) {
-      return false;
-    }
-    certificates.ca_cert = dir + "/ca.crt";
-    certificates.server_cert = ReadAll(dir + "/server.crt");
-    certificates.server_key = ReadAll(dir + "/server.key");
-    return !certificates.server_cert.empty() && !certificates.server_key.empty();
-  }();
-  return ok ? &certificates : nullptr;
-}
 
 json StatusObject(int code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
@@ -175,7 +96,7 @@ json TestPod(const std::string& uid, const std::string& name, const std::string&
 }
 
 std::unique_ptr<KubeApiServer> KubeApiServer::Start() {
-  const Certificates* certificates = GetCertificates();
+  const TestCertificates* certificates = GetTestCertificates();
   if (certificates == nullptr) return nullptr;
   if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
     ADD_FAILURE() << "libmicrohttpd was built without TLS";
@@ -183,8 +104,9 @@ std::unique_ptr<KubeApiServer> KubeApiServer::Start() {
   }
   std::unique_ptr<KubeApiServer> server(new KubeApiServer());
   server->ca_file_ = certificates->ca_cert;
-  server->server_cert_ = certificates->server_cert;
-  server->server_key_ = certificates->server_key;
+  // libmicrohttpd takes the PEM text itself.
+  server->server_cert_ = ReadFile(certificates->server_cert);
+  server->server_key_ = ReadFile(certificates->server_key);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = 0;

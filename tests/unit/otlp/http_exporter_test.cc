@@ -13,7 +13,7 @@
 #include "unit/otlp/http_test_receiver.h"
 #include "unit/otlp/log_capture.h"
 #include "unit/otlp/reserved_port.h"
-#include "unit/otlp/test_certificates.h"
+#include "support/test_certificates.h"
 #include "unit/otlp/test_requests.h"
 #include "unit/otlp/wait_for.h"
 

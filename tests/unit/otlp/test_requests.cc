@@ -49,4 +49,15 @@ int IntervalId(const std::string& serialized) {
   return IntervalId(request);
 }
 
+std::string ResourceAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
+                              const std::string& key) {
+  for (const auto& attribute : resource.attributes()) {
+    if (attribute.key() == key) {
+      return attribute.value().has_int_value() ? std::to_string(attribute.value().int_value())
+                                               : attribute.value().string_value();
+    }
+  }
+  return "";
+}
+
 }  // namespace ember::testing

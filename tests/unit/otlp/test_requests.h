@@ -23,4 +23,8 @@ int IntervalId(const ExportRequest& request);
 // The same for serialized requests.
 int IntervalId(const std::string& serialized);
 
+// The value of a resource attribute as text (an int_value in decimal); "" when it is absent.
+std::string ResourceAttribute(const opentelemetry::proto::resource::v1::Resource& resource,
+                              const std::string& key);
+
 }  // namespace ember::testing

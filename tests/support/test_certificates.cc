@@ -1,6 +1,6 @@
 // Generating the test certificates: EC P-256 keys (fast), a config file of our own so the
 // system's openssl.cnf cannot change the extensions, and validity of two days.
-#include "unit/otlp/test_certificates.h"
+#include "support/test_certificates.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,5 @@
-// TLS material for the exporter tests, made once per test process with the openssl CLI in a
+// TLS material for the tests that serve TLS on loopback (OTLP receivers, the Kubernetes API
+// server), made once per test process with the openssl CLI in a
 // temporary directory: a CA, a server certificate it signed (for localhost and 127.0.0.1), a
 // client certificate it signed (for mTLS), and an unrelated CA that trusts neither.
 #pragma once
