@@ -72,7 +72,8 @@ class StoppedPython {
     close(out[0]);
     std::istringstream words(text);
     std::string ready;
-    words >> ready >> main_ident_ >> main_native_ >> bg_ident_ >> bg_native_;
+    words >> ready >> main_ident_ >> main_native_ >> bg_ident_ >> bg_native_ >> c_ident_ >>
+        c_native_;
     if (ready != "ready") return;
     // Let both threads get into their loops, then stop the whole thread group.
     usleep(200 * 1000);
@@ -88,7 +89,8 @@ class StoppedPython {
   }
   bool stopped() const { return stopped_; }
   pid_t pid() const { return pid_; }
-  uint64_t main_ident_ = 0, main_native_ = 0, bg_ident_ = 0, bg_native_ = 0;
+  uint64_t main_ident_ = 0, main_native_ = 0, bg_ident_ = 0, bg_native_ = 0, c_ident_ = 0,
+           c_native_ = 0;
 
  private:
   pid_t pid_ = -1;
@@ -216,8 +218,11 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
             WalkStatus::kNoThreadState);
   uint64_t holder = 0;
   WalkStatus gil = GilHolder(memory, config, &holder);
+  uint64_t c_tstate = 0;
+  ASSERT_EQ(FindThreadState(memory, config, {.pthread_id = process.c_ident_}, &c_tstate),
+            WalkStatus::kOk);
   if (config.layout.runtime_tstate_current != kNoOffset && gil == WalkStatus::kOk) {
-    EXPECT_TRUE(holder == main_tstate || holder == bg_tstate);
+    EXPECT_TRUE(holder == main_tstate || holder == bg_tstate || holder == c_tstate);
   }
 
   const int minor = config.layout.minor;
@@ -259,6 +264,21 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   EXPECT_EQ(frames.back().name, "_bootstrap");
   EXPECT_TRUE(frames.back().entry);  // the thread's first eval call
   EXPECT_EQ(frames[0].entry, minor <= 10);
+
+  // A Python function called from C (sorted's key) starts a new eval call in every version, so
+  // it is an entry frame: the agent pairs it with its own _PyEval_EvalFrameDefault, below
+  // sorted's native frames.
+  frames.clear();
+  ASSERT_EQ(WalkFrames(memory, config, c_tstate, &frames), WalkStatus::kOk);
+  ASSERT_GE(frames.size(), 4u);
+  EXPECT_EQ(frames[0].name, "gen_spin");
+  EXPECT_TRUE(frames[0].line == marks["gen_loop"] || frames[0].line == marks["gen_body"])
+      << frames[0].line;
+  EXPECT_EQ(frames[1].name, "key_spin");
+  EXPECT_EQ(frames[1].line, marks["call_gen"]);
+  EXPECT_TRUE(frames[1].entry);
+  EXPECT_EQ(frames[2].name, "c_caller");
+  EXPECT_EQ(frames[2].line, marks["call_sorted"]);
 
   // The BPF half's cost: thread lookup plus a few small reads per frame, no strings.
   CountingReader counting(memory);
