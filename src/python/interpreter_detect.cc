@@ -385,4 +385,24 @@ uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address, 
   return 0;
 }
 
+std::optional<ProcessInterpreter> MakeProcessInterpreter(const InterpreterInfo& info,
+                                                         uint64_t map_start, uint64_t map_offset) {
+  if (info.outcome != DetectOutcome::kSupported) return std::nullopt;
+  ProcessInterpreter out;
+  out.config.layout = info.layout;
+  out.config.runtime_address =
+      ElfToProcessAddress(info, info.runtime_address, map_start, map_offset);
+  if (out.config.runtime_address == 0) return std::nullopt;
+  if (info.code_type_address != 0) {
+    out.config.code_type_address =
+        ElfToProcessAddress(info, info.code_type_address, map_start, map_offset);
+  }
+  if (info.eval_frame_address != 0) {
+    out.eval_frame_start =
+        ElfToProcessAddress(info, info.eval_frame_address, map_start, map_offset);
+    if (out.eval_frame_start != 0) out.eval_frame_end = out.eval_frame_start + info.eval_frame_size;
+  }
+  return out;
+}
+
 }  // namespace ember::python

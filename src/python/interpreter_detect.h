@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "python/cpython_layout.h"
+#include "python/frame_walker.h"
 
 namespace ember::python {
 
@@ -70,5 +72,18 @@ absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> m
 // offset `map_offset` (one line of /proc/PID/maps for that file). 0 when no segment fits.
 uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address, uint64_t map_start,
                              uint64_t map_offset);
+
+// What the agent keeps per Python process: the walker's (and BPF map's) configuration and the
+// process address range of _PyEval_EvalFrameDefault, for SpliceStacks.
+struct ProcessInterpreter {
+  WalkerConfig config;
+  uint64_t eval_frame_start = 0;  // [start, end) in the process; 0, 0 when unknown
+  uint64_t eval_frame_end = 0;
+};
+
+// For a supported `info` whose file the process maps at `map_start` from `map_offset` (any one
+// line of /proc/PID/maps for info.path). nullopt when the addresses do not fall in its segments.
+std::optional<ProcessInterpreter> MakeProcessInterpreter(const InterpreterInfo& info,
+                                                         uint64_t map_start, uint64_t map_offset);
 
 }  // namespace ember::python

@@ -183,17 +183,19 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths);
   ASSERT_TRUE(info.ok()) << info.status();
   ASSERT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
-  WalkerConfig config;
-  config.layout = info->layout;
+  std::optional<ProcessInterpreter> interpreter;
   for (const MapLine& m : maps) {
-    if (m.path != info->path) continue;
-    config.runtime_address = ElfToProcessAddress(*info, info->runtime_address, m.start, m.offset);
-    config.code_type_address =
-        ElfToProcessAddress(*info, info->code_type_address, m.start, m.offset);
-    break;
+    if (m.path == info->path) {
+      interpreter = MakeProcessInterpreter(*info, m.start, m.offset);
+      break;
+    }
   }
+  ASSERT_TRUE(interpreter.has_value());
+  const WalkerConfig config = interpreter->config;
   ASSERT_NE(config.runtime_address, 0u);
   ASSERT_NE(config.code_type_address, 0u);
+  ASSERT_NE(interpreter->eval_frame_start, 0u);
+  EXPECT_GT(interpreter->eval_frame_end, interpreter->eval_frame_start);
 
   ProcessMemoryReader memory(process.pid());
   uint64_t main_tstate = 0, bg_tstate = 0;
