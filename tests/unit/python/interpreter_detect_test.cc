@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -39,6 +40,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(InterpreterDetectTest, DebianPython311) {
+  ASSERT_TRUE(fs::exists(EMBER_PYTHON311))
+      << EMBER_PYTHON311 << " missing: apt-get install python3.11";
   absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(EMBER_PYTHON311);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
@@ -182,6 +185,67 @@ TEST(InterpreterDetectTest, PyenvBuildsWhenPresent) {
     }
   }
   if (seen == 0) GTEST_SKIP() << "no pyenv CPython builds on this machine";
+}
+
+// 3.13 takes the runtime and interpreter offsets from the binary's _Py_DebugOffsets, and refuses
+// a binary whose debug offsets disagree with the table (a patch release with another layout).
+TEST(InterpreterDetectTest, Python313DebugOffsets) {
+  std::string lib;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/root/.pyenv/versions", ec)) {
+    if (entry.path().filename().string().rfind("3.13.", 0) == 0) {
+      lib = entry.path() / "lib" / "libpython3.13.so.1.0";
+    }
+  }
+  if (lib.empty() || !fs::exists(lib)) GTEST_SKIP() << "no pyenv CPython 3.13 on this machine";
+  absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(lib);
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
+  uint64_t file_offset = 0;
+  for (const LoadSegment& seg : info->segments) {
+    if (info->runtime_address >= seg.vaddr && info->runtime_address < seg.vaddr + seg.filesz) {
+      file_offset = info->runtime_address - seg.vaddr + seg.offset;
+    }
+  }
+  ASSERT_NE(file_offset, 0u);
+  std::string bytes = ReadFile(lib);
+  ASSERT_EQ(bytes.substr(file_offset, 8), "xdebugpy");
+  TempDir dir;
+
+  // code_object.filename (at 280 in 3.13.0's _Py_DebugOffsets) changed: refused.
+  std::string changed = bytes;
+  uint64_t other_offset = 999;
+  std::memcpy(changed.data() + file_offset + 280, &other_offset, 8);
+  info = InspectInterpreterElf(dir.Write("libpython3.13.so.1.0", changed));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kUnsupportedVersion);
+  EXPECT_NE(info->reason.find("_Py_DebugOffsets"), std::string::npos) << info->reason;
+
+  // interpreters_head (at 40) moved: taken from the binary.
+  changed = bytes;
+  uint64_t moved = 640;
+  std::memcpy(changed.data() + file_offset + 40, &moved, 8);
+  info = InspectInterpreterElf(dir.Write("libpython3.13.so.1.0", changed));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+  EXPECT_EQ(info->layout.runtime_interpreters_head, 640u);
+
+  // No cookie (a build without debug offsets): the built-in 3.13.0 table.
+  changed = bytes;
+  changed[file_offset] = 'X';
+  info = InspectInterpreterElf(dir.Write("libpython3.13.so.1.0", changed));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+  EXPECT_EQ(info->layout.runtime_interpreters_head, 632u);
+
+  // A free-threaded build.
+  changed = bytes;
+  uint64_t one = 1;
+  std::memcpy(changed.data() + file_offset + 16, &one, 8);
+  info = InspectInterpreterElf(dir.Write("libpython3.13.so.1.0", changed));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kUnsupportedVersion);
+  EXPECT_NE(info->reason.find("free-threaded"), std::string::npos) << info->reason;
 }
 
 TEST(InterpreterDetectTest, ElfToProcessAddress) {
