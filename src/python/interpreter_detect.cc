@@ -83,7 +83,10 @@ void ScanSymbols(Elf* elf, uint64_t file_size, Symbols* out) {
     GElf_Shdr shdr;
     if (gelf_getshdr(scn, &shdr) == nullptr) continue;
     if (shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
-    if (shdr.sh_entsize == 0 || shdr.sh_offset > file_size || shdr.sh_size > file_size) continue;
+    if (shdr.sh_entsize == 0 || shdr.sh_offset > file_size ||
+        shdr.sh_size > file_size - shdr.sh_offset) {
+      continue;
+    }
     Elf_Data* data = elf_getdata(scn, nullptr);
     if (data == nullptr) continue;
     size_t count = shdr.sh_size / shdr.sh_entsize;
