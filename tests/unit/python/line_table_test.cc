@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -148,6 +149,27 @@ TEST(LineTableTest, TruncatedAndGarbageTablesEndQuietly) {
   EXPECT_EQ(LineForOffset(LineTableFormat::kLineTable310, std::vector<uint8_t>{9}, 1, 0), -1);
   EXPECT_EQ(LineForOffset(f, {}, 5, 0), -1);
   EXPECT_EQ(LineForOffset(f, {}, 5, -2), 5);
+}
+
+// Tables come from another process's memory and may be torn or garbage: decoding random bytes
+// must end, without reading past the table, with ranges in order.
+TEST(LineTableTest, RandomBytesDecodeSafely) {
+  std::mt19937 random(6);
+  for (auto format : {LineTableFormat::kLnotab, LineTableFormat::kLineTable310,
+                      LineTableFormat::kLocationTable}) {
+    for (int round = 0; round < 2000; ++round) {
+      std::vector<uint8_t> table(random() % 64);
+      for (uint8_t& b : table) b = static_cast<uint8_t>(random());
+      std::vector<LineRange> ranges = DecodeLineTable(format, table, 1);
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        EXPECT_LT(ranges[i].start, ranges[i].end);
+        if (i > 0) {
+          EXPECT_EQ(ranges[i].start, ranges[i - 1].end);
+        }
+      }
+      LineForOffset(format, table, 1, static_cast<int>(random() % 256));
+    }
+  }
 }
 
 }  // namespace
