@@ -22,6 +22,8 @@ packages=(
   unzip python3 python3-yaml systemd
   # container test: a real container run by runc from a busybox-static bundle
   runc busybox-static
+  # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against it)
+  python3.11 python3.11-dbg
 )
 
 missing=()
