@@ -2,6 +2,7 @@
 #include "agent/frame_resolver.h"
 
 #include "absl/hash/hash.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 
@@ -13,10 +14,19 @@ absl::string_view Basename(absl::string_view path) {
   return slash == absl::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// JIT code lies in anonymous or memfd memory (.NET double-maps it), or where the maps showed no
+// executable mapping when last read (V8 flips code pages between writable and executable). Not in
+// [vdso], [vsyscall], [heap] or [stack]: no perf map names those.
+bool MayHoldJitCode(const MemoryMapping* mapping) {
+  if (mapping == nullptr || mapping->path.empty()) return true;
+  if (mapping->path[0] == '[') return absl::StartsWith(mapping->path, "[anon");
+  return true;
+}
+
 }  // namespace
 
 size_t FrameResolver::KeyHash::operator()(const Key& key) const {
-  return absl::HashOf(key.file.dev, key.file.inode, key.value, key.name);
+  return absl::HashOf(key.file.dev, key.file.inode, key.value, key.name, key.jit_version);
 }
 
 FrameResolver::FrameResolver(ProcessTable* processes, ModuleCache* modules,
@@ -68,14 +78,39 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   ProcessAddress address{caller ? ip - 1 : ip};
   const MemoryMapping* mapping = process->Find(address);
   if (mapping == nullptr && processes_->RefreshMaps(process)) mapping = process->Find(address);
-  if (mapping == nullptr) return Marker("[unknown]");
-  // [vdso], anonymous and memfd code: named after the mapping until JIT support names them.
-  if (!mapping->IsFileBacked()) return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
+  if (mapping == nullptr || !mapping->IsFileBacked()) {
+    if (MayHoldJitCode(mapping)) {
+      if (const Frame* frame = Jit(process, address)) return frame;
+    }
+    if (mapping == nullptr) return Marker("[unknown]");
+    // [vdso], and code no perf map names: named after the mapping.
+    return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
+  }
 
   FileOffset offset = mapping->ToFileOffset(address);
   Key key{.file = mapping->file, .value = offset.value};
   if (const Frame* frame = Lookup(key)) return frame;
   return Remember(std::move(key), SymbolizeNative(process, *mapping, offset));
+}
+
+const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
+  for (bool refreshed = false;; refreshed = true) {
+    if (process->perf_map != nullptr) {
+      const PerfMap& map = process->perf_map->map();
+      Key key{.value = address.value, .jit_version = map.version()};
+      if (const Frame* frame = Lookup(key)) return frame;
+      if (std::optional<PerfMapSymbol> symbol = map.Lookup(address.value)) {
+        Frame frame;
+        frame.kind = process->jit_kind;
+        frame.function = std::string(symbol->name);
+        frame.module = process->perf_map->name();
+        frame.address = address.value;
+        return Remember(std::move(key), std::move(frame));
+      }
+    }
+    // Not (yet) named: the runtime may have appended it since the last read.
+    if (refreshed || !processes_->RefreshPerfMap(process)) return nullptr;
+  }
 }
 
 Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapping,

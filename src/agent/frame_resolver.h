@@ -1,5 +1,5 @@
-// Turns sampled addresses into symbolized frames, through the process table, the ELF module cache
-// and kernel symbols. Each distinct location is symbolized once and cached.
+// Turns sampled addresses into symbolized frames, through the process table, the ELF module cache,
+// kernel symbols and perf maps (JIT code). Each distinct location is symbolized once and cached.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,8 @@ class FrameResolver {
   // `caller` is true for every frame but the leaf: its address is a return address, so the call
   // instruction is the byte before it.
   const Frame* Kernel(uint64_t ip, bool caller);
+  // Code in no file (anonymous or memfd memory, or no executable mapping at all) is looked up in
+  // the process's perf map, which is read again (rate-limited) when it does not know an address.
   const Frame* User(Process* process, uint64_t ip, bool caller);
   // A frame standing for something that is not code, e.g. "[truncated]".
   const Frame* Marker(absl::string_view name);
@@ -37,6 +39,9 @@ class FrameResolver {
     FileIdentity file = {};  // {0,0} for kernel and marker frames
     uint64_t value = 0;      // file offset, kernel address, or 0 for markers
     std::string name = {};   // marker name or "" otherwise
+    // JIT frames: the perf map's version (unique across processes and time), `value` the process
+    // address. 0 otherwise.
+    uint64_t jit_version = 0;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -49,6 +54,8 @@ class FrameResolver {
 
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
+  // The perf map's frame for an address, or nullptr when the map does not name it.
+  const Frame* Jit(Process* process, ProcessAddress address);
   Frame SymbolizeNative(Process* process, const MemoryMapping& mapping, FileOffset offset);
 
   ProcessTable* processes_;

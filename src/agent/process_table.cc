@@ -61,6 +61,24 @@ uint64_t ParseStatStartTime(absl::string_view stat) {
   return start_time;
 }
 
+FrameKind JitKindOf(const Process& process) {
+  const absl::string_view exe = process.executable_path;
+  const absl::string_view base = exe.substr(exe.rfind('/') + 1);  // npos + 1 == 0
+  const auto maps_library = [&](absl::string_view library) {
+    return std::any_of(process.mappings.begin(), process.mappings.end(),
+                       [&](const MemoryMapping& m) {
+                         absl::string_view path = m.path;
+                         size_t slash = path.rfind('/');
+                         return slash != absl::string_view::npos &&
+                                absl::StartsWith(path.substr(slash + 1), library);
+                       });
+  };
+  if (base == "node" || base == "nodejs" || maps_library("libnode.so")) return FrameKind::kV8Js;
+  if (base == "java" || maps_library("libjvm.so")) return FrameKind::kJvm;
+  if (base == "dotnet" || maps_library("libcoreclr.so")) return FrameKind::kDotnet;
+  return FrameKind::kJit;
+}
+
 ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh)
     : proc_root_(std::move(proc_root)), min_refresh_(min_refresh) {}
 
@@ -92,7 +110,10 @@ bool ProcessTable::ReadMaps(Process* process) {
   if (ReadFile(absl::StrCat(PidDir(process->pid), "/comm"), &text)) {
     process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
   }
-  process->executable_path = ReadExecutablePath(PidDir(process->pid));
+  std::string executable_path = ReadExecutablePath(PidDir(process->pid));
+  // An exec: the perf map and its runtime are the new program's, found again when needed.
+  if (executable_path != process->executable_path) process->perf_map.reset();
+  process->executable_path = std::move(executable_path);
   if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
   auto mappings = ParseProcMaps(text);
   if (!mappings.ok()) {
@@ -109,6 +130,32 @@ bool ProcessTable::ReadMaps(Process* process) {
 bool ProcessTable::RefreshMaps(Process* process) {
   if (std::chrono::steady_clock::now() - process->maps_read_at < min_refresh_) return false;
   return ReadMaps(process);
+}
+
+bool ProcessTable::RefreshPerfMap(Process* process) {
+  const auto now = std::chrono::steady_clock::now();
+  if (process->perf_map != nullptr && now - process->perf_map_read_at < min_refresh_) return false;
+  process->perf_map_read_at = now;
+  if (process->perf_map == nullptr) {
+    std::string status;
+    uint32_t ns_pid = process->pid;
+    if (ReadFile(absl::StrCat(PidDir(process->pid), "/status"), &status)) {
+      ns_pid = NamespacePid(status, process->pid);
+    }
+    std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
+    process->perf_map = std::make_unique<PerfMapFile>(
+        absl::StrCat(PidDir(process->pid), "/root", name), std::move(name));
+    process->jit_kind = JitKindOf(*process);
+  }
+  PerfMapFile& file = *process->perf_map;
+  const uint64_t version = file.map().version();
+  const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
+  file.Refresh();
+  if (first && file.map().size() > 0) {
+    spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
+                 process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
+  }
+  return file.map().version() != version;
 }
 
 int ProcessTable::DropExited() {

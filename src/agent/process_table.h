@@ -12,7 +12,9 @@
 
 #include "absl/strings/string_view.h"
 #include "agent/proc_maps.h"
+#include "common/profile.h"
 #include "k8s/container_id.h"
+#include "symbolize/perf_map.h"
 #include "unwind/dwarf_unwinder.h"
 
 namespace ember {
@@ -32,12 +34,21 @@ struct Process {
   // its v1 hierarchies) names; nullopt outside a container. Set by the agent from its samples.
   uint64_t cgroup_id = 0;
   std::optional<ContainerRef> container;
+  // Names of its JIT code from its perf map: null until ProcessTable::RefreshPerfMap first looks
+  // (an address in code outside any file), then kept, missing file or not, until the process goes.
+  std::unique_ptr<PerfMapFile> perf_map;
+  std::chrono::steady_clock::time_point perf_map_read_at;
+  FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
 
 // Field 22 (starttime) of /proc/PID/stat; 0 when the text is malformed.
 uint64_t ParseStatStartTime(absl::string_view stat);
+
+// The runtime whose JIT writes a process's perf map, told by its executable's name or the runtime
+// library it maps (node/libnode: kV8Js, java/libjvm: kJvm, dotnet/libcoreclr: kDotnet); else kJit.
+FrameKind JitKindOf(const Process& process);
 
 class ProcessTable {
  public:
@@ -52,6 +63,11 @@ class ProcessTable {
   // Re-reads them now, whenever it was last done: the main thread's name changed, which is how an
   // exec shows, and every sample until a rate-limited refresh would use the old image's maps.
   bool ReloadMaps(Process* process) { return ReadMaps(process); }
+  // Reads what the process appended to its perf map since the last call, at most once per
+  // min_refresh; the first call finds the map (/tmp/perf-NSPID.map under /proc/PID/root, with
+  // the pid the process has in its own namespace) and the runtime. True when names may have
+  // changed.
+  bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
   size_t size() const { return processes_.size(); }

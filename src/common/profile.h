@@ -5,11 +5,44 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ember {
 
-enum class FrameKind : uint8_t { kNative, kKernel };
+// What kind of code a frame is in. JIT frames (named from a perf map) are typed by the runtime
+// that wrote the map, when the process tells which: its executable or the runtime library it maps.
+enum class FrameKind : uint8_t {
+  kNative,
+  kKernel,
+  kJit,      // JIT code of a runtime we cannot tell
+  kV8Js,     // Node.js (V8)
+  kJvm,      // HotSpot
+  kDotnet,   // .NET CoreCLR
+  kCPython,  // CPython interpreter frames
+};
+
+// The OpenTelemetry `profile.frame.type` value of a kind. "jit" is not one of the convention's
+// values; it says what we know when no runtime can be told.
+constexpr std::string_view FrameTypeName(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kNative:
+      return "native";
+    case FrameKind::kKernel:
+      return "kernel";
+    case FrameKind::kJit:
+      return "jit";
+    case FrameKind::kV8Js:
+      return "v8js";
+    case FrameKind::kJvm:
+      return "jvm";
+    case FrameKind::kDotnet:
+      return "dotnet";
+    case FrameKind::kCPython:
+      return "cpython";
+  }
+  return "native";
+}
 
 // A function whose code the compiler inlined at a frame's address, and where in its own source
 // that address lies. Both the symbolizer and the profile use it.
@@ -28,9 +61,11 @@ struct Frame {
   std::string function = {};
   std::string source_file = {};  // empty when unknown
   uint32_t line = 0;             // 0 when unknown
-  // Native frames: ELF virtual address in `module`. Kernel frames: kernel address.
+  // Native frames: ELF virtual address in `module`. Kernel frames: kernel address. JIT frames:
+  // the process address.
   uint64_t address = 0;
-  // Path of the binary as the process mapped it, or "[kernel.kallsyms]" / "[ext4]" for the kernel.
+  // Path of the binary as the process mapped it, or "[kernel.kallsyms]" / "[ext4]" for the kernel,
+  // or for JIT frames the perf map that named them as the process sees it ("/tmp/perf-42.map").
   std::string module = {};
   std::string build_id = {};  // lower-case hex GNU build id, empty when none
   // Native frames with DWARF: the functions inlined at `address`, innermost first; `function`

@@ -115,7 +115,8 @@ class Dictionary {
 
   int32_t FrameType(FrameKind kind) {
     const int32_t key = String("profile.frame.type");
-    return Attribute(key, kind == FrameKind::kKernel ? "kernel" : "native");
+    const std::string_view type = FrameTypeName(kind);
+    return Attribute(key, absl::string_view(type.data(), type.size()));
   }
 
   int32_t Mapping(const Frame& frame) {

@@ -32,8 +32,23 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
       IsUnresolvedName(frame.function)) {
     return FlameGraph::NodeType::kUnknown;
   }
-  return frame.kind == FrameKind::kKernel ? FlameGraph::NodeType::kKernel
-                                          : FlameGraph::NodeType::kNative;
+  switch (frame.kind) {
+    case FrameKind::kNative:
+      return FlameGraph::NodeType::kNative;
+    case FrameKind::kKernel:
+      return FlameGraph::NodeType::kKernel;
+    case FrameKind::kJit:
+      return FlameGraph::NodeType::kJit;
+    case FrameKind::kV8Js:
+      return FlameGraph::NodeType::kV8Js;
+    case FrameKind::kJvm:
+      return FlameGraph::NodeType::kJvm;
+    case FrameKind::kDotnet:
+      return FlameGraph::NodeType::kDotnet;
+    case FrameKind::kCPython:
+      return FlameGraph::NodeType::kCPython;
+  }
+  return FlameGraph::NodeType::kNative;
 }
 
 }  // namespace
@@ -120,8 +135,10 @@ void FlameGraph::Add(const IntervalProfile& profile) {
 int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
   // A step may match children of several types (a real frame and an inlined function of one
   // name): try them in this order, and take the first that matches the whole path.
-  constexpr NodeType kTypes[] = {NodeType::kProcess, NodeType::kNative, NodeType::kKernel,
-                                 NodeType::kUnknown, NodeType::kOther,  NodeType::kInlined};
+  constexpr NodeType kTypes[] = {NodeType::kProcess, NodeType::kNative,  NodeType::kKernel,
+                                 NodeType::kJit,     NodeType::kV8Js,    NodeType::kJvm,
+                                 NodeType::kDotnet,  NodeType::kCPython, NodeType::kUnknown,
+                                 NodeType::kOther,   NodeType::kInlined};
   const auto walk = [&](const auto& self, uint32_t node, size_t step) -> int64_t {
     if (step == path.size()) return nodes_[node].samples;
     auto name_it = name_ids_.find(path[step]);

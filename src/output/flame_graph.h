@@ -29,6 +29,12 @@ class FlameGraph {
     kUnknown = 4,  // "[truncated]", unnamed "module+0x..." frames
     kOther = 5,    // children folded away by the node bound
     kInlined = 6,  // a function inlined into its parent node: no frame of its own at run time
+    // Frames of managed code, by runtime (FrameKind).
+    kJit = 7,
+    kV8Js = 8,
+    kJvm = 9,
+    kDotnet = 10,
+    kCPython = 11,
   };
 
   // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children

@@ -1,10 +1,14 @@
 // FrameResolver on this test process itself, the way the agent resolves a sampled address: a
-// native frame in inlined code carries the inlined function, with its own line.
+// native frame in inlined code carries the inlined function, with its own line. And JIT frames,
+// named from a perf map in a fixture /proc tree.
 #include "agent/frame_resolver.h"
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 
 #include "gtest/gtest.h"
 
@@ -62,6 +66,131 @@ TEST(FrameResolverTest, NativeFrameCarriesTheFunctionsInlinedAtItsAddress) {
   // The first instruction sets `sink = x` in Outer itself.
   const Frame* entry = resolver.User(self, start, /*caller=*/false);
   EXPECT_TRUE(entry->inlined.empty());
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// A /proc tree of one process (pid 4242, pid 17 in its own namespace) with anonymous executable
+// memory and a perf map in its root's /tmp.
+class JitFrameTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ember-jit-resolver-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    const std::string dir = root_ + "/4242";
+    std::filesystem::create_directories(dir + "/root/tmp");
+    std::ofstream(dir + "/stat") << "4242 (node) R 1 4242 4242 0 -1 4194304 100 0 0 0 50 3 0 0 20 "
+                                    "0 1 0 987654 10000000 200\n";
+    std::ofstream(dir + "/comm") << "node\n";
+    std::ofstream(dir + "/status") << "Name:\tnode\nPid:\t4242\nNSpid:\t4242\t17\n";
+    std::ofstream(dir + "/maps")
+        << "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
+           "7f0000000000-7f0000100000 rwxp 00000000 00:00 0\n"
+           "7fff00000000-7fff00002000 r-xp 00000000 00:00 0          [vdso]\n";
+    std::filesystem::create_symlink("/usr/bin/node", dir + "/exe");
+    map_path_ = dir + "/root/tmp/perf-17.map";
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  void AppendToMap(const std::string& text) {
+    std::ofstream(map_path_, std::ios::app | std::ios::binary) << text;
+  }
+
+  std::string root_;
+  std::string map_path_;
+};
+
+TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
+  AppendToMap("7f0000000100 80 JS:*leafAlpha /srv/app.js:3:20\n7f0000000200 40 JS:~main /srv/a");
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+
+  const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_EQ(leaf->function, "JS:*leafAlpha /srv/app.js:3:20");
+  EXPECT_EQ(leaf->kind, FrameKind::kV8Js);      // the executable is node
+  EXPECT_EQ(leaf->module, "/tmp/perf-17.map");  // as the process names it, in its namespace
+  EXPECT_EQ(leaf->address, 0x7f0000000110u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false), leaf);  // cached
+  // A return address just past the entry belongs to the call inside it.
+  EXPECT_EQ(resolver.User(process, 0x7f0000000180, /*caller=*/true)->function, leaf->function);
+
+  // The unfinished line names nothing until its end arrives; then the next miss reads it.
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function, "[anon]");
+  AppendToMap("pp.js:1:1\n");
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function, "JS:~main /srv/app.js:1:1");
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function,
+            "JS:*leafAlpha /srv/app.js:3:20");
+
+  // Code where the maps show nothing executable (V8 flips its pages) is looked up too.
+  AppendToMap("7e0000000000 100 JS:*moved /srv/app.js:9:1\n");
+  EXPECT_EQ(resolver.User(process, 0x7e0000000010, false)->function, "JS:*moved /srv/app.js:9:1");
+  EXPECT_EQ(resolver.User(process, 0x7d0000000010, false)->function, "[unknown]");
+  // No perf map names the vdso.
+  AppendToMap("7fff00000000 100 not_the_vdso\n");
+  EXPECT_EQ(resolver.User(process, 0x7fff00000010, false)->function, "[vdso]");
+
+  // Frames of the map as it is now stay cached across a generation.
+  const Frame* again = resolver.User(process, 0x7f0000000110, false);
+  resolver.NextGeneration();
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false), again);
+}
+
+TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
+  ProcessTable processes(root_, std::chrono::hours(1));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
+  // The map appears, but the last look was under an hour ago: no new read (rate limit).
+  AppendToMap("7f0000000100 80 late\n");
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
+}
+
+TEST_F(JitFrameTest, AReplacedMapIsReadAgain) {
+  AppendToMap("7f0000000100 80 first_program\n");
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "first_program");
+  // Rewritten in place, as jcmd Compiler.perfmap does: old entries go, new ones come.
+  std::ofstream(map_path_, std::ios::trunc) << "0x7f0000000300 0x80 void Phases.leafBeta()\n";
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "first_program")
+      << "a cached frame stays until a miss reads the map again";
+  EXPECT_EQ(resolver.User(process, 0x7f0000000310, false)->function, "void Phases.leafBeta()");
+  EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
+}
+
+TEST(JitKindTest, RuntimeFromExecutableOrLibrary) {
+  Process process;
+  process.executable_path = "/usr/bin/node";
+  EXPECT_EQ(JitKindOf(process), FrameKind::kV8Js);
+  process.executable_path = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java";
+  EXPECT_EQ(JitKindOf(process), FrameKind::kJvm);
+  process.executable_path = "/usr/share/dotnet/dotnet";
+  EXPECT_EQ(JitKindOf(process), FrameKind::kDotnet);
+  process.executable_path = "/opt/app/server";
+  EXPECT_EQ(JitKindOf(process), FrameKind::kJit);
+  MemoryMapping libjvm;
+  libjvm.path = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
+  process.mappings.push_back(libjvm);
+  EXPECT_EQ(JitKindOf(process), FrameKind::kJvm);  // an embedded JVM
+  process.mappings[0].path = "/usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.0/libcoreclr.so";
+  EXPECT_EQ(JitKindOf(process), FrameKind::kDotnet);
+  process.executable_path = "";
+  process.mappings.clear();
+  EXPECT_EQ(JitKindOf(process), FrameKind::kJit);
 }
 
 }  // namespace

@@ -505,3 +505,38 @@ TEST(BuildExportRequestTest, WireRoundTrip) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+TEST(BuildExportRequestTest, JitFramesCarryTheirRuntimesFrameType) {
+  const std::vector<std::pair<FrameKind, std::string>> kinds = {
+      {FrameKind::kNative, "native"}, {FrameKind::kKernel, "kernel"},
+      {FrameKind::kV8Js, "v8js"},     {FrameKind::kJvm, "jvm"},
+      {FrameKind::kDotnet, "dotnet"}, {FrameKind::kCPython, "cpython"},
+      {FrameKind::kJit, "jit"}};
+  std::vector<Frame> frames;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    frames.push_back(Frame{kinds[i].first, "f" + kinds[i].second, "", 0, 0x7f0000000000 + i,
+                           "/tmp/perf-7.map", ""});
+  }
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  StackSample sample{7, "p", "t", {}, 1};
+  for (const Frame& frame : frames) sample.frames.push_back(&frame);
+  profile.samples = {sample};
+  const auto request = BuildExportRequest(profile, ResourceContext{});
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& d = request.dictionary();
+  const Decoded dec(request);
+  std::map<std::string, std::string> type_of;
+  for (int i = 1; i < d.location_table_size(); ++i) {
+    const auto& loc = d.location_table(i);
+    type_of[dec.Str(d.function_table(loc.lines(0).function_index()).name_strindex())] =
+        dec.Attribute(loc.attribute_indices(), "profile.frame.type");
+  }
+  for (const auto& [kind, type] : kinds) EXPECT_EQ(type_of["f" + type], type);
+}
+
+}  // namespace
+}  // namespace ember

@@ -102,6 +102,29 @@ TEST(FlameGraphTest, InlinedFunctionsAreNodesBelowTheirFrame) {
   EXPECT_THAT(json, HasSubstr(",6,3,0,")) << "inlined Scale: type 6, 3 samples, a leaf";
 }
 
+TEST(FlameGraphTest, JitFramesAreTypedByRuntime) {
+  Frame main_fn = Native("main");
+  Frame js{FrameKind::kV8Js, "JS:*leaf /srv/app.js:3:1", "", 0, 0x7f00, "/tmp/perf-7.map", ""};
+  Frame java{FrameKind::kJvm, "void Phases.leaf()", "", 0, 0x7f10, "/tmp/perf-8.map", ""};
+  Frame net{FrameKind::kDotnet, "App.Leaf()", "", 0, 0x7f20, "/tmp/perf-9.map", ""};
+  Frame py{FrameKind::kCPython, "leaf", "app.py", 3, 0, "", ""};
+  Frame jit{FrameKind::kJit, "stub", "", 0, 0x7f30, "/tmp/perf-10.map", ""};
+  FlameGraph graph;
+  graph.Add(Interval({{1, "node", "node", {&js, &main_fn}, 2},
+                      {2, "java", "java", {&java, &main_fn}, 3},
+                      {3, "dotnet", "dotnet", {&net, &main_fn}, 4},
+                      {4, "python3", "python3", {&py, &main_fn}, 5},
+                      {5, "app", "app", {&jit, &main_fn}, 6}}));
+  EXPECT_EQ(graph.SamplesAt({"node", "main", "JS:*leaf /srv/app.js:3:1"}), 2);
+  const std::string json = graph.ToJson();
+  // [name, type, samples, children]: v8js 8, jvm 9, dotnet 10, cpython 11, jit 7.
+  EXPECT_THAT(json, HasSubstr(",8,2,0")) << json;
+  EXPECT_THAT(json, HasSubstr(",9,3,0")) << json;
+  EXPECT_THAT(json, HasSubstr(",10,4,0")) << json;
+  EXPECT_THAT(json, HasSubstr(",11,5,0")) << json;
+  EXPECT_THAT(json, HasSubstr(",7,6,0")) << json;
+}
+
 TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
   constexpr size_t kMaxNodes = 20;
   FlameGraph graph(kMaxNodes);
