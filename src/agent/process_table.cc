@@ -79,8 +79,11 @@ FrameKind JitKindOf(const Process& process) {
   return FrameKind::kJit;
 }
 
-ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh)
-    : proc_root_(std::move(proc_root)), min_refresh_(min_refresh) {}
+ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh,
+                           std::chrono::milliseconds perf_map_min_refresh)
+    : proc_root_(std::move(proc_root)),
+      min_refresh_(min_refresh),
+      perf_map_min_refresh_(perf_map_min_refresh) {}
 
 std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_root_, "/", pid); }
 
@@ -134,7 +137,9 @@ bool ProcessTable::RefreshMaps(Process* process) {
 
 bool ProcessTable::RefreshPerfMap(Process* process) {
   const auto now = std::chrono::steady_clock::now();
-  if (process->perf_map != nullptr && now - process->perf_map_read_at < min_refresh_) return false;
+  if (process->perf_map != nullptr && now - process->perf_map_read_at < perf_map_min_refresh_) {
+    return false;
+  }
   process->perf_map_read_at = now;
   if (process->perf_map == nullptr) {
     std::string status;

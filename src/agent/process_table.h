@@ -52,8 +52,10 @@ FrameKind JitKindOf(const Process& process);
 
 class ProcessTable {
  public:
-  explicit ProcessTable(std::string proc_root = "/proc",
-                        std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500));
+  explicit ProcessTable(
+      std::string proc_root = "/proc",
+      std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500),
+      std::chrono::milliseconds perf_map_min_refresh = std::chrono::milliseconds(100));
 
   // The process, read from /proc on first sight; nullptr when it cannot be read (already gone).
   Process* Get(uint32_t pid);
@@ -64,9 +66,10 @@ class ProcessTable {
   // exec shows, and every sample until a rate-limited refresh would use the old image's maps.
   bool ReloadMaps(Process* process) { return ReadMaps(process); }
   // Reads what the process appended to its perf map since the last call, at most once per
-  // min_refresh; the first call finds the map (/tmp/perf-NSPID.map under /proc/PID/root, with
-  // the pid the process has in its own namespace) and the runtime. True when names may have
-  // changed.
+  // perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
+  // /proc/PID/root, with the pid the process has in its own namespace) and the runtime. True
+  // when names may have changed. Shorter than the maps' limit: a read costs three system calls
+  // plus the new lines, and until it happens samples in fresh JIT code go unnamed.
   bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
@@ -83,6 +86,7 @@ class ProcessTable {
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
+  std::chrono::milliseconds perf_map_min_refresh_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
   uint64_t maps_versions_ = 0;
 };

@@ -205,7 +205,9 @@ std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_pat
 // The analysis both runtimes share.
 class JitProfileTest : public ::testing::Test {
  protected:
-  // Samples of the thread that ran the phases (the one with the most runPhase samples).
+  // Samples of the thread that ran the phases: the thread name with the most runPhase samples,
+  // less node's V8 worker threads (compiler, GC), which have the main thread's name ("node") but
+  // are told by their outermost native frames, which need no perf map.
   static std::vector<NamedSample> WorkloadSamples(const JitRun& run) {
     std::vector<NamedSample> all = SamplesOf(run.dir, run.pid);
     std::map<std::string, int64_t> by_thread;
@@ -221,7 +223,10 @@ class JitProfileTest : public ::testing::Test {
     }
     std::vector<NamedSample> workload;
     for (NamedSample& s : all) {
-      if (s.thread == thread) workload.push_back(std::move(s));
+      const bool v8_worker = std::any_of(
+          s.functions.begin(), s.functions.end(),
+          [](const std::string& f) { return absl::StrContains(f, "PlatformWorkerThread"); });
+      if (s.thread == thread && !v8_worker) workload.push_back(std::move(s));
     }
     return workload;
   }
@@ -244,6 +249,10 @@ class JitProfileTest : public ::testing::Test {
         "named in %.1f%%\n",
         100 * Share(nested, total), static_cast<long long>(total),
         100 * Share(reach_run_phases, total));
+    std::printf("most common other stacks:\n%s",
+                CommonStacks(
+                    samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); }, 3)
+                    .c_str());
     EXPECT_GE(Share(nested, total), 0.90)
         << nested << " of " << total << "; most common other stacks:\n"
         << CommonStacks(samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); });

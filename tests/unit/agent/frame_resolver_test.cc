@@ -107,7 +107,7 @@ class JitFrameTest : public ::testing::Test {
 
 TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
   AppendToMap("7f0000000100 80 JS:*leafAlpha /srv/app.js:3:20\n7f0000000200 40 JS:~main /srv/a");
-  ProcessTable processes(root_, std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   Process* process = processes.Get(4242);
@@ -145,7 +145,7 @@ TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
 }
 
 TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
-  ProcessTable processes(root_, std::chrono::hours(1));
+  ProcessTable processes(root_, std::chrono::hours(1), std::chrono::hours(1));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   Process* process = processes.Get(4242);
@@ -158,7 +158,7 @@ TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
 
 TEST_F(JitFrameTest, AReplacedMapIsReadAgain) {
   AppendToMap("7f0000000100 80 first_program\n");
-  ProcessTable processes(root_, std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   Process* process = processes.Get(4242);
