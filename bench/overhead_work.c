@@ -1,0 +1,162 @@
+// The fixed-work workload of bench/overhead.sh (issue 7): one process per core, each doing the
+// same number of work units, every unit a descent through 24 to 39 frames of eight step functions
+// chosen by a hash of the unit number (4096 paths, so thousands of distinct stacks) down to one of
+// four leaves. Built with GCC -O2 -fomit-frame-pointer: only DWARF CFI walks it.
+//
+//   overhead_work --calibrate SECONDS        prints how many units one process does in SECONDS
+//   overhead_work UNITS [WORKERS]            waits for one byte on stdin, forks WORKERS (default:
+//                                            every online CPU) that do UNITS units each, prints
+//                                            "elapsed_s=... units_per_s=...", then stays alive
+//                                            (workers too) until SIGTERM or 600 s, so that a
+//                                            profiler can still read its maps when it stops.
+//
+// Every function of the workload is named ow_*: bench/overhead.sh tells its samples by that name.
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOIPA __attribute__((noinline, noipa))
+#define kMaxWorkers 1024
+
+static volatile uint64_t sink;
+
+static inline uint64_t Mix(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  return x;
+}
+
+static inline uint64_t Spin(uint64_t x, int n) {
+  for (int i = 0; i < n; ++i) x = x * 6364136223846793005ull + (x >> 7);
+  return x;
+}
+
+// Four leaves of weights 1:2:3:4, where most samples land.
+NOIPA uint64_t ow_leaf_0(uint64_t h) { return Spin(h, 2000); }
+NOIPA uint64_t ow_leaf_1(uint64_t h) { return Spin(h, 4000); }
+NOIPA uint64_t ow_leaf_2(uint64_t h) { return Spin(h, 6000); }
+NOIPA uint64_t ow_leaf_3(uint64_t h) { return Spin(h, 8000); }
+static uint64_t (*const kLeaves[4])(uint64_t) = {ow_leaf_0, ow_leaf_1, ow_leaf_2, ow_leaf_3};
+
+typedef uint64_t (*StepFn)(uint64_t, int);
+static const StepFn kSteps[8];
+
+// One frame of a descent: a little work of its own (so some samples stop mid-stack), a call to the
+// next step chosen by the hash, and work after the call (no tail call). The volatile pad gives
+// each frame about 100 bytes, so a 39-frame stack stays well inside a 16 KiB snapshot.
+#define OW_STEP(k)                                               \
+  NOIPA uint64_t ow_step_##k(uint64_t h, int depth) {            \
+    volatile uint64_t pad[8];                                    \
+    pad[0] = Spin(h + k, 40);                                    \
+    uint64_t next = Mix(h + depth);                              \
+    uint64_t r = depth > 0 ? kSteps[next & 7](next, depth - 1)   \
+                           : kLeaves[next & 3](next);            \
+    pad[7] = r;                                                  \
+    return pad[0] ^ pad[7];                                      \
+  }
+OW_STEP(0)
+OW_STEP(1)
+OW_STEP(2)
+OW_STEP(3)
+OW_STEP(4)
+OW_STEP(5)
+OW_STEP(6)
+OW_STEP(7)
+static const StepFn kSteps[8] = {ow_step_0, ow_step_1, ow_step_2, ow_step_3,
+                                 ow_step_4, ow_step_5, ow_step_6, ow_step_7};
+
+// One unit: a descent whose path and depth (24 to 39 frames) depend only on unit % 4096.
+NOIPA uint64_t ow_unit(uint64_t unit) {
+  uint64_t h = Mix((unit & 4095) + 1);
+  return kSteps[h & 7](h, 22 + (int)((h >> 8) & 15));
+}
+
+NOIPA void ow_worker(uint64_t units) {
+  uint64_t acc = 0;
+  for (uint64_t u = 0; u < units; ++u) acc += ow_unit(u);
+  sink = acc;
+}
+
+static double Now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int Calibrate(double seconds) {
+  uint64_t units = 0, acc = 0;
+  double end = Now() + seconds;
+  while (Now() < end) {
+    for (int i = 0; i < 16; ++i) acc += ow_unit(units++);
+  }
+  sink = acc;
+  printf("%llu\n", (unsigned long long)units);
+  return 0;
+}
+
+static void OnTerm(int sig) { (void)sig; }
+
+int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--calibrate") == 0) return Calibrate(atof(argv[2]));
+  if (argc < 2 || argc > 3) {
+    fprintf(stderr, "usage: overhead_work UNITS [WORKERS] | --calibrate SECONDS\n");
+    return 2;
+  }
+  char* end;
+  unsigned long long units = strtoull(argv[1], &end, 10);
+  long workers = argc > 2 ? atol(argv[2]) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (*end || units == 0 || workers < 1 || workers > kMaxWorkers) {
+    fprintf(stderr, "overhead_work: bad UNITS or WORKERS\n");
+    return 2;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = OnTerm;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+
+  // The start byte, waited for at most 600 s.
+  struct pollfd in = {.fd = 0, .events = POLLIN};
+  char go;
+  if (poll(&in, 1, 600 * 1000) != 1 || read(0, &go, 1) != 1) return 3;
+
+  int done[2];
+  if (pipe(done) != 0) return 4;
+  pid_t pids[kMaxWorkers];
+  double start = Now();
+  for (long w = 0; w < workers; ++w) {
+    pids[w] = fork();
+    if (pids[w] < 0) return 4;
+    if (pids[w] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() == 1) _exit(5);
+      ow_worker(units);
+      char c = 'd';
+      if (write(done[1], &c, 1) != 1) _exit(4);
+      // Stay alive, asleep, until the parent ends (PDEATHSIG) or 600 s pass.
+      sleep(600);
+      _exit(0);
+    }
+  }
+  for (long w = 0; w < workers; ++w) {
+    char c;
+    if (read(done[0], &c, 1) != 1) return 4;
+  }
+  double elapsed = Now() - start;
+  printf("elapsed_s=%.4f units_per_s=%.1f units=%llu workers=%ld\n", elapsed,
+         (double)units * workers / elapsed, units, workers);
+  fflush(stdout);
+  // Until SIGTERM (its handler interrupts the sleep) or 600 s; then the workers go too.
+  sleep(600);
+  for (long w = 0; w < workers; ++w) kill(pids[w], SIGKILL);
+  for (long w = 0; w < workers; ++w) waitpid(pids[w], NULL, 0);
+  return 0;
+}
