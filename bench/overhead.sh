@@ -1,0 +1,552 @@
+#!/usr/bin/env bash
+# Ember's whole cost next to the profilers a user would otherwise run (issue 7): the same fixed-work
+# workload (bench/overhead_work.c: one process per core, no frame pointers, 24 to 39 frames, 4096
+# paths) run alone and under each profiler, every configuration once per round in a random order,
+# and a soak mode. Needs root.
+#
+#   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--configs LIST] [--quick]
+#                     [--write-docs] | --soak MINUTES [--build-dir build]
+#
+# LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace
+# (default all; alone is always added, the others are compared with it). --quick is a smoke run:
+# 1 round of 4 s. --write-docs puts the figures into docs/benchmarks.md (its "bench/overhead.sh"
+# section, replaced on every write).
+#
+# The configurations, all system-wide, because Ember profiles every process by default and
+# bpftrace's profile probe fires on every CPU: comparing like with like means perf gets -a too.
+#   ember19, ember99   build/ember-agent --sampling-hz 19|99 --metrics-address= --output-dir TMP
+#   perf-fp            perf record -a -g -e cpu-clock -c 10101010 (99 Hz, a fixed period as Ember's)
+#   perf-dwarf         the same with --call-graph dwarf,65528
+#   bpftrace           bpftrace -e 'profile:hz:99 { @[ustack, kstack] = count(); }'
+# Each run: start the workload blocked on its start byte, start the profiler, wait until it is
+# attached and 1 s more, start the workload, wait for it to report its elapsed time, stop the
+# profiler (SIGTERM for Ember, SIGINT for perf and bpftrace: bpftrace prints and symbolizes its map
+# then), and only then end the workload, so every profiler can still read its maps.
+#
+# How each figure is measured (the methods of bench/unwind_vs_perf.sh, issue 3):
+# - CPU: the profiler's user+sys from wait4() rusage (/usr/bin/time, every thread, start-up and
+#   final write included); plus the run time of the profiler's own BPF programs (kernel.bpf_stats,
+#   `bpftool prog show` run_time_ns of the program ids found in /proc/PID/fdinfo, read just before
+#   the stop: Ember's and bpftrace's programs run in the sampled task's interrupt and are charged to
+#   it, not to the profiler); plus for perf the CPU of `perf script`, where perf symbolizes and, for
+#   dwarf, unwinds. Divided by every sample the profiler took (all processes: it is system-wide).
+#   "start" is the profiler's CPU before the workload starts (/proc/PID/task/*/schedstat), and
+#   "steady" per 1000 samples leaves it out. Not counted: perf's in-kernel cost of copying up to
+#   64 KiB of stack per sample (no hook on this kernel), which favours perf-dwarf.
+# - Throughput: the workload's own elapsed time for its fixed work; per round, alone's elapsed over
+#   the configuration's (1.000 = no slowdown); the median over rounds and the min..max.
+# - Peak RSS: wait4()'s ru_maxrss of the profiler (perf record's, not perf script's).
+# - Bytes per sample: what the profiler wrote (Ember's pprof files and flame graph, perf.data,
+#   bpftrace's printed map) over its samples.
+# - Reach main: the share of the workload's samples (those with an ow_* frame; bpftrace's map has
+#   no pid) whose stack has a `main` frame: Ember's pprof files through `pprof -traces`, perf's
+#   through `perf script`, bpftrace's printed stacks.
+# - Ember's start to first sample: its log line "first sample N ms after start".
+# --soak MINUTES: Ember at 99 Hz system-wide while about 40 processes a second start and exit (a
+#   quarter of them each in a new cgroup under the cgroup v2 mount), exporting every 5 s to a local
+#   OTLP http/protobuf listener that is up 20 s and down 20 s; every 10 s it prints Ember's RSS,
+#   peak RSS, open fds and ember_processes_tracked (from its /metrics).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace)
+build_dir=build
+rounds=3
+seconds=15
+config_list=$(IFS=,; echo "${all_configs[*]}")
+write_docs=0
+soak_minutes=0
+bad() {
+  echo "overhead: $* (see bench/overhead.sh --help)" >&2
+  exit 2
+}
+need_value() { [[ $# -ge 2 && -n $2 ]] || bad "$1 needs a value"; }
+while (($#)); do
+  case $1 in
+    --build-dir) need_value "$@"; build_dir=$2; shift 2 ;;
+    --rounds) need_value "$@"; rounds=$2; shift 2 ;;
+    --seconds) need_value "$@"; seconds=$2; shift 2 ;;
+    --configs) need_value "$@"; config_list=$2; shift 2 ;;
+    --quick) rounds=1; seconds=4; shift ;;
+    --write-docs) write_docs=1; shift ;;
+    --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) bad "unknown argument '$1'" ;;
+  esac
+done
+for value in "$rounds" "$seconds" "$soak_minutes"; do
+  [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
+done
+((rounds > 0 && seconds > 0)) || bad "--rounds and --seconds must be at least 1"
+IFS=, read -r -a configs <<<"$config_list"
+for config in "${configs[@]}"; do
+  [[ " ${all_configs[*]} " == *" $config "* ]] || bad "unknown configuration '$config'"
+done
+[[ " ${configs[*]} " == *" alone "* ]] || configs=(alone "${configs[@]}")
+
+if [[ $EUID -ne 0 ]]; then
+  echo "overhead: needs root (BPF, perf -a, bpf_stats, cgroups): run it with sudo" >&2
+  exit 1
+fi
+agent=$build_dir/ember-agent
+workload=$build_dir/bench/overhead_work
+pprof=.cache/tools/pprof
+[[ -x $agent && -x $workload ]] ||
+  { echo "overhead: $agent or $workload missing: cmake --build $build_dir --target ember-agent bench_overhead_work" >&2; exit 1; }
+# need TOOL PACKAGE: a missing tool is one line naming the Debian package that has it.
+need() { command -v "$1" >/dev/null || { echo "overhead: $1 not found: apt-get install $2" >&2; exit 1; }; }
+need /usr/bin/time time
+need bpftool bpftool
+need shuf coreutils
+wants() { [[ " ${configs[*]} " == *" $1"* ]]; }
+if ((soak_minutes)); then
+  need python3 python3
+  need curl curl
+else
+  if wants perf; then need perf linux-perf; fi
+  if wants bpftrace; then need bpftrace bpftrace; fi
+  if wants ember; then [[ -x $pprof ]] || { echo "overhead: $pprof not found: run scripts/setup.sh" >&2; exit 1; }; fi
+fi
+
+tmp=$(mktemp -d /tmp/ember-overhead.XXXXXX)
+stats_sysctl_before=$(sysctl -n kernel.bpf_stats_enabled)
+started=()  # every process this script started, killed by pid on the way out
+cgroups=()  # cgroup directories the soak created
+cleanup() {
+  local pid dir i
+  trap - EXIT INT TERM
+  for pid in "${started[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  sleep 0.2
+  for pid in "${started[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for dir in "${cgroups[@]}"; do
+    for ((i = 0; i < 20; i++)); do
+      [[ -d $dir ]] || break
+      rmdir "$dir" 2>/dev/null && break
+      sleep 0.1
+    done
+  done
+  sysctl -q kernel.bpf_stats_enabled="$stats_sysctl_before" || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+sysctl -q kernel.bpf_stats_enabled=1
+
+die() {
+  echo "overhead: $*" >&2
+  exit 1
+}
+# wait_until SECONDS WHAT COMMAND...: runs COMMAND every 50 ms until it succeeds.
+wait_until() {
+  local limit=$(($1 * 20)) what=$2 i
+  shift 2
+  for ((i = 0; i < limit; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  die "timed out after $limit/20 s waiting for $what"
+}
+# Exited: no such process, or a zombie not yet waited for.
+is_gone() { [[ ! -e /proc/$1 || $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) == Z ]]; }
+# stop PID SIGNAL SECONDS: signals PID, waits for it to exit, then kills it.
+stop() {
+  kill -"$2" "$1" 2>/dev/null || return 0
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    is_gone "$1" && return 0
+    sleep 0.05
+  done
+  echo "overhead: pid $1 ignored SIG$2 for $3 s: killed" >&2
+  kill -KILL "$1" 2>/dev/null || true
+}
+has_perf_events() {
+  local fd
+  for fd in /proc/"$1"/fd/*; do [[ $(readlink "$fd") == *perf_event* ]] && return 0; done
+  return 1
+}
+prog_ids() { awk '/^prog_id:/ { print $2 }' /proc/"$1"/fdinfo/* 2>/dev/null | sort -u; }
+has_progs() { [[ -n $(prog_ids "$1") ]]; }
+# Sum of run_time_ns over the BPF programs PID holds.
+bpf_run_ns() {
+  local id total=0 ns
+  for id in $(prog_ids "$1"); do
+    ns=$(bpftool -j prog show id "$id" 2>/dev/null | grep -o '"run_time_ns":[0-9]*' | cut -d: -f2)
+    total=$((total + ${ns:-0}))
+  done
+  echo "$total"
+}
+# On-CPU nanoseconds of a process so far, summed over its threads.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ ns += $1 } END { print ns + 0 }'; }
+loadavg() { cut -d' ' -f1 /proc/loadavg; }
+
+units=$("$workload" --calibrate 1) || die "$workload --calibrate failed"
+units=$((units * seconds))
+
+results=$tmp/results.tsv # one line per run
+printf 'config\tround\telapsed_s\tsamples\twl_samples\twl_main\tuser_s\tsys_s\tmaxrss_kb'\
+'\tbpf_ns\tscript_s\tbytes\tstart_ns\tfirst_ms\tload\n' >"$results"
+
+# run CONFIG ROUND: one workload run under CONFIG; appends a line to $results.
+run() {
+  local config=$1 round=$2 dir=$tmp/$1-$2
+  mkdir -p "$dir"
+  mkfifo "$dir/go"
+  exec 3<>"$dir/go"
+  "$workload" "$units" <"$dir/go" >"$dir/workload.out" 2>&1 &
+  local workload_pid=$!
+  started+=("$workload_pid")
+
+  local time_pid="" prof_pid="" hz=99 load
+  load=$(loadavg)
+  local timefmt='%U %S %M'
+  case $config in
+    ember19 | ember99)
+      hz=${config#ember}
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- "$agent" --sampling-hz "$hz" \
+        --metrics-address= --output-dir "$dir/out" >"$dir/profiler.log" 2>&1 &
+      ;;
+    perf-fp)
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- perf record -a -g -e cpu-clock \
+        -c $((1000000000 / hz)) -o "$dir/perf.data" >"$dir/profiler.log" 2>&1 &
+      ;;
+    perf-dwarf)
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- perf record -a --call-graph dwarf,65528 \
+        -e cpu-clock -c $((1000000000 / hz)) -o "$dir/perf.data" >"$dir/profiler.log" 2>&1 &
+      ;;
+    bpftrace)
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- bpftrace \
+        -e 'profile:hz:99 { @[ustack, kstack] = count(); }' >"$dir/profiler.log" 2>&1 &
+      ;;
+  esac
+  if [[ $config != alone ]]; then
+    time_pid=$!
+    started+=("$time_pid")
+    wait_until 10 "$config to start" pgrep -P "$time_pid"
+    prof_pid=$(pgrep -P "$time_pid")
+    started+=("$prof_pid")
+    case $config in
+      ember*) wait_until 30 "ember-agent to attach" grep -q 'attached to' "$dir/profiler.log" ;;
+      perf*) wait_until 30 "perf record to open its events" has_perf_events "$prof_pid" ;;
+      bpftrace) wait_until 30 "bpftrace to attach" has_progs "$prof_pid" ;;
+    esac
+    sleep 1
+  fi
+  local start_ns=0
+  [[ -n $prof_pid ]] && start_ns=$(cpu_ns "$prof_pid")
+  echo g >&3
+  exec 3>&-
+  wait_until $((seconds * 6 + 60)) "the workload to finish" grep -q elapsed_s "$dir/workload.out"
+
+  local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=-
+  if [[ -n $prof_pid ]]; then
+    is_gone "$prof_pid" && die "$config exited early: $(tail -3 "$dir/profiler.log")"
+    [[ $config == ember* || $config == bpftrace ]] && bpf_ns=$(bpf_run_ns "$prof_pid")
+    case $config in
+      ember*) stop "$prof_pid" TERM 60 ;;
+      *) stop "$prof_pid" INT 60 ;;
+    esac
+    wait "$time_pid" 2>/dev/null || true
+  fi
+  stop "$workload_pid" TERM 10
+  wait "$workload_pid" 2>/dev/null || true
+  local elapsed
+  elapsed=$(sed -n 's/^elapsed_s=\([0-9.]*\).*/\1/p' "$dir/workload.out")
+
+  case $config in
+    ember*)
+      samples=$(sed -n 's/.* done: \([0-9]*\) samples.*/\1/p' "$dir/profiler.log")
+      first_ms=$(sed -n 's/.*first sample \([0-9]*\) ms after start.*/\1/p' "$dir/profiler.log")
+      bytes=$(du -sb "$dir/out" | cut -f1)
+      read -r wl wl_main < <(
+        "$pprof" -traces -sample_index=samples "$dir"/out/cpu-*.pb.gz 2>/dev/null | awk '
+          function flush() { if (count && ow) { n += count; if (has_main) m += count } }
+          /^-----------\+/ { flush(); count = 0; has_main = 0; ow = 0; next }
+          /^ *[a-z_]+: / { next }
+          !count && /^ +[0-9]+ +[^ ]/ { count = $1; sub(/^ +[0-9]+ +/, "") }
+          count { sub(/^ +/, ""); if ($0 == "main") has_main = 1; if ($0 ~ /^ow_/) ow = 1 }
+          END { flush(); print n + 0, m + 0 }')
+      ;;
+    perf*)
+      bytes=$(stat -c %s "$dir/perf.data")
+      /usr/bin/time -f '%U %S' -o "$dir/script.time" perf script -i "$dir/perf.data" \
+        -F comm,pid,ip,sym >"$dir/script.txt" 2>"$dir/script.err" ||
+        die "perf script failed: $(tail -3 "$dir/script.err")"
+      script_s=$(awk '{ print $1 + $2 }' "$dir/script.time")
+      # One paragraph per sample: "COMM PID" then one "ADDRESS SYMBOL" line per frame.
+      # perf -a samples idle CPUs too (pid 0); Ember and bpftrace do not: those are left out.
+      read -r samples wl wl_main < <(awk -v RS= -F '\n' '
+          { n_h = split($1, h, " "); if (h[n_h] == 0) next
+            s++; ow = 0; mn = 0
+            for (i = 2; i <= NF; i++) {
+              if ($i ~ /^[ \t]+[0-9a-f]+ ow_/) ow = 1
+              if ($i ~ /^[ \t]+[0-9a-f]+ main$/) mn = 1
+            }
+            if (ow) { n++; if (mn) m++ } }
+          END { print s + 0, n + 0, m + 0 }' "$dir/script.txt")
+      rm -f "$dir/perf.data" # up to 64 KiB per sample
+      ;;
+    bpftrace)
+      bytes=$(stat -c %s "$dir/profiler.log")
+      # "@[" then the user frames, ", " and the kernel frames, then "]: COUNT".
+      read -r samples wl wl_main < <(awk '
+          /^@\[/ { ow = 0; mn = 0; next }
+          /^[ \t]*ow_/ { ow = 1 }
+          /^[ \t]*main(\+[0-9]+)?$/ { mn = 1 }
+          /\]: [0-9]+$/ { c = $NF + 0; s += c; if (ow) { n += c; if (mn) m += c } }
+          END { print s + 0, n + 0, m + 0 }' "$dir/profiler.log")
+      ;;
+  esac
+  local user=0 sys=0 maxrss=0
+  if [[ -s $dir/time ]]; then
+    read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$dir/time" | tail -1)
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$config" "$round" \
+    "${elapsed:-0}" "${samples:-0}" "${wl:-0}" "${wl_main:-0}" "$user" "$sys" "$maxrss" "$bpf_ns" \
+    "$script_s" "${bytes:-0}" "$start_ns" "${first_ms:--}" "$load" >>"$results"
+  printf '  round %d %-10s elapsed %6.2f s, %5d samples (%d of the workload, %d reach main), load %s\n' \
+    "$round" "$config" "${elapsed:-0}" "${samples:-0}" "${wl:-0}" "${wl_main:-0}" "$load"
+  started=() # all reaped: their pids may be reused from now on
+  rm -rf "$dir/out" "$dir/script.txt"
+}
+
+# The table: per configuration, medians over rounds (throughput: of the per-round ratios to alone).
+summarize() {
+  awk -F '\t' '
+    function median(key, col,   i, j, t, k, a) {
+      k = cnt[key]; split("", a)
+      for (i = 1; i <= k; i++) a[i] = v[key, col, i]
+      for (i = 2; i <= k; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+    }
+    function minmax(key, col,   i, lo, hi) {
+      lo = hi = v[key, col, 1]
+      for (i = 2; i <= cnt[key]; i++) { if (v[key, col, i] < lo) lo = v[key, col, i]; if (v[key, col, i] > hi) hi = v[key, col, i] }
+      return sprintf("%.3f..%.3f", lo, hi)
+    }
+    NR == 1 { next }
+    { rows[NR] = $0; if ($1 == "alone") alone[$2] = $3 }
+    END {
+      for (r in rows) {
+        split(rows[r], f, "\t"); c = f[1]
+        if (!(c in cnt)) order[++nc] = c
+        k = ++cnt[c]
+        s = f[4]; cpu = f[7] + f[8] + f[10] / 1e9 + f[11]
+        v[c, "rel", k] = (f[3] > 0 && alone[f[2]] > 0) ? alone[f[2]] / f[3] : 0
+        v[c, "cpu", k] = s ? 1e6 * cpu / s : 0
+        v[c, "steady", k] = s ? 1e6 * (cpu - f[13] / 1e9) / s : 0
+        v[c, "bpf", k] = s ? 1e6 * f[10] / 1e9 / s : 0
+        v[c, "script", k] = s ? 1e6 * f[11] / s : 0
+        v[c, "rss", k] = f[9] / 1024
+        v[c, "bytes", k] = s ? f[12] / s : 0
+        v[c, "main", k] = f[5] ? 100 * f[6] / f[5] : 0
+        v[c, "samples", k] = s; v[c, "wl", k] = f[5]
+        v[c, "first", k] = f[14] == "-" ? -1 : f[14]
+        v[c, "load", k] = f[15]
+        v[c, "elapsed", k] = f[3]
+      }
+      printf "| config | runs | samples (workload) | CPU ms /1000 samples | steady | of which BPF | perf script | throughput vs alone, median (min..max) | peak RSS MB | bytes /sample | reach main | first sample ms | load |\n"
+      printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      n = split("alone ember19 ember99 perf-fp perf-dwarf bpftrace", names, " ")
+      for (i = 1; i <= n; i++) {
+        c = names[i]; if (!(c in cnt)) continue
+        if (c == "alone") {
+          printf "| alone | %d | - | - | - | - | - | 1 (elapsed %.2f s, median) | - | - | - | - | %.2f |\n", cnt[c], median(c, "elapsed"), median(c, "load")
+          continue
+        }
+        printf "| %s | %d | %d (%d) | %.1f | %.1f | %.1f | %s | %.3f (%s) | %.0f | %.0f | %.1f%% | %s | %.2f |\n",
+          c, cnt[c], median(c, "samples"), median(c, "wl"), median(c, "cpu"), median(c, "steady"),
+          median(c, "bpf"), c ~ /^perf/ ? sprintf("%.1f", median(c, "script")) : "-",
+          median(c, "rel"), minmax(c, "rel"), median(c, "rss"), median(c, "bytes"), median(c, "main"),
+          c ~ /^ember/ ? sprintf("%d", median(c, "first")) : "-", median(c, "load")
+      }
+    }' "$results"
+}
+
+# Every run, in the order run: the raw figures behind the table.
+every_run() {
+  echo "| round | config | elapsed s | samples | workload samples | reach main | user+sys s | BPF s | perf script s | peak RSS MB | bytes written | first sample ms | load |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  awk -F '\t' 'NR > 1 {
+      printf "| %d | %s | %.2f | %d | %d | %s | %.3f | %.3f | %.3f | %s | %d | %s | %.2f |\n", $2, $1, $3, $4, $5,
+        $5 ? sprintf("%.1f%%", 100 * $6 / $5) : "-", $7 + $8, $10 / 1e9, $11,
+        $9 ? sprintf("%.0f", $9 / 1024) : "-", $12, $14, $15 }' "$results"
+}
+
+soak() {
+  local minutes=$1 cg_root metrics_port otlp_port dir=$tmp/soak
+  mkdir -p "$dir"
+  cg_root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
+  [[ -n $cg_root && -w $cg_root ]] || die "no writable cgroup v2 mount in /proc/self/mounts"
+  read -r metrics_port otlp_port < <(python3 -c '
+import socket
+ports = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ports.append(s.getsockname()[1]); s.close()
+print(*ports)')
+  # The flapping OTLP endpoint: accepts every http/protobuf export for 20 s, is gone for 20 s.
+  cat >"$dir/flap.py" <<'EOF'
+import http.server, sys, threading, time
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[1])
+while True:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(time.strftime("%T"), "up", flush=True)
+    time.sleep(20)
+    server.shutdown(); server.server_close()
+    print(time.strftime("%T"), "down", flush=True)
+    time.sleep(20)
+EOF
+  python3 "$dir/flap.py" "$otlp_port" >"$dir/flap.log" 2>&1 &
+  started+=($!)
+
+  "$agent" --sampling-hz 99 --metrics-address "127.0.0.1:$metrics_port" \
+    --otlp-endpoint "http://127.0.0.1:$otlp_port" --otlp-protocol http/protobuf --otlp-insecure \
+    --export-interval 5s --otlp-timeout 2s --output-dir "$dir/out" >"$dir/agent.log" 2>&1 &
+  local agent_pid=$!
+  started+=("$agent_pid")
+  wait_until 30 "ember-agent to attach" grep -q 'attached to' "$dir/agent.log"
+
+  # Churn: batches of 10 processes (20 ms of the workload's deep stacks each, 3 of them each in a
+  # new cgroup, removed once empty), about 4 batches a second.
+  (
+    trap 'exit 0' TERM
+    batch=0
+    while :; do
+      batch=$((batch + 1))
+      pids=() dirs=()
+      for ((i = 0; i < 10; i++)); do
+        if ((i < 3)); then
+          cg=$cg_root/ember-overhead-soak-$$-$batch-$i
+          mkdir "$cg" && dirs+=("$cg")
+          sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" --calibrate 0.02' sh "$cg" "$workload" >/dev/null &
+        else
+          "$workload" --calibrate 0.02 >/dev/null &
+        fi
+        pids+=($!)
+      done
+      wait "${pids[@]}" 2>/dev/null
+      for cg in "${dirs[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+      sleep 0.15
+    done
+  ) >"$dir/churn.log" 2>&1 &
+  local churn_pid=$!
+  started+=("$churn_pid")
+
+  echo "overhead: soak for $minutes min: ember-agent pid $agent_pid at 99 Hz, metrics :$metrics_port," \
+    "OTLP http://127.0.0.1:$otlp_port up 20 s / down 20 s, ~40 processes/s (a quarter in new cgroups)"
+  printf '%8s %9s %9s %5s %9s %10s %10s %s\n' elapsed rss_MB hwm_MB fds tracked exports_ok exports_bad load
+  local t0=$SECONDS end=$((SECONDS + minutes * 60)) metrics tracked ok failed rss hwm fds
+  local samples_file=$dir/samples.tsv
+  while ((SECONDS < end)); do
+    sleep 10
+    is_gone "$agent_pid" && die "ember-agent exited: $(tail -3 "$dir/agent.log")"
+    metrics=$(curl -s --max-time 2 "http://127.0.0.1:$metrics_port/metrics" || true)
+    tracked=$(awk '/^ember_processes_tracked / { print $2 }' <<<"$metrics")
+    ok=$(awk '/^ember_otlp_intervals_total\{.*"(sent|ok|success)/ { n += $2 } END { print n + 0 }' <<<"$metrics")
+    failed=$(awk '/^ember_otlp_intervals_total\{/ && !/"(sent|ok|success)"/ { n += $2 } END { print n + 0 }' <<<"$metrics")
+    rss=$(awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
+    hwm=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
+    fds=$(ls /proc/"$agent_pid"/fd | wc -l)
+    printf '%7ds %9s %9s %5s %9s %10s %10s %s\n' $((SECONDS - t0)) "$rss" "$hwm" "$fds" \
+      "${tracked:--}" "$ok" "$failed" "$(loadavg)" | tee -a "$samples_file"
+  done
+  stop "$churn_pid" TERM 10
+  grep '^ember_otlp\|^ember_processes' <<<"$metrics" | sed 's/^/  /' || true
+  echo "  churn: $(awk 'END { print NR }' "$dir/churn.log") error lines; flapping listener: $(grep -c up "$dir/flap.log") up phases"
+  # Flat once warm: the last third against the middle third.
+  awk -v n="$(wc -l <"$samples_file")" '
+    { rss[NR] = $2; fds[NR] = $4; tr[NR] = $5 }
+    END {
+      if (n < 3) { print "  too short to tell flat from growing"; exit }
+      a = int(n / 3) + 1; b = int(2 * n / 3) + 1
+      for (i = a; i < b; i++) { if (rss[i] > mr) mr = rss[i]; if (fds[i] > mf) mf = fds[i]; if (tr[i] > mt) mt = tr[i] }
+      for (i = b; i <= n; i++) { if (rss[i] > lr) lr = rss[i]; if (fds[i] > lf) lf = fds[i]; if (tr[i] > lt) lt = tr[i] }
+      printf "  warm (middle third) max vs last third max: RSS %.1f -> %.1f MB, fds %d -> %d, tracked %d -> %d\n", mr, lr, mf, lf, mt, lt
+    }' "$samples_file"
+  stop "$agent_pid" TERM 30
+  grep -E 'warning|error' "$dir/agent.log" | sort | uniq -c | sort -rn | head -5 | sed 's/^/  agent log: /' || true
+}
+
+if ((soak_minutes)); then
+  soak "$soak_minutes"
+  exit 0
+fi
+
+echo "overhead: ${#configs[@]} configurations x $rounds rounds, $units units per core (~${seconds} s alone)," \
+  "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started_at=$(date -u '+%Y-%m-%d %H:%M UTC')
+for ((round = 1; round <= rounds; round++)); do
+  for config in $(shuf -e "${configs[@]}"); do
+    run "$config" "$round"
+  done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+table=$(summarize)
+runs_table=$(every_run)
+echo
+echo "Every run:"
+echo "$runs_table"
+echo
+echo "Medians over rounds:"
+echo "$table"
+cat <<'EOF'
+
+CPU per 1000 samples of every sample the profiler took (it is system-wide): its user+sys, its BPF
+programs' run time and perf script's CPU; steady leaves out its CPU before the workload started.
+Throughput: alone's elapsed over the configuration's in the same round. Reach main: the workload's
+samples (an ow_* frame) that have a main frame. Load: the 1-minute load average at each run's start.
+EOF
+
+if ((write_docs)); then
+  docs=docs/benchmarks.md
+  section=$tmp/section.md
+  {
+    echo "<!-- bench/overhead.sh begin: written by bench/overhead.sh --write-docs -->"
+    echo "## ${started_at%% *}: overhead side by side, \`bench/overhead.sh\` (issue 7)"
+    echo
+    echo "Measured $started_at on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
+      "kernel $(uname -r), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown):" \
+      "\`bench/overhead.sh --rounds $rounds --seconds $seconds --configs $(IFS=,; echo "${configs[*]}")\`," \
+      "load average $load_before before and $load_after after. The workload" \
+      "(\`bench/overhead_work.c\`) runs $units units on each of $(nproc) processes; every" \
+      "configuration runs once per round in a random order. How each figure is measured is written" \
+      "at the top of the script."
+    echo
+    echo "$table"
+    echo
+    echo "CPU is per 1000 samples the profiler took on every CPU (all processes): its user+sys," \
+      "its BPF programs' run time (bpf_stats) and perf script's CPU; steady leaves out its CPU" \
+      "before the workload started. Not counted: perf's in-kernel copy of up to 64 KiB of stack" \
+      "per sample. Throughput is alone's elapsed time over the configuration's in the same round." \
+      "Reach main is over the workload's samples (an \`ow_*\` frame). Load is the 1-minute load" \
+      "average at each run's start: above about 0.5 the other engineers' work competes for the" \
+      "2 CPUs and every figure is noisy."
+    echo
+    echo "Every run, in the order run:"
+    echo
+    echo "$runs_table"
+    echo "<!-- bench/overhead.sh end -->"
+  } >"$section"
+  if grep -q '^<!-- bench/overhead.sh begin' "$docs"; then
+    awk -v file="$section" '
+      /^<!-- bench\/overhead.sh begin/ { while ((getline line < file) > 0) print line; skip = 1; next }
+      /^<!-- bench\/overhead.sh end/ { skip = 0; next }
+      !skip' "$docs" >"$tmp/docs.md"
+  else
+    { cat "$docs"; echo; cat "$section"; } >"$tmp/docs.md"
+  fi
+  cat "$tmp/docs.md" >"$docs"
+  echo "overhead: wrote the figures into $docs"
+fi
