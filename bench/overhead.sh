@@ -5,7 +5,7 @@
 # and a soak mode. Needs root.
 #
 #   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--configs LIST] [--quick]
-#                     [--write-docs] | --soak MINUTES [--build-dir build]
+#                     [--write-docs] | --soak MINUTES [--soak-processes 200] [--build-dir build]
 #
 # LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace
 # (default all; alone is always added, the others are compared with it). --quick is a smoke run:
@@ -42,7 +42,8 @@
 #   no pid) whose stack has a `main` frame: Ember's pprof files through `pprof -traces`, perf's
 #   through `perf script`, bpftrace's printed stacks.
 # - Ember's start to first sample: its log line "first sample N ms after start".
-# --soak MINUTES: Ember at 99 Hz system-wide while about 40 processes a second start and exit (a
+# --soak MINUTES: Ember at 99 Hz system-wide while 200 (--soak-processes) long-lived processes
+#   each work 2 ms a second, and about 40 processes a second start and exit (a
 #   quarter of them each in a new cgroup under the cgroup v2 mount), exporting every 5 s to a local
 #   OTLP http/protobuf listener that is up 20 s and down 20 s; every 10 s it prints Ember's RSS,
 #   peak RSS, open fds and ember_processes_tracked (from its /metrics).
@@ -56,6 +57,7 @@ seconds=15
 config_list=$(IFS=,; echo "${all_configs[*]}")
 write_docs=0
 soak_minutes=0
+soak_processes=200
 bad() {
   echo "overhead: $* (see bench/overhead.sh --help)" >&2
   exit 2
@@ -70,11 +72,12 @@ while (($#)); do
     --quick) rounds=1; seconds=4; shift ;;
     --write-docs) write_docs=1; shift ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
+    --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
     -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
-for value in "$rounds" "$seconds" "$soak_minutes"; do
+for value in "$rounds" "$seconds" "$soak_minutes" "$soak_processes"; do
   [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
 ((rounds > 0 && seconds > 0)) || bad "--rounds and --seconds must be at least 1"
@@ -112,6 +115,7 @@ tmp=$(mktemp -d /tmp/ember-overhead.XXXXXX)
 stats_sysctl_before=$(sysctl -n kernel.bpf_stats_enabled)
 started=()  # every process this script started, killed by pid on the way out
 cgroups=()  # cgroup directories the soak created
+cg_root=""  # the cgroup v2 mount, once the soak has found it
 cleanup() {
   local pid dir i
   trap - EXIT INT TERM
@@ -119,7 +123,8 @@ cleanup() {
   sleep 0.2
   for pid in "${started[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  for dir in "${cgroups[@]}"; do
+  # The soak's churn makes its cgroups in a subshell: they are found by name.
+  for dir in "${cgroups[@]}" "${cg_root:-/nonexistent}"/ember-overhead-soak-$$-*; do
     for ((i = 0; i < 20; i++)); do
       [[ -d $dir ]] || break
       rmdir "$dir" 2>/dev/null && break
@@ -374,7 +379,7 @@ every_run() {
 }
 
 soak() {
-  local minutes=$1 cg_root metrics_port otlp_port dir=$tmp/soak
+  local minutes=$1 metrics_port otlp_port dir=$tmp/soak
   mkdir -p "$dir"
   cg_root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
   [[ -n $cg_root && -w $cg_root ]] || die "no writable cgroup v2 mount in /proc/self/mounts"
@@ -416,7 +421,7 @@ EOF
   started+=("$agent_pid")
   wait_until 30 "ember-agent to attach" grep -q 'attached to' "$dir/agent.log"
 
-  # Churn: batches of 10 processes (20 ms of the workload's deep stacks each, 3 of them each in a
+  # Churn: batches of 10 processes (5 ms of the workload's deep stacks each, 3 of them each in a
   # new cgroup, removed once empty), about 4 batches a second.
   (
     trap 'exit 0' TERM
@@ -428,9 +433,9 @@ EOF
         if ((i < 3)); then
           cg=$cg_root/ember-overhead-soak-$$-$batch-$i
           mkdir "$cg" && dirs+=("$cg")
-          sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" --calibrate 0.02' sh "$cg" "$workload" >/dev/null &
+          sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" --calibrate 0.005' sh "$cg" "$workload" >/dev/null &
         else
-          "$workload" --calibrate 0.02 >/dev/null &
+          "$workload" --calibrate 0.005 >/dev/null &
         fi
         pids+=($!)
       done
@@ -442,14 +447,22 @@ EOF
   local churn_pid=$!
   started+=("$churn_pid")
 
+  # The long-lived processes: 2 ms of work every second each, so each is sampled every few seconds.
+  local i
+  for ((i = 0; i < soak_processes; i++)); do
+    "$workload" --pulse 2 $((minutes * 60 + 60)) &
+    started+=($!)
+  done
+
   echo "overhead: soak for $minutes min: ember-agent pid $agent_pid at 99 Hz, metrics :$metrics_port," \
-    "OTLP http://127.0.0.1:$otlp_port up 20 s / down 20 s, ~40 processes/s (a quarter in new cgroups)"
+    "OTLP http://127.0.0.1:$otlp_port up 20 s / down 20 s, $soak_processes long-lived processes," \
+    "~40 short-lived processes/s (a quarter in new cgroups)"
   printf '%8s %9s %9s %5s %9s %10s %10s %s\n' elapsed rss_MB hwm_MB fds tracked exports_ok exports_bad load
   local t0=$SECONDS end=$((SECONDS + minutes * 60)) metrics tracked ok failed rss hwm fds
   local samples_file=$dir/samples.tsv
   while ((SECONDS < end)); do
     sleep 10
-    is_gone "$agent_pid" && die "ember-agent exited: $(tail -3 "$dir/agent.log")"
+    is_gone "$agent_pid" && die "ember-agent exited after $((SECONDS - t0)) s of soak: $(tail -3 "$dir/agent.log")"
     metrics=$(curl -s --max-time 2 "http://127.0.0.1:$metrics_port/metrics" || true)
     tracked=$(awk '/^ember_processes_tracked / { print $2 }' <<<"$metrics")
     ok=$(awk '/^ember_otlp_intervals_total\{.*"(sent|ok|success)/ { n += $2 } END { print n + 0 }' <<<"$metrics")
@@ -474,7 +487,7 @@ EOF
       printf "  warm (middle third) max vs last third max: RSS %.1f -> %.1f MB, fds %d -> %d, tracked %d -> %d\n", mr, lr, mf, lf, mt, lt
     }' "$samples_file"
   stop "$agent_pid" TERM 30
-  grep -E 'warning|error' "$dir/agent.log" | sort | uniq -c | sort -rn | head -5 | sed 's/^/  agent log: /' || true
+  grep -E ' (warning|error) ' "$dir/agent.log" | sed -E 's/^[^ ]+ //; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -5 | sed 's/^/  agent log: /' || true
 }
 
 if ((soak_minutes)); then

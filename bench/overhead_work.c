@@ -4,6 +4,8 @@
 // four leaves. Built with GCC -O2 -fomit-frame-pointer: only DWARF CFI walks it.
 //
 //   overhead_work --calibrate SECONDS        prints how many units one process does in SECONDS
+//   overhead_work --pulse BURN_MS SECONDS    works BURN_MS of every second for SECONDS (the soak's
+//                                            long-lived processes)
 //   overhead_work UNITS [WORKERS]            waits for one byte on stdin, forks WORKERS (default:
 //                                            every online CPU) that do UNITS units each, prints
 //                                            "elapsed_s=... units_per_s=...", then stays alive
@@ -52,15 +54,14 @@ static const StepFn kSteps[8];
 // One frame of a descent: a little work of its own (so some samples stop mid-stack), a call to the
 // next step chosen by the hash, and work after the call (no tail call). The volatile pad gives
 // each frame about 100 bytes, so a 39-frame stack stays well inside a 16 KiB snapshot.
-#define OW_STEP(k)                                               \
-  NOIPA uint64_t ow_step_##k(uint64_t h, int depth) {            \
-    volatile uint64_t pad[8];                                    \
-    pad[0] = Spin(h + k, 40);                                    \
-    uint64_t next = Mix(h + depth);                              \
-    uint64_t r = depth > 0 ? kSteps[next & 7](next, depth - 1)   \
-                           : kLeaves[next & 3](next);            \
-    pad[7] = r;                                                  \
-    return pad[0] ^ pad[7];                                      \
+#define OW_STEP(k)                                                                        \
+  NOIPA uint64_t ow_step_##k(uint64_t h, int depth) {                                     \
+    volatile uint64_t pad[8];                                                             \
+    pad[0] = Spin(h + k, 40);                                                             \
+    uint64_t next = Mix(h + depth);                                                       \
+    uint64_t r = depth > 0 ? kSteps[next & 7](next, depth - 1) : kLeaves[next & 3](next); \
+    pad[7] = r;                                                                           \
+    return pad[0] ^ pad[7];                                                               \
   }
 OW_STEP(0)
 OW_STEP(1)
@@ -102,12 +103,33 @@ static int Calibrate(double seconds) {
   return 0;
 }
 
+// A long-lived, mostly idle process for the soak: BURN_MS of work units every second for SECONDS
+// (ended early by its parent's death), so that a profiler tracks many processes at once.
+static int Pulse(double burn_ms, double seconds) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  uint64_t unit = (uint64_t)getpid(), acc = 0;
+  double end = Now() + seconds;
+  while (Now() < end) {
+    double second = Now(), until = second + burn_ms / 1000;
+    while (Now() < until) acc += ow_unit(unit++);
+    double rest = second + 1 - Now();
+    if (rest > 0) {
+      struct timespec ts = {(time_t)rest, (long)((rest - (time_t)rest) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+  }
+  sink = acc;
+  return 0;
+}
+
 static void OnTerm(int sig) { (void)sig; }
 
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "--calibrate") == 0) return Calibrate(atof(argv[2]));
+  if (argc == 4 && strcmp(argv[1], "--pulse") == 0) return Pulse(atof(argv[2]), atof(argv[3]));
   if (argc < 2 || argc > 3) {
-    fprintf(stderr, "usage: overhead_work UNITS [WORKERS] | --calibrate SECONDS\n");
+    fprintf(stderr,
+            "usage: overhead_work UNITS [WORKERS] | --calibrate SECONDS | --pulse MS SECONDS\n");
     return 2;
   }
   char* end;
