@@ -198,7 +198,7 @@ absl::Status Agent::SetUpStatusEndpoint() {
       RETURN_IF_ERROR(metrics_.AddCallbackCounter(
           "ember_otlp_intervals_total", "Interval profiles for the OTLP endpoint, by outcome.",
           {{"outcome", outcome}},
-          [exporter, field] { return static_cast<double>(exporter->stats().*field); }));
+          [exporter, member = field] { return static_cast<double>(exporter->stats().*member); }));
     }
     RETURN_IF_ERROR(metrics_.AddCallbackCounter(
         "ember_otlp_retries_total", "OTLP export attempts that failed and were tried again.", {},
