@@ -153,14 +153,13 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     process->jit_kind = JitKindOf(*process);
   }
   PerfMapFile& file = *process->perf_map;
-  const uint64_t version = file.map().version();
   const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
-  file.Refresh();
+  const PerfMapFile::Result read = file.Refresh();
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
                  process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
   }
-  return file.map().version() != version;
+  return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded;
 }
 
 int ProcessTable::DropExited() {

@@ -68,7 +68,7 @@ class ProcessTable {
   // Reads what the process appended to its perf map since the last call, at most once per
   // perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
   // /proc/PID/root, with the pid the process has in its own namespace) and the runtime. True
-  // when names may have changed. Shorter than the maps' limit: a read costs three system calls
+  // when anything was read. Shorter than the maps' limit: a read costs three system calls
   // plus the new lines, and until it happens samples in fresh JIT code go unnamed.
   bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.

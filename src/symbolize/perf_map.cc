@@ -113,9 +113,9 @@ size_t PerfMap::Append(absl::string_view bytes) {
       partial_line_.clear();
     }
   }
-  const size_t added = stats_.entries - entries_before;
-  if (added > 0) NewVersion();
-  return added;
+  if (overlapped_) NewVersion();
+  overlapped_ = false;
+  return stats_.entries - entries_before;
 }
 
 void PerfMap::ParseLine(absl::string_view line) {
@@ -162,6 +162,7 @@ void PerfMap::Insert(uint64_t start, uint64_t end, absl::string_view name) {
     if (before->second.end > start) it = before;
   }
   while (it != ranges_.end() && it->first < end) {
+    overlapped_ = true;
     const uint64_t old_start = it->first;
     const Range old = it->second;
     it = ranges_.erase(it);

@@ -58,8 +58,11 @@ class PerfMap {
   // The newest entry covering `address`, or nullopt.
   std::optional<PerfMapSymbol> Lookup(uint64_t address) const;
 
-  // Changes whenever a Lookup answer may have changed; unique across every PerfMap of this
-  // program and over time, so (version, address) can key a cache shared by processes.
+  // Changes whenever an address Lookup named may be named otherwise now: a new entry overlapped
+  // older ones, or Reset. Entries added where none was only name addresses that had no name, so
+  // they keep the version (a cache of hits stays valid while the JIT keeps appending). Unique
+  // across every PerfMap of this program and over time, so (version, address) can key a cache
+  // shared by processes.
   uint64_t version() const { return version_; }
   size_t size() const { return ranges_.size(); }
   size_t name_bytes() const { return names_.size(); }
@@ -86,6 +89,7 @@ class PerfMap {
   std::string partial_line_;
   bool skipping_long_line_ = false;  // inside a line already counted as too long
   bool compacted_ = false;           // the last compaction left names_ over half full
+  bool overlapped_ = false;          // an entry of this Append covered part of an older one
   uint64_t version_ = 0;
 };
 

@@ -59,14 +59,10 @@ TEST(PerfMapTest, LookupEdges) {
 
 TEST(PerfMapTest, GrowsByHalfLines) {
   PerfMap map;
-  const uint64_t version = map.version();
   EXPECT_EQ(map.Append("1000 10 first\n2000 20 sec"), 1u);
-  EXPECT_NE(map.version(), version);
   EXPECT_EQ(NameAt(map, 0x1000), "first");
   EXPECT_EQ(NameAt(map, 0x2000), "<none>");  // its line has not ended yet
-  const uint64_t after_first = map.version();
   EXPECT_EQ(map.Append("ond name"), 0u);
-  EXPECT_EQ(map.version(), after_first);  // nothing new to find
   EXPECT_EQ(map.Append(" here\n3000 "), 1u);
   EXPECT_EQ(NameAt(map, 0x201f), "second name here");
   EXPECT_EQ(map.Append("1 third\n"), 1u);
@@ -204,6 +200,25 @@ TEST(PerfMapTest, ResetForgetsEntriesAndUnfinishedLine) {
   EXPECT_EQ(NameAt(map, 0x3000), "fresh");
   EXPECT_EQ(map.stats().resets, 1u);
   EXPECT_EQ(map.stats().bad_lines, 1u);
+}
+
+TEST(PerfMapTest, VersionChangesOnlyWhenANamedAddressMayBeRenamed) {
+  PerfMap map;
+  uint64_t version = map.version();
+  map.Append("1000 10 a\n2000 10 b\n");  // new names where there were none
+  EXPECT_EQ(map.version(), version);
+  map.Append("1010 ff0 c\n");  // touches neither a nor b
+  EXPECT_EQ(map.version(), version);
+  map.Append("1008 4 d\n");  // inside a: a's addresses there are named d now
+  EXPECT_NE(map.version(), version);
+  version = map.version();
+  map.Append("2000 10 b\n");  // the same entry again still replaces one
+  EXPECT_NE(map.version(), version);
+  version = map.version();
+  map.Append("garbage\n3000 1");
+  EXPECT_EQ(map.version(), version);
+  map.Reset();
+  EXPECT_NE(map.version(), version);
 }
 
 TEST(PerfMapTest, VersionsDifferAcrossMaps) {
