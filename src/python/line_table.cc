@@ -2,7 +2,9 @@
 // (co_lnotab), 3.10 (co_linetable pairs) and 3.11 (location table, Objects/locations.md).
 #include "python/line_table.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 
 namespace ember::python {
 namespace {
@@ -45,12 +47,12 @@ class RangeIterator {
       int8_t line_delta = static_cast<int8_t>(table_[pos_ + 1]);
       pos_ += 2;
       if (address_delta != 0) {
-        address_ += address_delta;
+        AddBytes(address_delta);
         range->end = address_;
-        computed_line_ += line_delta;
+        AddLines(line_delta);
         return true;
       }
-      computed_line_ += line_delta;
+      AddLines(line_delta);
       range->line = computed_line_;
     }
     lnotab_done_ = true;
@@ -65,16 +67,23 @@ class RangeIterator {
     int8_t line_delta = static_cast<int8_t>(table_[pos_ + 1]);
     pos_ += 2;
     range->start = address_;
-    address_ += address_delta;
+    AddBytes(address_delta);
     range->end = address_;
     if (line_delta == -128) {
       range->line = -1;
     } else {
-      computed_line_ += line_delta;
+      AddLines(line_delta);
       range->line = computed_line_;
     }
     return true;
   }
+
+  // Tables come from another process's memory: garbage must saturate, not overflow.
+  static int Saturated(int64_t value) {
+    return static_cast<int>(std::clamp<int64_t>(value, INT_MIN, INT_MAX));
+  }
+  void AddLines(int delta) { computed_line_ = Saturated(int64_t{computed_line_} + delta); }
+  void AddBytes(int delta) { address_ = Saturated(int64_t{address_} + delta); }
 
   bool ReadVarint(size_t* pos, uint32_t* value) const {
     if (*pos >= table_.size()) return false;
@@ -116,10 +125,10 @@ class RangeIterator {
       default:  // SHORT forms (0-9) keep the line; NONE (15) has none
         break;
     }
-    computed_line_ += line_delta;
+    AddLines(line_delta);
     range->line = code == 15 ? -1 : computed_line_;
     range->start = address_;
-    address_ += ((header & 7) + 1) * 2;
+    AddBytes(((header & 7) + 1) * 2);
     range->end = address_;
     // Skip to the next header as CPython does: operand bytes never have the top bit set.
     ++pos_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -149,6 +150,24 @@ TEST(LineTableTest, TruncatedAndGarbageTablesEndQuietly) {
   EXPECT_EQ(LineForOffset(LineTableFormat::kLineTable310, std::vector<uint8_t>{9}, 1, 0), -1);
   EXPECT_EQ(LineForOffset(f, {}, 5, 0), -1);
   EXPECT_EQ(LineForOffset(f, {}, 5, -2), 5);
+}
+
+// Line deltas that would take the line past INT_MAX (garbage, or a torn read) saturate instead of
+// overflowing into negative lines (found by fuzz/python_line_table_fuzz).
+TEST(LineTableTest, HugeLineDeltasSaturate) {
+  // NO_COLUMNS (13), 1 unit, svarint line delta +0x3ffffff (varint 0x3e 0x7f 0x7f 0x7f 0x1f),
+  // twice.
+  std::vector<uint8_t> table = {0xe8, 0x7e, 0x7f, 0x7f, 0x1f, 0xe8, 0x7e, 0x7f, 0x7f, 0x1f};
+  const int first_line = INT_MAX - 10;
+  for (const LineRange& range :
+       DecodeLineTable(LineTableFormat::kLocationTable, table, first_line)) {
+    EXPECT_EQ(range.line, INT_MAX);
+  }
+  EXPECT_EQ(LineForOffset(LineTableFormat::kLocationTable, table, first_line, 2), INT_MAX);
+  // co_lnotab and the 3.10 table: +127 per entry from just below INT_MAX.
+  std::vector<uint8_t> pairs = {2, 127, 2, 127, 2, 127};
+  EXPECT_EQ(LineForOffset(LineTableFormat::kLnotab, pairs, INT_MAX - 1, 5), INT_MAX);
+  EXPECT_EQ(LineForOffset(LineTableFormat::kLineTable310, pairs, INT_MAX - 1, 5), INT_MAX);
 }
 
 // Tables come from another process's memory and may be torn or garbage: decoding random bytes

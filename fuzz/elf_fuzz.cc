@@ -1,0 +1,60 @@
+// Binaries the agent opens belong to the profiled programs: any bytes at all. The input becomes a
+// file (a memfd, opened by its /proc/self/fd path as the agent opens /proc/PID/map_files paths)
+// that the symbolizer, the CFI unwinder and the CPython detector each open and use.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "python/interpreter_detect.h"
+#include "symbolize/elf_module.h"
+#include "unwind/elf_image.h"
+#include "unwind/module_cfi.h"
+
+namespace {
+
+// Symbolizes and steps at a few addresses of every kind: segment starts, and arbitrary ones.
+void Use(const std::string& path) {
+  ember::ElfModuleOptions options;
+  options.debug_dir = "/nonexistent";  // only the input itself, no system debug files
+  auto module = ember::ElfModule::Open(path, "/fuzz/input", options);
+  if (module.ok()) {
+    for (uint64_t offset : {uint64_t{0}, uint64_t{0x40}, uint64_t{0x1000}, uint64_t{0x1234}}) {
+      if (auto address = (*module)->ToElfAddress(ember::FileOffset{offset})) {
+        (*module)->Symbolize(*address);
+      }
+    }
+  }
+  auto image = ember::ElfImage::Open(path);
+  if (image.ok()) {
+    ember::ModuleCfi cfi(*image);
+    uint8_t stack[256] = {};
+    for (size_t i = 0; i < sizeof(stack); ++i) stack[i] = static_cast<uint8_t>(i * 7);
+    ember::FrameRegisters frame;
+    for (int reg = 0; reg < ember::kCfiRegisterCount; ++reg) frame.Set(reg, 0x7ffd0000 + reg * 8);
+    for (uint64_t pc : {uint64_t{0x401000}, uint64_t{0x1000}, uint64_t{0x1130}}) {
+      frame.Set(16, pc);
+      cfi.Step(frame, 0, /*is_return_address=*/true,
+               ember::StackMemory{.start = 0x7ffd0000, .bytes = stack});
+    }
+  }
+  ember::python::InspectInterpreterElf(path);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  int fd = memfd_create("ember-fuzz-elf", MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t written = 0;
+  while (written < size) {
+    ssize_t n = write(fd, data + written, size - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  Use("/proc/self/fd/" + std::to_string(fd));
+  close(fd);
+  return 0;
+}

@@ -1,0 +1,28 @@
+// Flags and the environment: the command line split at NUL bytes, and the OTLP settings and
+// OTEL_RESOURCE_ATTRIBUTES they resolve with. Bad input must be an error, never a crash.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "agent/options.h"
+#include "otlp/exporter_config.h"
+#include "otlp/resource_attributes.h"
+#include "status/listen_address.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const absl::string_view text(reinterpret_cast<const char*>(data), size);
+  std::vector<absl::string_view> args = absl::StrSplit(text, '\0');
+  auto options = ember::ParseOptions(args);
+  ember::ParseResourceAttributes(text);
+  ember::ParseListenAddress(text);
+  // The same bytes as the values of every OTLP variable the agent reads.
+  ember::ExporterFlags flags = options.ok() ? options->otlp : ember::ExporterFlags{};
+  const std::string value(text);
+  ember::ResolveExporterConfig(flags,
+                               [&value](const char*) { return std::optional<std::string>(value); });
+  return 0;
+}
