@@ -56,6 +56,7 @@ rounds=3
 seconds=15
 config_list=$(IFS=,; echo "${all_configs[*]}")
 write_docs=0
+quick=0
 soak_minutes=0
 soak_processes=200
 bad() {
@@ -69,7 +70,7 @@ while (($#)); do
     --rounds) need_value "$@"; rounds=$2; shift 2 ;;
     --seconds) need_value "$@"; seconds=$2; shift 2 ;;
     --configs) need_value "$@"; config_list=$2; shift 2 ;;
-    --quick) rounds=1; seconds=4; shift ;;
+    --quick) rounds=1; seconds=4; quick=1; shift ;;
     --write-docs) write_docs=1; shift ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
     --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
@@ -230,18 +231,26 @@ run() {
     wait_until 10 "$config to start" pgrep -P "$time_pid"
     prof_pid=$(pgrep -P "$time_pid")
     started+=("$prof_pid")
-    case $config in
-      ember*) wait_until 30 "ember-agent to attach" grep -q 'attached to' "$dir/profiler.log" ;;
-      perf*) wait_until 30 "perf record to open its events" has_perf_events "$prof_pid" ;;
-      bpftrace) wait_until 30 "bpftrace to attach" has_progs "$prof_pid" ;;
-    esac
+    # Ready, or exited (told apart below, with its log).
+    ready() {
+      is_gone "$prof_pid" && return 0
+      case $config in
+        ember*) grep -q 'attached to' "$dir/profiler.log" ;;
+        perf*) has_perf_events "$prof_pid" ;;
+        bpftrace) has_progs "$prof_pid" ;;
+      esac
+    }
+    wait_until 30 "$config to attach" ready
+    is_gone "$prof_pid" && die "$config exited at start: $(tail -3 "$dir/profiler.log")"
     sleep 1
   fi
   local start_ns=0
   [[ -n $prof_pid ]] && start_ns=$(cpu_ns "$prof_pid")
   echo g >&3
   exec 3>&-
-  wait_until $((seconds * 6 + 60)) "the workload to finish" grep -q elapsed_s "$dir/workload.out"
+  workload_done() { grep -q elapsed_s "$dir/workload.out" || is_gone "$workload_pid"; }
+  wait_until $((seconds * 6 + 60)) "the workload to finish" workload_done
+  grep -q elapsed_s "$dir/workload.out" || die "the workload failed: $(tail -3 "$dir/workload.out")"
 
   local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=-
   if [[ -n $prof_pid ]]; then
@@ -527,7 +536,11 @@ if ((write_docs)); then
   section=$tmp/section.md
   {
     echo "<!-- bench/overhead.sh begin: written by bench/overhead.sh --write-docs -->"
-    echo "## ${started_at%% *}: overhead side by side, \`bench/overhead.sh\` (issue 7)"
+    if ((quick)); then
+      echo "### Smoke run of $started_at (--quick: one short round, not a measurement)"
+    else
+      echo "### Figures of $started_at"
+    fi
     echo
     echo "Measured $started_at on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
       "kernel $(uname -r), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown):" \
@@ -540,7 +553,8 @@ if ((write_docs)); then
     echo "$table"
     echo
     echo "CPU is per 1000 samples the profiler took on every CPU (all processes): its user+sys," \
-      "its BPF programs' run time (bpf_stats) and perf script's CPU; steady leaves out its CPU" \
+      "its BPF programs' run time (bpf_stats) and perf script's CPU (perf's samples of idle CPUs," \
+      "pid 0, are left out: Ember and bpftrace take none); steady leaves out its CPU" \
       "before the workload started. Not counted: perf's in-kernel copy of up to 64 KiB of stack" \
       "per sample. Throughput is alone's elapsed time over the configuration's in the same round." \
       "Reach main is over the workload's samples (an \`ow_*\` frame). Load is the 1-minute load" \
@@ -558,7 +572,7 @@ if ((write_docs)); then
       /^<!-- bench\/overhead.sh end/ { skip = 0; next }
       !skip' "$docs" >"$tmp/docs.md"
   else
-    { cat "$docs"; echo; cat "$section"; } >"$tmp/docs.md"
+    { cat "$docs"; echo; echo "## Overhead side by side: \`bench/overhead.sh\` (issue 7)"; echo; cat "$section"; } >"$tmp/docs.md"
   fi
   cat "$tmp/docs.md" >"$docs"
   echo "overhead: wrote the figures into $docs"
