@@ -9,8 +9,8 @@
 #
 # LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace
 # (default all; alone is always added, the others are compared with it). --quick is a smoke run:
-# 1 round of 4 s. --write-docs puts the figures into docs/benchmarks.md (its "bench/overhead.sh"
-# section, replaced on every write).
+# 1 round of 4 s. --write-docs puts the figures into docs/benchmarks.md (or --docs FILE), between
+# its "bench/overhead.sh" markers, replaced on every write.
 #
 # The configurations, all system-wide, because Ember profiles every process by default and
 # bpftrace's profile probe fires on every CPU: comparing like with like means perf gets -a too.
@@ -56,6 +56,7 @@ rounds=3
 seconds=15
 config_list=$(IFS=,; echo "${all_configs[*]}")
 write_docs=0
+docs=docs/benchmarks.md
 quick=0
 soak_minutes=0
 soak_processes=200
@@ -72,6 +73,7 @@ while (($#)); do
     --configs) need_value "$@"; config_list=$2; shift 2 ;;
     --quick) rounds=1; seconds=4; quick=1; shift ;;
     --write-docs) write_docs=1; shift ;;
+    --docs) need_value "$@"; docs=$2; shift 2 ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
     --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
     -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -532,7 +534,6 @@ samples (an ow_* frame) that have a main frame. Load: the 1-minute load average 
 EOF
 
 if ((write_docs)); then
-  docs=docs/benchmarks.md
   section=$tmp/section.md
   {
     echo "<!-- bench/overhead.sh begin: written by bench/overhead.sh --write-docs -->"
@@ -543,12 +544,13 @@ if ((write_docs)); then
     fi
     echo
     echo "Measured $started_at on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
-      "kernel $(uname -r), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown):" \
+      "kernel $(uname -r), agent $agent built at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        [[ -n $(git status --porcelain -- src bpf 2>/dev/null) ]] && echo " with uncommitted changes in src/ or bpf/"):" \
       "\`bench/overhead.sh --rounds $rounds --seconds $seconds --configs $(IFS=,; echo "${configs[*]}")\`," \
       "load average $load_before before and $load_after after. The workload" \
       "(\`bench/overhead_work.c\`) runs $units units on each of $(nproc) processes; every" \
       "configuration runs once per round in a random order. How each figure is measured is written" \
-      "at the top of the script."
+      "at the top of the script." | fmt -w 100
     echo
     echo "$table"
     echo
@@ -559,7 +561,7 @@ if ((write_docs)); then
       "per sample. Throughput is alone's elapsed time over the configuration's in the same round." \
       "Reach main is over the workload's samples (an \`ow_*\` frame). Load is the 1-minute load" \
       "average at each run's start: above about 0.5 the other engineers' work competes for the" \
-      "2 CPUs and every figure is noisy."
+      "2 CPUs and every figure is noisy." | fmt -w 100
     echo
     echo "Every run, in the order run:"
     echo
