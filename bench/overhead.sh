@@ -35,7 +35,7 @@
 #   64 KiB of stack per sample (no hook on this kernel), which favours perf-dwarf.
 # - Throughput: the workload's own elapsed time for its fixed work; per round, alone's elapsed over
 #   the configuration's (1.000 = no slowdown); the median over rounds and the min..max.
-# - Peak RSS: wait4()'s ru_maxrss of the profiler (perf record's, not perf script's).
+# - Peak RSS: wait4()'s ru_maxrss of the profiler, its VmHWM at exit (perf record's, not perf script's).
 # - Bytes per sample: what the profiler wrote (Ember's pprof files and flame graph, perf.data,
 #   bpftrace's printed map) over its samples.
 # - Reach main: the share of the workload's samples (those with an ow_* frame; bpftrace's map has
@@ -544,8 +544,9 @@ if ((write_docs)); then
     fi
     echo
     echo "Measured $started_at on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
-      "kernel $(uname -r), agent $agent built at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(
-        [[ -n $(git status --porcelain -- src bpf 2>/dev/null) ]] && echo " with uncommitted changes in src/ or bpf/"):" \
+      "kernel $(uname -r), $agent built $(date -u -r "$agent" '+%H:%M UTC') (tree at commit" \
+      "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        [[ -n $(git status --porcelain -- src bpf 2>/dev/null) ]] && echo ", with uncommitted changes in src/ or bpf/")):" \
       "\`bench/overhead.sh --rounds $rounds --seconds $seconds --configs $(IFS=,; echo "${configs[*]}")\`," \
       "load average $load_before before and $load_after after. The workload" \
       "(\`bench/overhead_work.c\`) runs $units units on each of $(nproc) processes; every" \
