@@ -97,8 +97,11 @@ fi
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
 pprof=.cache/tools/pprof
-[[ -x $agent && -x $workload ]] ||
-  { echo "overhead: $agent or $workload missing: cmake --build $build_dir --target ember-agent bench_overhead_work" >&2; exit 1; }
+if [[ ! -x $agent || ! -x $workload ]]; then
+  echo "overhead: $agent or $workload missing:" \
+    "cmake --build $build_dir --target ember-agent bench_overhead_work" >&2
+  exit 1
+fi
 # need TOOL PACKAGE: a missing tool is one line naming the Debian package that has it.
 need() { command -v "$1" >/dev/null || { echo "overhead: $1 not found: apt-get install $2" >&2; exit 1; }; }
 need /usr/bin/time time
@@ -111,7 +114,10 @@ if ((soak_minutes)); then
 else
   if wants perf; then need perf linux-perf; fi
   if wants bpftrace; then need bpftrace bpftrace; fi
-  if wants ember; then [[ -x $pprof ]] || { echo "overhead: $pprof not found: run scripts/setup.sh" >&2; exit 1; }; fi
+  if wants ember && [[ ! -x $pprof ]]; then
+    echo "overhead: $pprof not found: run scripts/setup.sh" >&2
+    exit 1
+  fi
 fi
 
 tmp=$(mktemp -d /tmp/ember-overhead.XXXXXX)
@@ -473,7 +479,9 @@ EOF
   local samples_file=$dir/samples.tsv
   while ((SECONDS < end)); do
     sleep 10
-    is_gone "$agent_pid" && die "ember-agent exited after $((SECONDS - t0)) s of soak: $(tail -3 "$dir/agent.log")"
+    if is_gone "$agent_pid"; then
+      die "ember-agent exited after $((SECONDS - t0)) s of soak: $(tail -3 "$dir/agent.log")"
+    fi
     metrics=$(curl -s --max-time 2 "http://127.0.0.1:$metrics_port/metrics" || true)
     tracked=$(awk '/^ember_processes_tracked / { print $2 }' <<<"$metrics")
     ok=$(awk '/^ember_otlp_intervals_total\{.*"(sent|ok|success)/ { n += $2 } END { print n + 0 }' <<<"$metrics")
@@ -486,7 +494,8 @@ EOF
   done
   stop "$churn_pid" TERM 10
   grep '^ember_otlp\|^ember_processes' <<<"$metrics" | sed 's/^/  /' || true
-  echo "  churn: $(awk 'END { print NR }' "$dir/churn.log") error lines; flapping listener: $(grep -c up "$dir/flap.log") up phases"
+  echo "  churn: $(awk 'END { print NR }' "$dir/churn.log") error lines;" \
+    "flapping listener: $(grep -c up "$dir/flap.log") up phases"
   # Flat once warm: the last third against the middle third.
   awk -v n="$(wc -l <"$samples_file")" '
     { rss[NR] = $2; fds[NR] = $4; tr[NR] = $5 }
@@ -498,7 +507,9 @@ EOF
       printf "  warm (middle third) max vs last third max: RSS %.1f -> %.1f MB, fds %d -> %d, tracked %d -> %d\n", mr, lr, mf, lf, mt, lt
     }' "$samples_file"
   stop "$agent_pid" TERM 30
-  grep -E ' (warning|error) ' "$dir/agent.log" | sed -E 's/^[^ ]+ //; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -5 | sed 's/^/  agent log: /' || true
+  # The agent's most frequent warnings and errors, numbers masked so that alike lines count as one.
+  grep -E ' (warning|error) ' "$dir/agent.log" | sed -E 's/^[^ ]+ //; s/[0-9]+/N/g' |
+    sort | uniq -c | sort -rn | head -5 | sed 's/^/  agent log: /' || true
 }
 
 if ((soak_minutes)); then
@@ -575,7 +586,11 @@ if ((write_docs)); then
       /^<!-- bench\/overhead.sh end/ { skip = 0; next }
       !skip' "$docs" >"$tmp/docs.md"
   else
-    { cat "$docs"; echo; echo "## Overhead side by side: \`bench/overhead.sh\` (issue 7)"; echo; cat "$section"; } >"$tmp/docs.md"
+    {
+      cat "$docs"
+      printf '\n## Overhead side by side: `bench/overhead.sh` (issue 7)\n\n'
+      cat "$section"
+    } >"$tmp/docs.md"
   fi
   cat "$tmp/docs.md" >"$docs"
   echo "overhead: wrote the figures into $docs"
