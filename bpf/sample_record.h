@@ -9,7 +9,7 @@
 #endif
 
 /* Bumped whenever the layout below changes. */
-#define EMBER_RECORD_VERSION 2
+#define EMBER_RECORD_VERSION 3
 
 #define EMBER_MAX_STACK_DEPTH 127
 #define EMBER_COMM_LEN 16
@@ -20,6 +20,14 @@
 #define EMBER_USER_REG_IP 16
 /* Upper bound of --stack-snapshot-bytes: the size of the BPF scratch buffer's snapshot area. */
 #define EMBER_MAX_SNAPSHOT_BYTES 65536
+/* Python frames recorded per sample (docs/cpython.md); shim frames count towards the walk's
+ * bound but are not recorded. */
+#define EMBER_MAX_PYTHON_FRAMES 64
+/* Thread states visited when looking for the sampled thread's. */
+#define EMBER_MAX_PYTHON_THREADS 32
+/* Bytes of a frame copied per step: the largest header any version needs (PyFrameObject's first
+ * 112 bytes in 3.8-3.10). */
+#define EMBER_MAX_PYTHON_FRAME_HEADER 128
 
 enum ember_record_kind {
   EMBER_RECORD_SAMPLE = 1,
@@ -34,10 +42,67 @@ enum ember_record_kind {
 #define EMBER_SAMPLE_SNAPSHOT_CLAMPED (1u << 3)
 /* The snapshot could not be taken (stack mapping not found, or the copy faulted). */
 #define EMBER_SAMPLE_SNAPSHOT_ERROR (1u << 4)
+/* The process is a configured CPython: python_status says how the frame walk ended. */
+#define EMBER_SAMPLE_PYTHON (1u << 5)
+
+/* ember_sample.python_status: how the CPython frame walk ended (the agent's WalkStatus + 1). */
+enum ember_python_status {
+  EMBER_PYTHON_NOT_WALKED = 0,      /* not a configured CPython process */
+  EMBER_PYTHON_OK = 1,              /* every frame up to the thread's first one */
+  EMBER_PYTHON_NO_THREAD_STATE = 2, /* the thread runs no Python (or was not found) */
+  EMBER_PYTHON_READ_FAILED = 3,     /* a read of user memory failed; frames so far kept */
+  EMBER_PYTHON_NOT_CODE = 4,        /* a frame's code is not a code object; frames so far kept */
+  EMBER_PYTHON_TRUNCATED = 5,       /* more than EMBER_MAX_PYTHON_FRAMES frames */
+};
+
+/* ember_python_frame.flags */
+/* The outermost Python frame of one _PyEval_EvalFrameDefault call (docs/cpython.md, "Splicing"). */
+#define EMBER_PYTHON_FRAME_ENTRY (1u << 0)
+
+/* One Python frame, as the walk read it: no strings, the agent names it from the code object. */
+struct ember_python_frame {
+  __u64 code;     /* PyCodeObject* */
+  __u64 position; /* f_lasti sign-extended (3.8-3.10), prev_instr / instr_ptr (3.11+) */
+  __u32 flags;    /* EMBER_PYTHON_FRAME_* */
+  __u32 reserved;
+};
+
+/* ember_python_proc.flags */
+/* 3.11+: frames are _PyInterpreterFrame, not every frame has its own eval call. */
+#define EMBER_PYTHON_PROC_INTERPRETER_FRAMES (1u << 0)
+/* Offsets a version does not have. */
+#define EMBER_PYTHON_NO_OFFSET 0xffff
+#define EMBER_PYTHON_NO_OWNER 0xff
+
+/* Value of the `python_procs` map, key: pid (tgid in the initial pid namespace). Filled by the
+ * agent from the interpreter's layout (src/python/bpf_proc_config.h). Offsets in bytes. */
+struct ember_python_proc {
+  __u64 runtime_address;        /* &_PyRuntime in the process */
+  __u64 code_type_address;      /* &PyCode_Type in the process, 0: no check */
+  __u64 tstate_current_address; /* &_PyRuntime.gilstate.tstate_current, 0 (3.12+): none */
+  __u16 interpreters_head;      /* _PyRuntime -> first PyInterpreterState* */
+  __u16 interp_threads_head;    /* PyInterpreterState -> first PyThreadState* */
+  __u16 tstate_next;
+  __u16 tstate_thread_id;     /* pthread_self() of the thread: its fs base on x86-64 */
+  __u16 tstate_frame;         /* frame (3.8-3.10), cframe (3.11-3.12), current_frame (3.13) */
+  __u16 cframe_current_frame; /* _PyCFrame.current_frame (3.11-3.12), else NO_OFFSET */
+  __u16 frame_previous;       /* within the frame header */
+  __u16 frame_code;
+  __u16 frame_position;
+  __u16 frame_owner;      /* NO_OFFSET before 3.12 */
+  __u16 frame_is_entry;   /* 3.11 only, else NO_OFFSET */
+  __u16 code_type_offset; /* ob_type */
+  __u8 minor;
+  __u8 position_kind;      /* 1, 2: a 4-byte int; 3, 4: a pointer (LastInstruction) */
+  __u8 owner_cstack;       /* owner of shim frames (3.12+), else NO_OWNER */
+  __u8 frame_header_bytes; /* bytes copied per frame: covers every field above */
+  __u32 flags;             /* EMBER_PYTHON_PROC_* */
+};
 
 /* One CPU sample. Variable length: the fixed header, then user_regs, then kernel_depth kernel
  * addresses and user_depth frame-pointer user addresses (each leaf first), then
- * user_snapshot_bytes bytes of the user stack copied from user_regs[EMBER_USER_REG_SP] upwards.
+ * user_snapshot_bytes bytes of the user stack copied from user_regs[EMBER_USER_REG_SP] upwards,
+ * then (from the next multiple of 8) python_depth struct ember_python_frame, leaf first.
  * A record has a snapshot or frame-pointer user addresses, not both. Only the bytes actually used
  * travel through the ring buffer. */
 struct ember_sample {
@@ -53,9 +118,11 @@ struct ember_sample {
   __u16 user_depth;
   char comm[EMBER_COMM_LEN]; /* thread name */
   __u32 user_snapshot_bytes;
-  __u32 reserved;
+  __u16 python_depth;                    /* ember_python_frame records at the end */
+  __u16 python_status;                   /* enum ember_python_status */
   __u64 user_regs[EMBER_USER_REG_COUNT]; /* valid with EMBER_SAMPLE_USER_REGS, else zero */
-  /* Followed by __u64 ips[kernel_depth + user_depth], then the snapshot bytes. */
+  /* Followed by __u64 ips[kernel_depth + user_depth], the snapshot bytes, padding to 8 bytes,
+   * then struct ember_python_frame python[python_depth]. */
 };
 
 /* Indexes of the per-CPU counters in the `stats` map. */
@@ -66,7 +133,13 @@ enum ember_stat {
   EMBER_STAT_USER_STACK_ERRORS = 3,
   EMBER_STAT_SNAPSHOT_ERRORS = 4,  /* no stack mapping found, or the copy faulted */
   EMBER_STAT_SNAPSHOT_CLAMPED = 5, /* stacks deeper than --stack-snapshot-bytes */
-  EMBER_STAT_COUNT = 6,
+  /* CPython frame walks, by how they ended (enum ember_python_status). */
+  EMBER_STAT_PYTHON_OK = 6,
+  EMBER_STAT_PYTHON_NO_THREAD_STATE = 7,
+  EMBER_STAT_PYTHON_READ_FAILED = 8,
+  EMBER_STAT_PYTHON_NOT_CODE = 9,
+  EMBER_STAT_PYTHON_TRUNCATED = 10,
+  EMBER_STAT_COUNT = 11,
 };
 
 #endif /* EMBER_BPF_SAMPLE_RECORD_H_ */

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
+#include "python/frame_splice.h"
 #include "spdlog/spdlog.h"
 #include "status/process_metrics.h"
 
@@ -280,7 +281,13 @@ void Agent::OnSample(const SampleView& sample) {
     process->container = cgroups_.ResolveProcess(header.cgroup_id, header.pid);
   }
   if (process != nullptr) {
+    UpdatePython(process);
+    const size_t user_begin = stack_.size();
     AppendUserFrames(process, sample);
+    if (!sample.python_frames.empty()) {
+      const python::PythonProcess* python = python_.Find(header.pid);
+      if (python != nullptr && python->bpf.has_value()) SplicePython(*python, sample, user_begin);
+    }
   } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
     stack_.push_back(frames_.Marker("[process exited]"));  // gone before we could read its maps
   }
@@ -291,11 +298,16 @@ void Agent::OnSample(const SampleView& sample) {
 
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   const ember_sample& header = *sample.header;
+  user_pcs_.clear();
   if (sample.user_stack.empty()) {
     for (size_t i = 0; i < sample.user_ips.size(); ++i) {
       stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
+      user_pcs_.push_back(sample.user_ips[i]);
     }
-    if (header.user_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
+    if (header.user_depth >= EMBER_MAX_STACK_DEPTH) {
+      stack_.push_back(frames_.Marker("[truncated]"));
+      user_pcs_.push_back(0);
+    }
     return;
   }
   UserStack user_stack{.registers = sample.user_regs,
@@ -306,6 +318,7 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
       user_stack);
   for (const UnwoundFrame& frame : unwound.frames) {
     stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));
+    user_pcs_.push_back(frame.pc);
   }
   switch (unwound.end) {
     case UnwindEnd::kOutermost:
@@ -319,6 +332,86 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
       break;
   }
   stack_.push_back(frames_.Marker("[truncated]"));
+  user_pcs_.push_back(0);
+}
+
+void Agent::UpdatePython(Process* process) {
+  PythonSeen& seen = python_seen_[process->pid];
+  if (seen.maps_version == process->maps_version) return;
+  seen.maps_version = process->maps_version;
+  seen.start_time = process->start_time;
+  std::vector<python::MappedFile> files;
+  files.reserve(process->mappings.size());
+  for (const MemoryMapping& mapping : process->mappings) {
+    if (mapping.IsFileBacked()) files.push_back({mapping.path, mapping.start, mapping.offset});
+  }
+  bool changed = false;
+  const python::PythonProcess& python =
+      python_.Update(process->pid, files, absl::StrCat("/proc/", process->pid, "/root"), &changed);
+  if (!changed) return;
+  if (python.bpf.has_value()) {
+    if (absl::Status status = profiler_->SetPythonProcess(process->pid, *python.bpf);
+        !status.ok()) {
+      spdlog::warn("process {} ({}): Python frames not walked: {}", process->pid, process->name,
+                   std::string(status.message()));
+      return;
+    }
+    spdlog::info("process {} ({}) runs CPython {}.{} ({}): walking its Python frames", process->pid,
+                 process->name, python.version.major, python.version.minor, python.interpreter);
+    return;
+  }
+  profiler_->RemovePythonProcess(process->pid);
+  if (python.outcome == python::DetectOutcome::kUnsupportedVersion) {
+    spdlog::warn("process {} ({}): {}: its Python frames stay native ({})", process->pid,
+                 process->name, python.reason, python.interpreter);
+  }
+}
+
+void Agent::SplicePython(const python::PythonProcess& python, const SampleView& sample,
+                         size_t user_begin) {
+  const uint32_t pid = sample.header->pid;
+  const size_t native_count = stack_.size() - user_begin;
+  if (native_count != user_pcs_.size()) return;  // no user frames were appended
+  std::vector<bool> native_is_eval(native_count);
+  for (size_t i = 0; i < native_count; ++i) {
+    uint64_t pc = user_pcs_[i];
+    native_is_eval[i] =
+        pc != 0 && pc >= python.process.eval_frame_start && pc < python.process.eval_frame_end;
+  }
+  std::vector<bool> python_entry(sample.python_frames.size());
+  for (size_t j = 0; j < sample.python_frames.size(); ++j) {
+    python_entry[j] = (sample.python_frames[j].flags & EMBER_PYTHON_FRAME_ENTRY) != 0;
+  }
+  const bool truncated = native_count > 0 && user_pcs_.back() == 0;
+  std::vector<python::SplicedFrame> spliced =
+      python::SpliceStacks(native_is_eval, python_entry, truncated, &splice_stats_);
+  std::vector<const Frame*> native(stack_.begin() + user_begin, stack_.end());
+  stack_.resize(user_begin);
+  for (const python::SplicedFrame& frame : spliced) {
+    if (frame.kind == python::SplicedFrame::Kind::kNative) {
+      stack_.push_back(native[frame.index]);
+    } else {
+      stack_.push_back(python_.Name(pid, python, sample.python_frames[frame.index]));
+    }
+  }
+}
+
+void Agent::DropExitedPython() {
+  for (auto it = python_seen_.begin(); it != python_seen_.end();) {
+    const uint32_t pid = it->first;
+    std::ifstream stat_file(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    if (!stat.empty() && ParseStatStartTime(stat) == it->second.start_time) {
+      ++it;
+      continue;
+    }
+    if (const python::PythonProcess* python = python_.Find(pid);
+        python != nullptr && python->bpf.has_value()) {
+      profiler_->RemovePythonProcess(pid);
+    }
+    python_.Forget(pid);
+    it = python_seen_.erase(it);
+  }
 }
 
 ResourceContext Agent::MakeResourceContext() {
@@ -443,6 +536,8 @@ void Agent::ExportInterval(absl::Time now) {
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
   processes_.DropExited();
+  DropExitedPython();
+  python_.NextGeneration();
   processes_metric_->Set(static_cast<double>(processes_.size()));
 }
 
@@ -479,6 +574,18 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       "errors",
       unwound_complete_metric_->Value(), unwound_truncated_metric_->Value(),
       unwound_failed_metric_->Value(), stats.snapshot_errors);
+  if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +
+          stats.python_not_code + stats.python_truncated >
+      0) {
+    spdlog::info(
+        "python frame walks: {} ok, {} without thread state, {} read failures, {} not code, {} "
+        "truncated; {} frames named, {} unreadable; {} eval frames left native, {} groups "
+        "unplaced",
+        stats.python_ok, stats.python_no_thread_state, stats.python_read_failed,
+        stats.python_not_code, stats.python_truncated, python_.stats().named,
+        python_.stats().unreadable, splice_stats_.eval_frames_left_native,
+        splice_stats_.python_groups_unplaced);
+  }
   if (exporter_ != nullptr) {
     exporter_->Shutdown(kExporterDrainTime);  // what is still queued gets a last chance
     ReportExporter();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,8 @@
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
+#include "python/frame_namer.h"
+#include "python/frame_splice.h"
 #include "status/metrics_registry.h"
 #include "status/status_server.h"
 #include "symbolize/elf_module.h"
@@ -46,6 +49,15 @@ class Agent {
   // where a module has no CFI) from its snapshot when it has one, else the frame-pointer walk
   // done in BPF. A stack that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
+  // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
+  // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
+  void UpdatePython(Process* process);
+  // Replaces the native _PyEval_EvalFrameDefault frames of stack_[user_begin...] with the
+  // sample's Python frames (SpliceStacks).
+  void SplicePython(const python::PythonProcess& python, const SampleView& sample,
+                    size_t user_begin);
+  // Stops walking the Python frames of processes that exited (or whose pid was reused).
+  void DropExitedPython();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   void ExportInterval(absl::Time now);
   // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
@@ -90,6 +102,17 @@ class Agent {
   bool seen_first_sample_ = false;
   uint64_t ring_buffer_full_reported_ = 0;
   std::vector<const Frame*> stack_;  // reused per sample
+  // Per user frame in stack_ (from AppendUserFrames): its pc, 0 for markers. Reused per sample.
+  std::vector<uint64_t> user_pcs_;
+  python::FrameNamer python_;
+  // Per process with Python bookkeeping: the maps_version detection last ran on, and its start
+  // time (a reused pid is another process).
+  struct PythonSeen {
+    uint64_t maps_version = 0;
+    uint64_t start_time = 0;
+  };
+  std::unordered_map<uint32_t, PythonSeen> python_seen_;
+  python::SpliceStats splice_stats_;
 
   // Self-metrics, updated by the sampling thread and read by the status endpoint's (registered
   // in the constructor, never null). Samples by how their user stack ended: reached the thread's

@@ -171,8 +171,10 @@ BpfStats BpfProfiler::ReadStats() const {
   if (ncpus <= 0) return stats;
   std::vector<uint64_t> values(ncpus);
   uint64_t* fields[] = {
-      &stats.samples,           &stats.ring_buffer_full, &stats.kernel_stack_errors,
-      &stats.user_stack_errors, &stats.snapshot_errors,  &stats.snapshot_clamped};
+      &stats.samples,           &stats.ring_buffer_full,       &stats.kernel_stack_errors,
+      &stats.user_stack_errors, &stats.snapshot_errors,        &stats.snapshot_clamped,
+      &stats.python_ok,         &stats.python_no_thread_state, &stats.python_read_failed,
+      &stats.python_not_code,   &stats.python_truncated};
   static_assert(std::size(fields) == EMBER_STAT_COUNT);
   for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
     if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),
@@ -182,6 +184,18 @@ BpfStats BpfProfiler::ReadStats() const {
     for (uint64_t v : values) *fields[index] += v;
   }
   return stats;
+}
+
+absl::Status BpfProfiler::SetPythonProcess(uint32_t pid, const ember_python_proc& config) {
+  if (bpf_map__update_elem(skeleton_->maps.python_procs, &pid, sizeof(pid), &config, sizeof(config),
+                           BPF_ANY) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("configuring the Python frames of pid ", pid));
+  }
+  return absl::OkStatus();
+}
+
+void BpfProfiler::RemovePythonProcess(uint32_t pid) {
+  bpf_map__delete_elem(skeleton_->maps.python_procs, &pid, sizeof(pid), 0);
 }
 
 }  // namespace ember

@@ -34,6 +34,12 @@ struct BpfStats {
   uint64_t user_stack_errors = 0;
   uint64_t snapshot_errors = 0;   // stack mapping not found or copy faulted
   uint64_t snapshot_clamped = 0;  // stacks deeper than the snapshot
+  // CPython frame walks by how they ended (ember_python_status).
+  uint64_t python_ok = 0;
+  uint64_t python_no_thread_state = 0;
+  uint64_t python_read_failed = 0;
+  uint64_t python_not_code = 0;
+  uint64_t python_truncated = 0;
 };
 
 class BpfProfiler {
@@ -52,6 +58,11 @@ class BpfProfiler {
   // An interrupting signal is not an error (returns 0).
   absl::StatusOr<int> Poll(int timeout_ms);
   BpfStats ReadStats() const;
+  // Walks the CPython frames of process `pid` (tgid) with `config` from its next sample on; a
+  // process may have one entry, replaced by the next call.
+  absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);
+  // Stops walking its Python frames; no-op for a pid without an entry.
+  void RemovePythonProcess(uint32_t pid);
   // Records the ring buffer held that did not decode (should stay 0).
   uint64_t malformed_records() const { return malformed_records_; }
 

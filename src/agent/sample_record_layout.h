@@ -22,9 +22,36 @@ static_assert(offsetof(ember_sample, kernel_depth) == 36);
 static_assert(offsetof(ember_sample, user_depth) == 38);
 static_assert(offsetof(ember_sample, comm) == 40);
 static_assert(offsetof(ember_sample, user_snapshot_bytes) == 56);
-static_assert(offsetof(ember_sample, reserved) == 60);
+static_assert(offsetof(ember_sample, python_depth) == 60);
+static_assert(offsetof(ember_sample, python_status) == 62);
 static_assert(offsetof(ember_sample, user_regs) == 64);
 static_assert(sizeof(ember_sample) == 64 + 8 * EMBER_USER_REG_COUNT);
+static_assert(sizeof(ember_sample) % 8 == 0);
+
+static_assert(offsetof(ember_python_frame, code) == 0);
+static_assert(offsetof(ember_python_frame, position) == 8);
+static_assert(offsetof(ember_python_frame, flags) == 16);
+static_assert(sizeof(ember_python_frame) == 24);
+
+static_assert(offsetof(ember_python_proc, runtime_address) == 0);
+static_assert(offsetof(ember_python_proc, code_type_address) == 8);
+static_assert(offsetof(ember_python_proc, tstate_current_address) == 16);
+static_assert(offsetof(ember_python_proc, interpreters_head) == 24);
+static_assert(offsetof(ember_python_proc, code_type_offset) == 46);
+static_assert(offsetof(ember_python_proc, minor) == 48);
+static_assert(offsetof(ember_python_proc, frame_header_bytes) == 51);
+static_assert(offsetof(ember_python_proc, flags) == 52);
+static_assert(sizeof(ember_python_proc) == 56);
+static_assert(EMBER_MAX_PYTHON_FRAMES > 0 &&
+              (EMBER_MAX_PYTHON_FRAMES & (EMBER_MAX_PYTHON_FRAMES - 1)) == 0);
+static_assert(EMBER_MAX_PYTHON_FRAME_HEADER > 0 &&
+              (EMBER_MAX_PYTHON_FRAME_HEADER & (EMBER_MAX_PYTHON_FRAME_HEADER - 1)) == 0);
+
+// Where a record's Python frames start, from its first byte: after the addresses and the
+// snapshot, rounded up to 8.
+constexpr size_t PythonFramesOffset(size_t frames, size_t snapshot_bytes) {
+  return (sizeof(ember_sample) + frames * sizeof(uint64_t) + snapshot_bytes + 7) & ~size_t{7};
+}
 
 // A record checked against its own sizes; views point into the ring buffer.
 struct SampleView {
@@ -36,6 +63,9 @@ struct SampleView {
   std::span<const uint64_t> user_regs;
   // The user stack from user_regs[EMBER_USER_REG_SP] upwards; empty without a snapshot.
   std::span<const uint8_t> user_stack;
+  // CPython frames, leaf first (header->python_status says how the walk ended); empty when the
+  // process is not a configured CPython or the thread ran no Python.
+  std::span<const ember_python_frame> python_frames;
 };
 
 enum class DecodeResult { kOk, kTooShort, kBadVersion, kBadKind, kBadLength };
@@ -47,7 +77,13 @@ inline DecodeResult DecodeSample(const void* data, size_t size, SampleView* out)
   if (header->kind != EMBER_RECORD_SAMPLE) return DecodeResult::kBadKind;
   const size_t frames = size_t{header->kernel_depth} + header->user_depth;
   if (header->kernel_depth > EMBER_MAX_STACK_DEPTH || header->user_depth > EMBER_MAX_STACK_DEPTH ||
+      header->python_depth > EMBER_MAX_PYTHON_FRAMES ||
       sizeof(ember_sample) + frames * sizeof(uint64_t) + header->user_snapshot_bytes > size) {
+    return DecodeResult::kBadLength;
+  }
+  const size_t python_at = PythonFramesOffset(frames, header->user_snapshot_bytes);
+  if (header->python_depth > 0 &&
+      python_at + size_t{header->python_depth} * sizeof(ember_python_frame) > size) {
     return DecodeResult::kBadLength;
   }
   const auto* ips = reinterpret_cast<const uint64_t*>(header + 1);
@@ -60,6 +96,13 @@ inline DecodeResult DecodeSample(const void* data, size_t size, SampleView* out)
   } else {
     out->user_regs = {};
     out->user_stack = {};
+  }
+  // The ring buffer keeps records 8-byte aligned, so the frames are aligned too.
+  out->python_frames = {};
+  if (header->python_depth > 0) {
+    out->python_frames = {
+        reinterpret_cast<const ember_python_frame*>(static_cast<const uint8_t*>(data) + python_at),
+        header->python_depth};
   }
   return DecodeResult::kOk;
 }

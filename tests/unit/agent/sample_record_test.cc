@@ -125,5 +125,71 @@ TEST(SampleRecordTest, WithoutTheRegistersFlagThereAreNoRegistersAndNoStack) {
   EXPECT_EQ(view.user_ips.size(), 1u);
 }
 
+// A record with a 21-byte snapshot and `python` Python frames after it, from the next multiple
+// of 8, as bpf/profiler.bpf.c writes them.
+std::vector<uint8_t> RecordWithPythonFrames(uint16_t python, uint32_t snapshot = 21) {
+  std::vector<uint8_t> bytes = RecordWithSnapshot(1, 0, snapshot, EMBER_SAMPLE_USER_REGS);
+  const size_t at = PythonFramesOffset(1, snapshot);
+  bytes.resize(at + python * sizeof(ember_python_frame), 0xee);  // padding stays garbage
+  for (uint16_t i = 0; i < python; ++i) {
+    ember_python_frame frame{.code = 0x5000u + i,
+                             .position = 0x6000u + i,
+                             .flags = i % 2 ? EMBER_PYTHON_FRAME_ENTRY : 0u,
+                             .reserved = 0};
+    std::memcpy(bytes.data() + at + i * sizeof(frame), &frame, sizeof(frame));
+  }
+  ember_sample header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  header.flags |= EMBER_SAMPLE_PYTHON;
+  header.python_depth = python;
+  header.python_status = EMBER_PYTHON_OK;
+  std::memcpy(bytes.data(), &header, sizeof(header));
+  return bytes;
+}
+
+TEST(SampleRecordTest, PythonFramesFollowTheSnapshotAlignedTo8) {
+  EXPECT_EQ(PythonFramesOffset(1, 21), sizeof(ember_sample) + 8 + 24);
+  EXPECT_EQ(PythonFramesOffset(2, 16), sizeof(ember_sample) + 16 + 16);
+  EXPECT_EQ(PythonFramesOffset(0, 0), sizeof(ember_sample));
+  std::vector<uint8_t> bytes = RecordWithPythonFrames(3);
+  SampleView view;
+  ASSERT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  ASSERT_EQ(view.user_stack.size(), 21u);  // the snapshot is unchanged by what follows it
+  EXPECT_EQ(view.user_stack.back(), 0xa0 + 20);
+  ASSERT_EQ(view.python_frames.size(), 3u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.python_frames.data()) % 8, 0u);
+  EXPECT_EQ(view.python_frames[0].code, 0x5000u);
+  EXPECT_EQ(view.python_frames[2].position, 0x6002u);
+  EXPECT_EQ(view.python_frames[0].flags, 0u);
+  EXPECT_EQ(view.python_frames[1].flags, EMBER_PYTHON_FRAME_ENTRY);
+  EXPECT_EQ(view.header->python_status, EMBER_PYTHON_OK);
+}
+
+TEST(SampleRecordTest, RecordsWithoutPythonFramesHaveAnEmptySpan) {
+  SampleView view;
+  std::vector<uint8_t> bytes = RecordWithPythonFrames(2);
+  ASSERT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  ASSERT_EQ(view.python_frames.size(), 2u);
+  bytes = Record(2, 3);  // the view held another record's frames
+  ASSERT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  EXPECT_TRUE(view.python_frames.empty());
+}
+
+TEST(SampleRecordTest, RejectsPythonFramesBeyondTheRecordOrTheLimit) {
+  SampleView view;
+  std::vector<uint8_t> bytes = RecordWithPythonFrames(4);
+  EXPECT_EQ(DecodeSample(bytes.data(), bytes.size() - 1, &view), DecodeResult::kBadLength);
+  for (uint16_t claimed : {5, EMBER_MAX_PYTHON_FRAMES + 1, 0xffff}) {
+    ember_sample header;
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    header.python_depth = claimed;
+    std::memcpy(bytes.data(), &header, sizeof(header));
+    EXPECT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kBadLength) << claimed;
+  }
+  bytes = RecordWithPythonFrames(EMBER_MAX_PYTHON_FRAMES, 0);
+  EXPECT_EQ(DecodeSample(bytes.data(), bytes.size(), &view), DecodeResult::kOk);
+  EXPECT_EQ(view.python_frames.size(), size_t{EMBER_MAX_PYTHON_FRAMES});
+}
+
 }  // namespace
 }  // namespace ember

@@ -1,0 +1,127 @@
+// FrameNamer: interpreter detection per process and ResolveFrame over process_vm_readv, cached.
+#include "python/frame_namer.h"
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "python/frame_walker.h"
+#include "python/process_memory.h"
+
+namespace ember::python {
+
+size_t FrameNamer::KeyHash::operator()(const Key& key) const {
+  return absl::HashOf(key.pid, key.code, key.position);
+}
+
+const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile> mappings,
+                                        const std::string& root, bool* changed) {
+  std::string key;
+  std::vector<std::string> paths;
+  for (const MappedFile& mapping : mappings) {
+    if (!LooksLikeInterpreterPath(mapping.path)) continue;
+    paths.push_back(mapping.path);
+    absl::StrAppend(&key, mapping.path, "@", mapping.start, "+", mapping.offset, ";");
+  }
+  auto [it, inserted] = processes_.try_emplace(pid);
+  Tracked& tracked = it->second;
+  *changed = false;
+  if (!inserted && tracked.interpreter_key == key) return tracked.process;
+  tracked.interpreter_key = key;
+  PythonProcess result;
+  if (!paths.empty()) {
+    absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, root);
+    if (!info.ok()) {
+      result.outcome = DetectOutcome::kNotPython;
+      result.reason = std::string(info.status().message());
+    } else {
+      result.outcome = info->outcome;
+      result.reason = info->reason;
+      result.version = info->version;
+      std::string path = info->path.substr(root.size());
+      result.interpreter = path;
+      if (info->outcome == DetectOutcome::kSupported) {
+        for (const MappedFile& mapping : mappings) {
+          if (mapping.path != path) continue;
+          std::optional<ProcessInterpreter> process =
+              MakeProcessInterpreter(*info, mapping.start, mapping.offset);
+          if (!process) continue;
+          result.process = *process;
+          result.bpf = MakeBpfPythonProc(process->config);
+          break;
+        }
+        if (!result.bpf) {
+          result.outcome = DetectOutcome::kUnsupportedVersion;
+          result.reason = "its interpreter's addresses or offsets do not fit the BPF walker";
+        }
+      }
+    }
+  }
+  *changed = inserted ? result.outcome != DetectOutcome::kNotPython
+                      : (result.outcome != tracked.process.outcome ||
+                         result.interpreter != tracked.process.interpreter ||
+                         result.process.config.runtime_address !=
+                             tracked.process.process.config.runtime_address);
+  tracked.process = std::move(result);
+  return tracked.process;
+}
+
+const PythonProcess* FrameNamer::Find(uint32_t pid) const {
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? nullptr : &it->second.process;
+}
+
+void FrameNamer::Forget(uint32_t pid) { processes_.erase(pid); }
+
+std::vector<uint32_t> FrameNamer::Pids() const {
+  std::vector<uint32_t> pids;
+  pids.reserve(processes_.size());
+  for (const auto& [pid, tracked] : processes_) pids.push_back(pid);
+  return pids;
+}
+
+const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
+                              const ember_python_frame& raw) {
+  Key key{pid, raw.code, raw.position};
+  auto it = frames_.find(key);
+  if (it != frames_.end()) {
+    it->second.generation = generation_;
+    return it->second.frame.get();
+  }
+  const WalkerConfig& config = process.process.config;
+  ProcessMemoryReader memory(static_cast<pid_t>(pid));
+  PythonFrame named;
+  auto frame = std::make_unique<Frame>();
+  frame->kind = kPythonFrameKind;
+  frame->module = process.interpreter;
+  // Distinct positions are distinct locations: an instruction's address for 3.11+, the code
+  // object plus its offset before.
+  const LastInstruction kind = config.layout.last_instruction;
+  frame->address =
+      kind == LastInstruction::kPrevInstrPointer || kind == LastInstruction::kInstrPointer
+          ? raw.position
+          : raw.code + static_cast<uint32_t>(raw.position);
+  if (ResolveFrame(memory, config, RawFrameOf(raw), &named) == WalkStatus::kOk) {
+    frame->function = named.qualname.empty() ? named.name : named.qualname;
+    frame->source_file = named.file;
+    frame->line = named.line > 0 ? static_cast<uint32_t>(named.line) : 0;
+    ++stats_.named;
+  } else {
+    frame->function = "[python]";
+    ++stats_.unreadable;
+  }
+  const Frame* out = frame.get();
+  frames_.emplace(key, Entry{std::move(frame), generation_});
+  return out;
+}
+
+void FrameNamer::NextGeneration() {
+  ++generation_;
+  for (auto it = frames_.begin(); it != frames_.end();) {
+    if (it->second.generation + 2 <= generation_) {
+      it = frames_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ember::python

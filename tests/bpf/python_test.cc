@@ -1,0 +1,243 @@
+// Profiles CPython (issue 6): the fixture tests/fixtures/python/phases.py spends random-length
+// phases in known nested functions, one of them called by the C function sorted(), and measures
+// each phase's thread CPU time itself. Run under Debian's python3.11 and under the default
+// python3 (when it is another interpreter), the agent's samples must carry the script's functions
+// (qualified names, walked in BPF and named from the code objects) in the right nesting, spliced
+// where _PyEval_EvalFrameDefault was, with the leaf shares the script measured.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "profiled_run.h"
+#include "support/pprof_reader.h"
+#include "support/subprocess.h"
+
+namespace ember::testing {
+namespace {
+
+// The script's call tree: each function's caller (qualified names, as CPython 3.11+ gives them).
+const std::map<std::string, std::string> kCallerOf = {{"leaf_alpha", "middle_alpha"},
+                                                      {"middle_alpha", "run_phase"},
+                                                      {"Worker.leaf_beta", "Worker.beta"},
+                                                      {"Worker.beta", "run_phase"},
+                                                      {"leaf_gamma", "gamma"},
+                                                      {"gamma", "run_phase"},
+                                                      {"run_phase", "run_phases"},
+                                                      {"run_phases", "main"},
+                                                      {"main", "<module>"}};
+const std::vector<std::string> kLeaves = {"leaf_alpha", "Worker.leaf_beta", "leaf_gamma"};
+
+bool IsScriptFunction(const std::string& name) {
+  return kCallerOf.contains(name) || name == "<module>";
+}
+
+// The flame graph's frame types by name (the page's embedded JSON: names, then a tree of
+// [name, type, ...] nodes).
+std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_path) {
+  std::ifstream in(html_path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string html = buffer.str();
+  const std::string open = "<script id=\"data\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  const size_t end = html.find("</script>", begin);
+  std::map<std::string, std::set<int>> types;
+  if (begin == std::string::npos || end == std::string::npos) return types;
+  nlohmann::json data = nlohmann::json::parse(
+      html.substr(begin + open.size(), end - begin - open.size()), nullptr, false);
+  if (data.is_discarded()) return types;
+  const auto& names = data["names"];
+  const auto& tree = data["tree"];
+  for (size_t i = 0; i + 3 < tree.size(); i += 4) {
+    types[names[tree[i].get<size_t>()].get<std::string>()].insert(tree[i + 1].get<int>());
+  }
+  return types;
+}
+
+// The interpreter a test parameter names: Debian's python3.11, or the python3 the tests' PATH
+// finds (resolved through wrappers such as pyenv's shims); "" when there is none.
+std::string InterpreterOf(const std::string& param) {
+  if (param == "DebianPython311") return "/usr/bin/python3.11";
+  RunResult result =
+      RunProgram({"/usr/bin/env", "python3", "-c", "import sys; print(sys.executable)"});
+  if (result.exit_code != 0) return "";
+  return std::string(absl::StripAsciiWhitespace(result.output));
+}
+
+class PythonProfileTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    python_ = InterpreterOf(GetParam());
+    ASSERT_FALSE(python_.empty()) << "no python3 on PATH";
+    std::error_code error;
+    if (std::string(GetParam()) != "DebianPython311" &&
+        std::filesystem::equivalent(python_, "/usr/bin/python3.11", error)) {
+      GTEST_SKIP() << "the default python3 is Debian's python3.11, tested as DebianPython311";
+    }
+  }
+  static void SetUpTestSuite() { runs_ = new std::map<std::string, ProfiledRun>(); }
+  static void TearDownTestSuite() {
+    for (const auto& [python, run] : *runs_) std::filesystem::remove_all(run.output_dir);
+    delete runs_;
+  }
+  // One profiled run per interpreter, shared by the tests of that interpreter.
+  static const ProfiledRun& RunOf(const std::string& python) {
+    auto it = runs_->find(python);
+    if (it == runs_->end()) {
+      it = runs_
+               ->emplace(python, ProfileFixture({python, EMBER_PYTHON_FIXTURE, "8"}, 199, nullptr,
+                                                SIGINT, {"--log-level", "debug"}))
+               .first;
+    }
+    return it->second;
+  }
+  static std::map<std::string, ProfiledRun>* runs_;
+  std::string python_;  // the interpreter under test
+};
+std::map<std::string, ProfiledRun>* PythonProfileTest::runs_ = nullptr;
+
+// The script's functions of a sample, leaf first.
+std::vector<std::string> ScriptFrames(const NamedSample& sample) {
+  std::vector<std::string> out;
+  for (const std::string& f : sample.functions) {
+    if (IsScriptFunction(f)) out.push_back(f);
+  }
+  return out;
+}
+
+// True when `frames` (leaf first) is a whole chain of the call tree from its leaf to <module>.
+bool IsWholeChain(const std::vector<std::string>& frames) {
+  if (frames.empty()) return false;
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    auto caller = kCallerOf.find(frames[i]);
+    if (caller == kCallerOf.end() || caller->second != frames[i + 1]) return false;
+  }
+  return frames.back() == "<module>";
+}
+
+TEST_P(PythonProfileTest, SamplesCarryTheScriptsFunctionsInTheirNesting) {
+  const ProfiledRun& run = RunOf(python_);
+  ASSERT_NE(run.agent_log.find("walking its Python frames"), std::string::npos) << run.agent_log;
+  std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
+  int64_t total = 0, in_leaf_chain = 0;
+  std::map<std::string, int64_t> wrong;  // the stacks that were not, for the failure message
+  for (const NamedSample& s : samples) {
+    total += s.count;
+    std::vector<std::string> frames = ScriptFrames(s);
+    if (!frames.empty() && std::find(kLeaves.begin(), kLeaves.end(), frames[0]) != kLeaves.end() &&
+        IsWholeChain(frames)) {
+      in_leaf_chain += s.count;
+    } else {
+      wrong[absl::StrJoin(s.functions, ";")] += s.count;
+    }
+  }
+  ASSERT_GE(total, 800) << "too few samples of the fixture\n" << run.agent_log;
+  std::printf("%s: %.1f%% of %lld samples carry a leaf's whole chain up to <module>\n",
+              python_.c_str(), 100.0 * in_leaf_chain / total, static_cast<long long>(total));
+  std::string examples;
+  int shown = 0;
+  for (const auto& [stack, count] : wrong) {
+    if (shown++ < 10) examples += std::to_string(count) + " x " + stack + "\n";
+  }
+  EXPECT_GE(static_cast<double>(in_leaf_chain) / total, 0.9) << examples << run.agent_log;
+}
+
+TEST_P(PythonProfileTest, LeafSharesMatchTheScriptsOwnAccounting) {
+  const ProfiledRun& run = RunOf(python_);
+  std::map<std::string, double> measured_ns = MeasuredCpuNs(run.fixture_output);
+  ASSERT_EQ(measured_ns.size(), kLeaves.size()) << run.fixture_output;
+  double measured_total = 0;
+  for (const auto& [name, ns] : measured_ns) measured_total += ns;
+  std::map<std::string, int64_t> counts;
+  int64_t total = 0;
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) {
+    total += s.count;
+    std::vector<std::string> frames = ScriptFrames(s);
+    if (!frames.empty()) counts[frames[0]] += s.count;  // the innermost Python function
+  }
+  ASSERT_GT(total, 0);
+  for (const std::string& leaf : kLeaves) {
+    double expected = measured_ns[leaf] / measured_total;
+    double profiled = static_cast<double>(counts[leaf]) / total;
+    std::printf("%s %s: profile %.1f%% (%lld of %lld samples), script's own measure %.1f%%\n",
+                python_.c_str(), leaf.c_str(), 100 * profiled, static_cast<long long>(counts[leaf]),
+                static_cast<long long>(total), 100 * expected);
+    EXPECT_NEAR(profiled, expected, 0.05) << leaf;
+  }
+}
+
+// leaf_gamma is sorted()'s key function: an eval call of its own, under sorted's native frames,
+// which must stay between it and gamma.
+TEST_P(PythonProfileTest, NativeFramesOfCFunctionsStayBetweenPythonFrames) {
+  const ProfiledRun& run = RunOf(python_);
+  int64_t gamma = 0, through_sort = 0;
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) {
+    const auto& f = s.functions;
+    auto leaf = std::find(f.begin(), f.end(), "leaf_gamma");
+    auto caller = std::find(leaf, f.end(), "gamma");
+    if (leaf == f.end() || caller == f.end()) continue;
+    gamma += s.count;
+    if (std::any_of(leaf + 1, caller, [](const std::string& n) {
+          return absl::StrContains(n, "sort") && !IsScriptFunction(n);
+        })) {
+      through_sort += s.count;
+    }
+  }
+  ASSERT_GT(gamma, 0) << run.agent_log;
+  EXPECT_GE(static_cast<double>(through_sort) / gamma, 0.9) << through_sort << " of " << gamma;
+}
+
+TEST_P(PythonProfileTest, PythonFramesAreTypedCPythonWithFileAndLine) {
+  const ProfiledRun& run = RunOf(python_);
+  std::map<std::string, std::set<int>> types = FlameGraphTypes(run.output_dir + "/flamegraph.html");
+  int checked = 0;
+  for (const auto& [name, kinds] : types) {
+    if (!IsScriptFunction(name)) continue;
+    ++checked;
+    EXPECT_EQ(kinds, std::set<int>{11}) << name;  // FlameGraph::NodeType::kCPython
+  }
+  EXPECT_GE(checked, 9) << "script frames in the flame graph";
+  // pprof lines: the function's file is the script.
+  bool file_seen = false;
+  for (const std::string& file : PprofFilesIn(run.output_dir)) {
+    auto profile = ReadPprofFile(file);
+    ASSERT_TRUE(profile.ok());
+    for (const auto& fn : profile->function()) {
+      if (profile->string_table(fn.name()) == "leaf_alpha") {
+        EXPECT_TRUE(absl::EndsWith(profile->string_table(fn.filename()), "/phases.py"));
+        file_seen = true;
+      }
+    }
+    for (const auto& loc : profile->location()) {
+      for (const auto& line : loc.line()) {
+        for (const auto& fn : profile->function()) {
+          if (fn.id() == line.function_id() && profile->string_table(fn.name()) == "leaf_alpha") {
+            EXPECT_GE(line.line(), 12);  // def leaf_alpha is on line 12, its body below
+            EXPECT_LE(line.line(), 16);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(file_seen);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonProfileTest,
+                         ::testing::Values("DebianPython311", "DefaultPython3"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+}  // namespace
+}  // namespace ember::testing
