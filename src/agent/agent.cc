@@ -169,6 +169,24 @@ absl::Status Agent::SetUpKubernetes() {
 
 absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddProcessMetrics(metrics_));
+  {
+    // The BPF program's counters, read when scraped.
+    BpfProfiler* profiler = profiler_.get();
+    using Field = uint64_t BpfStats::*;
+    const std::pair<const char*, Field> walks[] = {
+        {"ok", &BpfStats::python_ok},
+        {"no_thread_state", &BpfStats::python_no_thread_state},
+        {"read_failed", &BpfStats::python_read_failed},
+        {"not_code", &BpfStats::python_not_code},
+        {"truncated", &BpfStats::python_truncated}};
+    for (const auto& [result, field] : walks) {
+      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+          "ember_python_walks_total",
+          "CPython frame walks done in BPF for samples of Python processes, by how they ended.",
+          {{"result", result}},
+          [profiler, field] { return static_cast<double>(profiler->ReadStats().*field); }));
+    }
+  }
   if (pods_ != nullptr) {
     PodIndex* pods = pods_.get();
     PodWatcher* watcher = pod_watcher_.get();
