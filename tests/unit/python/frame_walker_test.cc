@@ -1,7 +1,8 @@
 // The frame walker end to end: a live python3.11 (and, where present, pyenv 3.8-3.13) runs
 // tests/data/python/walk_target.py; the test stops it, finds the interpreter in its maps, and
 // follows the layout's offsets from _PyRuntime to every frame's names, file and line with
-// process_vm_readv, as the BPF program will. Plus a fake memory for the edge cases.
+// process_vm_readv, as the BPF program will. Plus a fake memory for the edge cases, and the agent's
+// FrameNamer naming the frames of a live python3.11.
 #include "python/frame_walker.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "python/frame_namer.h"
 #include "python/interpreter_detect.h"
 
 namespace ember::python {
@@ -471,6 +473,73 @@ TEST(FrameWalkerTest, ShimFramesMarkEntriesAndLoopsAreBounded) {
   put_frame(shim1, 0xdead0000, 3);
   frames.clear();
   EXPECT_EQ(WalkFrames(memory, config, tstate, &frames), WalkStatus::kReadFailed);
+}
+
+// The agent's half over FrameNamer (frame_namer.h): detection from the process's mappings, the
+// BPF map entry, and the frames the BPF walk would record named from the live code objects, as
+// WalkFrames names them.
+TEST(FrameNamerTest, DetectsAndNamesTheFramesOfALivePython) {
+  ASSERT_TRUE(fs::exists(EMBER_PYTHON311)) << "apt-get install python3.11";
+  StoppedPython process(EMBER_PYTHON311);
+  ASSERT_TRUE(process.stopped());
+  const uint32_t pid = static_cast<uint32_t>(process.pid());
+  std::vector<MappedFile> mappings;
+  for (const MapLine& m : ReadMaps(process.pid())) mappings.push_back({m.path, m.start, m.offset});
+
+  FrameNamer namer;
+  bool changed = false;
+  const PythonProcess& python = namer.Update(pid, mappings, "", &changed);
+  EXPECT_TRUE(changed);
+  ASSERT_EQ(python.outcome, DetectOutcome::kSupported) << python.reason;
+  ASSERT_TRUE(python.bpf.has_value());
+  EXPECT_EQ(python.interpreter, EMBER_PYTHON311);
+  EXPECT_EQ(python.bpf->runtime_address, python.process.config.runtime_address);
+  EXPECT_EQ(python.bpf->minor, 11);
+  namer.Update(pid, mappings, "", &changed);  // the same mappings: no new detection
+  EXPECT_FALSE(changed);
+  ASSERT_EQ(namer.Find(pid), &python);
+
+  ProcessMemoryReader memory(process.pid());
+  const WalkerConfig& config = python.process.config;
+  uint64_t tstate = 0;
+  ASSERT_EQ(FindThreadState(memory, config, {.pthread_id = process.main_ident_}, &tstate),
+            WalkStatus::kOk);
+  std::vector<RawFrame> raw;
+  ASSERT_EQ(WalkRawFrames(memory, config, tstate, &raw), WalkStatus::kOk);
+  std::vector<PythonFrame> expected;
+  ASSERT_EQ(WalkFrames(memory, config, tstate, &expected), WalkStatus::kOk);
+  ASSERT_EQ(raw.size(), expected.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    ember_python_frame recorded{.code = raw[i].code_address,
+                                .position = raw[i].last_instruction,
+                                .flags = raw[i].entry ? EMBER_PYTHON_FRAME_ENTRY : 0u,
+                                .reserved = 0};
+    const Frame* frame = namer.Name(pid, python, recorded);
+    ASSERT_NE(frame, nullptr);
+    EXPECT_EQ(frame->kind, FrameKind::kCPython);
+    EXPECT_EQ(frame->function, expected[i].qualname) << i;
+    EXPECT_EQ(frame->source_file, expected[i].file) << i;
+    EXPECT_EQ(static_cast<int>(frame->line), expected[i].line) << i;
+    EXPECT_EQ(frame->module, EMBER_PYTHON311);
+    EXPECT_EQ(namer.Name(pid, python, recorded), frame) << "cached";
+  }
+  EXPECT_EQ(namer.stats().named, raw.size());
+  EXPECT_EQ(expected[2].qualname, "Outer.run");
+
+  // Frames of a process that cannot be read any more keep a placeholder name.
+  ember_python_frame gone{.code = 0x10, .position = 0x20, .flags = 0, .reserved = 0};
+  const Frame* placeholder = namer.Name(0x7ffffff0, python, gone);
+  EXPECT_EQ(placeholder->function, "[python]");
+  EXPECT_EQ(placeholder->kind, FrameKind::kCPython);
+  EXPECT_EQ(namer.stats().unreadable, 1u);
+
+  // An exec into something else: no interpreter mapping any more.
+  const PythonProcess& after = namer.Update(pid, {}, "", &changed);
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(after.outcome, DetectOutcome::kNotPython);
+  EXPECT_FALSE(after.bpf.has_value());
+  namer.Forget(pid);
+  EXPECT_EQ(namer.Find(pid), nullptr);
 }
 
 }  // namespace
