@@ -79,9 +79,16 @@ Json Owner(const std::string& kind, const std::string& name, bool controller = t
           {"blockOwnerDeletion", true}};
 }
 
-PodWorkload WorkloadOf(Json owners, Json labels = Json::object()) {
+// The workload of a pod whose ownerReferences field is `owners`, whatever it is.
+PodWorkload WorkloadOfField(Json owners, Json labels = Json::object()) {
   return MustParse(MinimalPod({{"ownerReferences", std::move(owners)}, {"labels", labels}}))
       .workload;
+}
+
+// Owners as a vector, not a Json: `Json x = {owner}` makes an array under GCC but a copy of
+// `owner` under clang.
+PodWorkload WorkloadOf(const std::vector<Json>& owners, Json labels = Json::object()) {
+  return WorkloadOfField(Json(owners), std::move(labels));
 }
 
 const std::string kCheckoutId = "3e8f6c0d2f8a4b1c9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
@@ -309,8 +316,8 @@ TEST(WorkloadTest, MalformedOwnerReferencesAreSkipped) {
   bad_name["name"] = nullptr;
   EXPECT_EQ(WorkloadOf({bad_kind, bad_name, "DaemonSet", 12, Owner("StatefulSet", "ok")}),
             (PodWorkload{.statefulset = "ok"}));
-  EXPECT_EQ(WorkloadOf(Owner("DaemonSet", "not-in-an-array")), PodWorkload{});
-  EXPECT_EQ(WorkloadOf("DaemonSet"), PodWorkload{});
+  EXPECT_EQ(WorkloadOfField(Owner("DaemonSet", "not-in-an-array")), PodWorkload{});
+  EXPECT_EQ(WorkloadOfField("DaemonSet"), PodWorkload{});
   EXPECT_EQ(WorkloadOf({Owner("DaemonSet", "")}), PodWorkload{});
 }
 
