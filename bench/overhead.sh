@@ -474,8 +474,11 @@ EOF
   echo "overhead: soak for $minutes min: ember-agent pid $agent_pid at 99 Hz, metrics :$metrics_port," \
     "OTLP http://127.0.0.1:$otlp_port up 20 s / down 20 s, $soak_processes long-lived processes," \
     "~40 short-lived processes/s (a quarter in new cgroups)"
-  printf '%8s %9s %9s %5s %9s %10s %10s %s\n' elapsed rss_MB hwm_MB fds tracked exports_ok exports_bad load
-  local t0=$SECONDS end=$((SECONDS + minutes * 60)) metrics tracked ok failed rss hwm fds
+  # RSS is split into anonymous memory and file pages (mapped ELF images, shared with the page
+  # cache), since the agent maps the files it unwinds and symbolizes.
+  printf '%8s %9s %9s %9s %9s %5s %9s %10s %10s %s\n' elapsed rss_MB anon_MB file_MB hwm_MB fds \
+    tracked exports_ok exports_bad load
+  local t0=$SECONDS end=$((SECONDS + minutes * 60)) metrics tracked ok failed rss anon file hwm fds
   local samples_file=$dir/samples.tsv
   while ((SECONDS < end)); do
     sleep 10
@@ -488,8 +491,11 @@ EOF
     failed=$(awk '/^ember_otlp_intervals_total\{/ && !/"(sent|ok|success)"/ { n += $2 } END { print n + 0 }' <<<"$metrics")
     rss=$(awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
     hwm=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
+    anon=$(awk '/^RssAnon/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
+    file=$(awk '/^RssFile/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
     fds=$(ls /proc/"$agent_pid"/fd | wc -l)
-    printf '%7ds %9s %9s %5s %9s %10s %10s %s\n' $((SECONDS - t0)) "$rss" "$hwm" "$fds" \
+    printf '%7ds %9s %9s %9s %9s %5s %9s %10s %10s %s\n' $((SECONDS - t0)) "$rss" "$anon" "$file" \
+      "$hwm" "$fds" \
       "${tracked:--}" "$ok" "$failed" "$(loadavg)" | tee -a "$samples_file"
   done
   stop "$churn_pid" TERM 10
@@ -498,7 +504,7 @@ EOF
     "flapping listener: $(grep -c up "$dir/flap.log") up phases"
   # Flat once warm: the last third against the middle third.
   awk -v n="$(wc -l <"$samples_file")" '
-    { rss[NR] = $2; fds[NR] = $4; tr[NR] = $5 }
+    { rss[NR] = $2; fds[NR] = $6; tr[NR] = $7 }
     END {
       if (n < 3) { print "  too short to tell flat from growing"; exit }
       a = int(n / 3) + 1; b = int(2 * n / 3) + 1
