@@ -597,11 +597,11 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       0) {
     spdlog::info(
         "python frame walks: {} ok, {} without thread state, {} read failures, {} not code, {} "
-        "truncated; {} frames named, {} unreadable; {} eval frames left native, {} groups "
-        "unplaced",
+        "truncated; {} frames named, {} named again (code address reused), {} unreadable; {} "
+        "eval frames left native, {} groups unplaced",
         stats.python_ok, stats.python_no_thread_state, stats.python_read_failed,
         stats.python_not_code, stats.python_truncated, python_.stats().named,
-        python_.stats().unreadable, splice_stats_.eval_frames_left_native,
+        python_.stats().renamed, python_.stats().unreadable, splice_stats_.eval_frames_left_native,
         splice_stats_.python_groups_unplaced);
   }
   if (exporter_ != nullptr) {

@@ -80,41 +80,68 @@ std::vector<uint32_t> FrameNamer::Pids() const {
 
 const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
                               const ember_python_frame& raw) {
-  Key key{pid, raw.code, raw.position};
-  auto it = frames_.find(key);
-  if (it != frames_.end()) {
-    it->second.generation = generation_;
-    return it->second.frame.get();
-  }
-  const WalkerConfig& config = process.process.config;
   ProcessMemoryReader memory(static_cast<pid_t>(pid));
+  return Name(pid, process, raw, memory);
+}
+
+const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
+                              const ember_python_frame& raw, MemoryReader& memory) {
+  const WalkerConfig& config = process.process.config;
+  const CPythonLayout& layout = config.layout;
+  Key key{pid, raw.code, raw.position};
+  uint64_t name_pointer = 0;
+  int32_t first_line = 0;
+  auto read_identity = [&] {
+    return memory.Read(raw.code + layout.code_name, &name_pointer, sizeof(name_pointer)) &&
+           memory.Read(raw.code + layout.code_firstlineno, &first_line, sizeof(first_line));
+  };
+  if (auto it = frames_.find(key); it != frames_.end()) {
+    Entry& entry = it->second;
+    // Unreadable now (the process is going): keep the name it had.
+    if (entry.checked == generation_ || !read_identity() ||
+        (name_pointer == entry.name_pointer && first_line == entry.first_line)) {
+      entry.checked = generation_;
+      entry.generation = generation_;
+      return entry.frame.get();
+    }
+    retired_.push_back(std::move(entry.frame));
+    frames_.erase(it);
+    ++stats_.renamed;
+  }
   PythonFrame named;
   auto frame = std::make_unique<Frame>();
   frame->kind = kPythonFrameKind;
   frame->module = process.interpreter;
   // Distinct positions are distinct locations: an instruction's address for 3.11+, the code
   // object plus its offset before.
-  const LastInstruction kind = config.layout.last_instruction;
+  const LastInstruction kind = layout.last_instruction;
   frame->address =
       kind == LastInstruction::kPrevInstrPointer || kind == LastInstruction::kInstrPointer
           ? raw.position
           : raw.code + static_cast<uint32_t>(raw.position);
-  if (ResolveFrame(memory, config, RawFrameOf(raw), &named) == WalkStatus::kOk) {
+  Entry entry;
+  entry.generation = generation_;
+  entry.checked = generation_;
+  if (read_identity() && ResolveFrame(memory, config, RawFrameOf(raw), &named) == WalkStatus::kOk) {
     frame->function = named.qualname.empty() ? named.name : named.qualname;
     frame->source_file = named.file;
     frame->line = named.line > 0 ? static_cast<uint32_t>(named.line) : 0;
+    entry.name_pointer = name_pointer;
+    entry.first_line = first_line;
     ++stats_.named;
   } else {
     frame->function = "[python]";
     ++stats_.unreadable;
   }
-  const Frame* out = frame.get();
-  frames_.emplace(key, Entry{std::move(frame), generation_});
+  entry.frame = std::move(frame);
+  const Frame* out = entry.frame.get();
+  frames_.emplace(key, std::move(entry));
   return out;
 }
 
 void FrameNamer::NextGeneration() {
   ++generation_;
+  retired_.clear();
   for (auto it = frames_.begin(); it != frames_.end();) {
     if (it->second.generation + 2 <= generation_) {
       it = frames_.erase(it);

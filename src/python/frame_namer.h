@@ -14,6 +14,7 @@
 #include "common/profile.h"
 #include "python/bpf_proc_config.h"
 #include "python/interpreter_detect.h"
+#include "python/process_memory.h"
 
 namespace ember::python {
 
@@ -35,6 +36,7 @@ struct PythonProcess {
 
 struct FrameNamerStats {
   uint64_t named = 0;       // frames named from their code object
+  uint64_t renamed = 0;     // cached frames whose code object's address was reused
   uint64_t unreadable = 0;  // code objects that could not be read (process gone): "[python]"
 };
 
@@ -49,8 +51,14 @@ class FrameNamer {
   void Forget(uint32_t pid);
   std::vector<uint32_t> Pids() const;
 
-  // The frame of one recorded Python frame of process `pid` (which Update found supported).
+  // The frame of one recorded Python frame of process `pid` (which Update found supported),
+  // read with process_vm_readv. A cached frame is checked once per generation against its code
+  // object (name pointer and first line): a code object freed and another allocated at its
+  // address gets named again.
   const Frame* Name(uint32_t pid, const PythonProcess& process, const ember_python_frame& raw);
+  // The same, reading the process through `memory` (tests stand in for the process).
+  const Frame* Name(uint32_t pid, const PythonProcess& process, const ember_python_frame& raw,
+                    MemoryReader& memory);
 
   // Drops frames not used in the last two generations (call after an interval is written).
   void NextGeneration();
@@ -72,11 +80,18 @@ class FrameNamer {
   };
   struct Entry {
     std::unique_ptr<Frame> frame;
-    uint64_t generation = 0;
+    uint64_t generation = 0;  // last used
+    uint64_t checked = 0;     // generation its code object was last checked in
+    // What tells this code object from another at the same address.
+    uint64_t name_pointer = 0;
+    int32_t first_line = 0;
   };
 
   std::unordered_map<uint32_t, Tracked> processes_;
   std::unordered_map<Key, Entry, KeyHash> frames_;
+  // Frames replaced after their code object's address was reused: intervals written before may
+  // have used them, so they go at the next generation.
+  std::vector<std::unique_ptr<Frame>> retired_;
   uint64_t generation_ = 0;
   FrameNamerStats stats_;
 };

@@ -542,5 +542,57 @@ TEST(FrameNamerTest, DetectsAndNamesTheFramesOfALivePython) {
   EXPECT_EQ(namer.Find(pid), nullptr);
 }
 
+// A code object freed and another allocated at its address: the cached frame is checked once per
+// generation (name pointer, first line) and named again, while the old frame stays valid for
+// the interval that may still use it.
+TEST(FrameNamerTest, ReusedCodeAddressesAreNamedAgain) {
+  const CPythonLayout& l = *FindLayout(3, 12);
+  FakeMemory memory;
+  const uint64_t code = 0x20000, f_name = 0x21000, g_name = 0x23000, file = 0x24000,
+                 table = 0x22000;
+  auto put_code = [&](uint64_t name, int first_line) {
+    std::vector<uint8_t> bytes(l.code_adaptive + 16);
+    auto put64 = [&](uint32_t off, uint64_t v) { std::memcpy(bytes.data() + off, &v, 8); };
+    put64(l.code_name, name);
+    put64(l.code_qualname, name);
+    put64(l.code_filename, file);
+    put64(l.code_linetable, table);
+    std::memcpy(bytes.data() + l.code_firstlineno, &first_line, 4);
+    memory.Put(code, bytes);
+  };
+  PutString(memory, l, f_name, {'f'}, 1, true);
+  PutString(memory, l, g_name, {'g'}, 1, true);
+  PutString(memory, l, file, {'x', '.', 'p', 'y'}, 1, true);
+  std::vector<uint8_t> bytes_object(l.bytes_data);
+  int64_t size = 3;
+  std::memcpy(bytes_object.data() + l.var_size, &size, 8);
+  for (uint8_t b : {0xd1, 0xe9, 0x06}) bytes_object.push_back(b);
+  memory.Put(table, bytes_object);
+  put_code(f_name, 40);
+
+  PythonProcess process;
+  process.outcome = DetectOutcome::kSupported;
+  process.process.config = {.layout = l, .runtime_address = 0x1000, .code_type_address = 0};
+  const ember_python_frame raw{
+      .code = code, .position = code + l.code_adaptive + 4, .flags = 0, .reserved = 0};
+  FrameNamer namer;
+  const Frame* f = namer.Name(7, process, raw, memory);
+  EXPECT_EQ(f->function, "f");
+  EXPECT_EQ(f->source_file, "x.py");
+  EXPECT_EQ(f->line, 43u);
+  namer.NextGeneration();
+  EXPECT_EQ(namer.Name(7, process, raw, memory), f);  // the same code object: cached
+
+  put_code(g_name, 60);                               // another function at the same address
+  EXPECT_EQ(namer.Name(7, process, raw, memory), f);  // checked once per generation
+  namer.NextGeneration();
+  const Frame* g = namer.Name(7, process, raw, memory);
+  EXPECT_EQ(g->function, "g");
+  EXPECT_EQ(g->line, 63u);
+  EXPECT_EQ(f->function, "f");  // still valid until the next generation
+  EXPECT_EQ(namer.stats().renamed, 1u);
+  EXPECT_EQ(namer.stats().named, 2u);
+}
+
 }  // namespace
 }  // namespace ember::python
