@@ -272,5 +272,33 @@ INSTANTIATE_TEST_SUITE_P(Interpreters, PythonProfileTest,
                            return std::string(info.param);
                          });
 
+// CPython 3.7 (pyenv's build, when present) is older than the layouts: the agent says so once and
+// the process keeps its native stacks.
+TEST(PythonUnsupportedTest, AnUnsupportedVersionIsLoggedOnceAndKeepsNativeStacks) {
+  const std::string python = InterpreterOf("Pyenv37");
+  if (python.empty()) GTEST_SKIP() << "no pyenv build of 3.7";
+  ProfiledRun run = ProfileFixture({python, EMBER_PYTHON_FIXTURE, "3"}, 99);
+  size_t lines = 0;
+  for (size_t at = run.agent_log.find("is not supported"); at != std::string::npos;
+       at = run.agent_log.find("is not supported", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << run.agent_log;
+  EXPECT_EQ(run.agent_log.find("walking its Python frames"), std::string::npos) << run.agent_log;
+  int64_t total = 0, script = 0, eval = 0;
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) {
+    total += s.count;
+    if (!ScriptFrames(s).empty()) script += s.count;
+    if (std::find(s.functions.begin(), s.functions.end(), "_PyEval_EvalFrameDefault") !=
+        s.functions.end()) {
+      eval += s.count;
+    }
+  }
+  EXPECT_GT(total, 100) << run.agent_log;
+  EXPECT_EQ(script, 0);
+  EXPECT_GE(static_cast<double>(eval) / std::max<int64_t>(total, 1), 0.9);
+  std::filesystem::remove_all(run.output_dir);
+}
+
 }  // namespace
 }  // namespace ember::testing
