@@ -300,5 +300,47 @@ TEST(PythonUnsupportedTest, AnUnsupportedVersionIsLoggedOnceAndKeepsNativeStacks
   std::filesystem::remove_all(run.output_dir);
 }
 
+// Threads (Debian's python3.11): each sampled thread is matched to its own thread state (by its fs
+// base, whether or not it holds the GIL), so each sample carries its own thread's functions.
+TEST(PythonThreadsTest, EachThreadCarriesItsOwnFunctions) {
+  ProfiledRun run = ProfileFixture({"/usr/bin/python3.11", EMBER_PYTHON_THREADS_FIXTURE, "6"}, 199);
+  const std::vector<std::string> worker = {"leaf_thread", "thread_loop", "Thread.run",
+                                           "Thread._bootstrap_inner", "Thread._bootstrap"};
+  const std::vector<std::string> main_thread = {"leaf_main", "main_loop", "main", "<module>"};
+  const std::set<std::string> names = {
+      "leaf_thread",       "thread_loop", "Thread.run", "Thread._bootstrap_inner",
+      "Thread._bootstrap", "leaf_main",   "main_loop",  "main",
+      "<module>"};
+  int64_t total = 0, in_worker = 0, in_main = 0;
+  std::map<std::string, int64_t> wrong;
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) {
+    total += s.count;
+    std::vector<std::string> frames;
+    for (const std::string& f : s.functions) {
+      if (names.contains(f)) frames.push_back(f);
+      if (f == "<module>" || f == "Thread._bootstrap") break;
+    }
+    if (frames == worker) {
+      in_worker += s.count;
+    } else if (frames == main_thread) {
+      in_main += s.count;
+    } else {
+      wrong[absl::StrJoin(s.functions, ";")] += s.count;
+    }
+  }
+  ASSERT_GT(total, 300) << run.agent_log;
+  std::printf("threads: %.1f%% in the workers' chain, %.1f%% in the main thread's, of %lld\n",
+              100.0 * in_worker / total, 100.0 * in_main / total, static_cast<long long>(total));
+  std::string examples;
+  int shown = 0;
+  for (const auto& [stack, count] : wrong) {
+    if (shown++ < 10) examples += std::to_string(count) + " x " + stack + "\n";
+  }
+  EXPECT_GE(static_cast<double>(in_worker + in_main) / total, 0.9) << examples << run.agent_log;
+  EXPECT_GE(static_cast<double>(in_worker) / total, 0.3);  // two of the three threads
+  EXPECT_GE(static_cast<double>(in_main) / total, 0.15);
+  std::filesystem::remove_all(run.output_dir);
+}
+
 }  // namespace
 }  // namespace ember::testing
