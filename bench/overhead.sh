@@ -47,8 +47,10 @@
 #   quarter of them each in a new cgroup under the cgroup v2 mount), exporting every 5 s to a local
 #   OTLP http/protobuf listener that is up 20 s and down 20 s; every 10 s it prints Ember's RSS,
 #   peak RSS, open fds and ember_processes_tracked (from its /metrics).
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
+# Under set -e a failing command ends the script: say which, rather than end silently.
+trap 'echo "overhead: stopped by a failed command at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace)
 build_dir=build
@@ -185,13 +187,14 @@ has_progs() { [[ -n $(prog_ids "$1") ]]; }
 bpf_run_ns() {
   local id total=0 ns
   for id in $(prog_ids "$1"); do
-    ns=$(bpftool -j prog show id "$id" 2>/dev/null | grep -o '"run_time_ns":[0-9]*' | cut -d: -f2)
+    ns=$(bpftool -j prog show id "$id" 2>/dev/null | grep -o '"run_time_ns":[0-9]*' | cut -d: -f2 ||
+      true)
     total=$((total + ${ns:-0}))
   done
   echo "$total"
 }
 # On-CPU nanoseconds of a process so far, summed over its threads.
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ ns += $1 } END { print ns + 0 }'; }
+cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { print ns + 0 }'; }
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
 
 units=$("$workload" --calibrate 1) || die "$workload --calibrate failed"
@@ -199,7 +202,7 @@ units=$((units * seconds))
 
 results=$tmp/results.tsv # one line per run
 printf 'config\tround\telapsed_s\tsamples\twl_samples\twl_main\tuser_s\tsys_s\tmaxrss_kb'\
-'\tbpf_ns\tscript_s\tbytes\tstart_ns\tfirst_ms\tload\n' >"$results"
+'\tbpf_ns\tscript_s\tbytes\tstart_ns\tfirst_ms\tload\tlost\n' >"$results"
 
 # run CONFIG ROUND: one workload run under CONFIG; appends a line to $results.
 run() {
@@ -260,7 +263,7 @@ run() {
   wait_until $((seconds * 6 + 60)) "the workload to finish" workload_done
   grep -q elapsed_s "$dir/workload.out" || die "the workload failed: $(tail -3 "$dir/workload.out")"
 
-  local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=-
+  local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=- lost=-
   if [[ -n $prof_pid ]]; then
     is_gone "$prof_pid" && die "$config exited early: $(tail -3 "$dir/profiler.log")"
     [[ $config == ember* || $config == bpftrace ]] && bpf_ns=$(bpf_run_ns "$prof_pid")
@@ -279,6 +282,7 @@ run() {
     ember*)
       samples=$(sed -n 's/.* done: \([0-9]*\) samples.*/\1/p' "$dir/profiler.log")
       first_ms=$(sed -n 's/.*first sample \([0-9]*\) ms after start.*/\1/p' "$dir/profiler.log")
+      lost=$(sed -n 's/.* done: [0-9]* samples, \([0-9]*\) lost.*/\1/p' "$dir/profiler.log")
       bytes=$(du -sb "$dir/out" | cut -f1)
       read -r wl wl_main < <(
         "$pprof" -traces -sample_index=samples "$dir"/out/cpu-*.pb.gz 2>/dev/null | awk '
@@ -295,6 +299,10 @@ run() {
         -F comm,pid,ip,sym >"$dir/script.txt" 2>"$dir/script.err" ||
         die "perf script failed: $(tail -3 "$dir/script.err")"
       script_s=$(awk '{ print $1 + $2 }' "$dir/script.time")
+      # perf counts what its buffers dropped as lost chunks (events), when it drops any.
+      lost=$(cat "$dir/profiler.log" "$dir/script.err" |
+        awk '{ while (match($0, /lost [0-9]+ chunks/)) { split(substr($0, RSTART, RLENGTH), w, " ")
+                 n += w[2]; $0 = substr($0, RSTART + RLENGTH) } } END { print n + 0 }')
       # One paragraph per sample: "COMM PID" then one "ADDRESS SYMBOL" line per frame.
       # perf -a samples idle CPUs too (pid 0); Ember and bpftrace do not: those are left out.
       read -r samples wl wl_main < <(awk -v RS= -F '\n' '
@@ -323,9 +331,9 @@ run() {
   if [[ -s $dir/time ]]; then
     read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$dir/time" | tail -1)
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$config" "$round" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$config" "$round" \
     "${elapsed:-0}" "${samples:-0}" "${wl:-0}" "${wl_main:-0}" "$user" "$sys" "$maxrss" "$bpf_ns" \
-    "$script_s" "${bytes:-0}" "$start_ns" "${first_ms:--}" "$load" >>"$results"
+    "$script_s" "${bytes:-0}" "$start_ns" "${first_ms:--}" "$load" "${lost:--}" >>"$results"
   printf '  round %d %-10s elapsed %6.2f s, %5d samples (%d of the workload, %d reach main), load %s\n' \
     "$round" "$config" "${elapsed:-0}" "${samples:-0}" "${wl:-0}" "${wl_main:-0}" "$load"
   started=() # all reaped: their pids may be reused from now on
@@ -387,12 +395,13 @@ summarize() {
 
 # Every run, in the order run: the raw figures behind the table.
 every_run() {
-  echo "| round | config | elapsed s | samples | workload samples | reach main | user+sys s | BPF s | perf script s | peak RSS MB | bytes written | first sample ms | load |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| round | config | elapsed s | samples | workload samples | reach main | user+sys s | BPF s | perf script s | peak RSS MB | bytes written | first sample ms | lost | load |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F '\t' 'NR > 1 {
-      printf "| %d | %s | %.2f | %d | %d | %s | %.3f | %.3f | %.3f | %s | %d | %s | %.2f |\n", $2, $1, $3, $4, $5,
+      printf "| %d | %s | %.2f | %d | %d | %s | %.3f | %.3f | %.3f | %s | %d | %s | %s | %.2f |\n",
+        $2, $1, $3, $4, $5,
         $5 ? sprintf("%.1f%%", 100 * $6 / $5) : "-", $7 + $8, $10 / 1e9, $11,
-        $9 ? sprintf("%.0f", $9 / 1024) : "-", $12, $14, $15 }' "$results"
+        $9 ? sprintf("%.0f", $9 / 1024) : "-", $12, $14, $16, $15 }' "$results"
 }
 
 soak() {
@@ -456,7 +465,7 @@ EOF
         fi
         pids+=($!)
       done
-      wait "${pids[@]}" 2>/dev/null
+      wait "${pids[@]}" 2>/dev/null || true
       for cg in "${dirs[@]}"; do rmdir "$cg" 2>/dev/null || true; done
       sleep 0.15
     done
