@@ -400,9 +400,13 @@ void Agent::SplicePython(const python::PythonProcess& python, const SampleView& 
   for (size_t j = 0; j < sample.python_frames.size(); ++j) {
     python_entry[j] = (sample.python_frames[j].flags & EMBER_PYTHON_FRAME_ENTRY) != 0;
   }
-  const bool truncated = native_count > 0 && user_pcs_.back() == 0;
-  std::vector<python::SplicedFrame> spliced =
-      python::SpliceStacks(native_is_eval, python_entry, truncated, &splice_stats_);
+  // Pairs are made from the root unless a walk stopped short of it: a native stack cut at the
+  // snapshot, or Python frames cut at EMBER_MAX_PYTHON_FRAMES (or by a failed read), whose
+  // missing outer groups would otherwise take the innermost eval frames' places.
+  const bool native_truncated = native_count > 0 && user_pcs_.back() == 0;
+  const bool python_complete = sample.header->python_status == EMBER_PYTHON_OK;
+  std::vector<python::SplicedFrame> spliced = python::SpliceStacks(
+      native_is_eval, python_entry, native_truncated || !python_complete, &splice_stats_);
   std::vector<const Frame*> native(stack_.begin() + user_begin, stack_.end());
   stack_.resize(user_begin);
   for (const python::SplicedFrame& frame : spliced) {
