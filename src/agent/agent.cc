@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
 #include "python/frame_splice.h"
@@ -421,8 +422,7 @@ void Agent::SplicePython(const python::PythonProcess& python, const SampleView& 
 void Agent::DropExitedPython() {
   for (auto it = python_seen_.begin(); it != python_seen_.end();) {
     const uint32_t pid = it->first;
-    std::ifstream stat_file(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    std::string stat = ReadWholeFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
     if (!stat.empty() && ParseStatStartTime(stat) == it->second.start_time) {
       ++it;
       continue;
