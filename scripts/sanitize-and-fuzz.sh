@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The test command's sanitizer tier (issue 8): builds Ember with AddressSanitizer and
+# UndefinedBehaviorSanitizer into build-sanitize/ (GCC, the compiler the tests' fixtures and
+# expectations are made for) and runs the `unit` tests there: any report fails them. Then builds
+# the libFuzzer targets of fuzz/ with clang and both sanitizers into build-fuzz/ and runs each for
+# a bounded time from its seed corpus. A finding fails the run; the input that triggered it is left
+# in build-fuzz/findings/.
+#
+#   scripts/sanitize-and-fuzz.sh [SECONDS_PER_FUZZ_TARGET]   (default 20; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-20}
+[[ $seconds =~ ^[0-9]+$ ]] || { echo "sanitize-and-fuzz: '$seconds' is not a number of seconds" >&2; exit 2; }
+
+CC=gcc CXX=g++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DEMBER_SANITIZE=ON >/dev/null
+cmake --build build-sanitize -j"$(nproc)"
+# The first report fails the test; leaks count too.
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+(cd build-sanitize && ctest -L unit --output-on-failure --timeout 300 -j2)
+
+((seconds > 0)) || exit 0
+build=build-fuzz
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DEMBER_SANITIZE=ON -DEMBER_FUZZ=ON >/dev/null
+cmake --build "$build" --target fuzz_targets -j"$(nproc)"
+# Seeds: the target's own corpus, plus the test data of the same format. New inputs go to a
+# scratch corpus in the build tree, so the repository's seeds stay as they are.
+declare -A extra_seeds=(
+  [kubernetes_json_fuzz]=tests/data/k8s
+)
+mkdir -p "$build/findings"
+failed=()
+for source in fuzz/*_fuzz.cc; do
+  target=$(basename "$source" .cc)
+  scratch="$build/corpus/$target"
+  mkdir -p "$scratch"
+  seeds=("fuzz/corpus/$target")
+  [[ -n ${extra_seeds[$target]:-} ]] && seeds+=("${extra_seeds[$target]}")
+  log="$build/findings/$target.log"
+  if "$build/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -artifact_prefix="$build/findings/$target-" -print_final_stats=1 \
+       "$scratch" "${seeds[@]}" >"$log" 2>&1; then
+    runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    echo "fuzz: $target: $runs runs in ${seconds}s, no finding"
+  else
+    echo "fuzz: $target: FINDING (log and input in $build/findings/):" >&2
+    grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -5 >&2 || tail -5 "$log" >&2
+    failed+=("$target")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz: findings in ${failed[*]}" >&2
+  exit 1
+fi
