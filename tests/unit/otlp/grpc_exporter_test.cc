@@ -11,10 +11,10 @@
 #include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 #include "otlp/profile_exporter.h"
+#include "support/test_certificates.h"
 #include "unit/otlp/grpc_test_receiver.h"
 #include "unit/otlp/log_capture.h"
 #include "unit/otlp/reserved_port.h"
-#include "support/test_certificates.h"
 #include "unit/otlp/test_requests.h"
 #include "unit/otlp/wait_for.h"
 

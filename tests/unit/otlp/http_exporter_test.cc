@@ -10,10 +10,10 @@
 #include "gtest/gtest.h"
 #include "opentelemetry/proto/collector/profiles/v1development/profiles_service.pb.h"
 #include "otlp/profile_exporter.h"
+#include "support/test_certificates.h"
 #include "unit/otlp/http_test_receiver.h"
 #include "unit/otlp/log_capture.h"
 #include "unit/otlp/reserved_port.h"
-#include "support/test_certificates.h"
 #include "unit/otlp/test_requests.h"
 #include "unit/otlp/wait_for.h"
 
