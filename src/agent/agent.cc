@@ -184,8 +184,9 @@ absl::Status Agent::SetUpStatusEndpoint() {
       RETURN_IF_ERROR(metrics_.AddCallbackCounter(
           "ember_python_walks_total",
           "CPython frame walks done in BPF for samples of Python processes, by how they ended.",
-          {{"result", result}},
-          [profiler, field] { return static_cast<double>(profiler->ReadStats().*field); }));
+          {{"result", result}}, [profiler, member = field] {
+            return static_cast<double>(profiler->ReadStats().*member);
+          }));
     }
   }
   if (pods_ != nullptr) {
