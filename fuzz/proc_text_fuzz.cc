@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto mappings = ember::ParseProcMaps(text);
       if (mappings.ok()) {
         for (const ember::MemoryMapping& m : *mappings) {
-          if (m.start >= m.end) __builtin_trap();  // ParseProcMaps promises ranges
+          if (m.start > m.end) __builtin_trap();  // ParseProcMaps refuses reversed ranges
         }
       }
       break;
