@@ -22,6 +22,8 @@ packages=(
   unzip python3 python3-yaml systemd
   # container test: a real container run by runc from a busybox-static bundle
   runc busybox-static
+  # sanitizer and fuzz tier: clang's libFuzzer and sanitizer runtimes (only recommended by clang)
+  libclang-rt-14-dev
   # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against it)
   python3.11 python3.11-dbg
 )
