@@ -192,7 +192,7 @@ StepResult ModuleCfi::LibdwflStep(uint64_t lookup_pc, const FrameRegisters& fram
 
 std::optional<StepResult> ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
                                                  uint64_t bias, const StackMemory& stack) {
-  const CfiRow row = RowAt(lookup_pc);
+  const CfiRow& row = RowAt(lookup_pc);  // valid until the caller's row is looked up below
   if (!row.compact) return std::nullopt;
   bool read_past_stack = false;
   std::optional<ember::CompactStep> step = StepByRow(row, frame, stack, &read_past_stack);
@@ -214,14 +214,18 @@ std::optional<StepResult> ModuleCfi::CompactStep(uint64_t lookup_pc, const Frame
   return result;
 }
 
-CfiRow ModuleCfi::RowAt(uint64_t elf_pc) {
-  if (auto found = rows_.find(elf_pc); found != rows_.end()) return found->second;
-  if (rows_.size() >= max_rows_) rows_.clear();  // bounded: start over rather than grow
-  CfiRow row = ReadRow(elf_pc);
-  ++row_stats_.rows_read;
-  rows_.emplace(elf_pc, row);
-  row_stats_.rows_cached = rows_.size();
-  return row;
+const CfiRow& ModuleCfi::RowAt(uint64_t elf_pc) {
+  if (last_row_ != nullptr && last_pc_ == elf_pc) return *last_row_;
+  auto found = rows_.find(elf_pc);
+  if (found == rows_.end()) {
+    if (rows_.size() >= max_rows_) rows_.clear();  // bounded: start over rather than grow
+    found = rows_.emplace(elf_pc, ReadRow(elf_pc)).first;
+    ++row_stats_.rows_read;
+    row_stats_.rows_cached = rows_.size();
+  }
+  last_pc_ = elf_pc;
+  last_row_ = &found->second;
+  return found->second;
 }
 
 // As libdwfl looks a frame up: .eh_frame first, then .debug_frame in the file itself.

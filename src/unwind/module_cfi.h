@@ -69,8 +69,9 @@ class ModuleCfi {
   friend struct CfiCallbacks;
   struct StepState;
   bool Open();
-  // The row for ELF address `elf_pc` (cached), with `compact` false when there is none.
-  CfiRow RowAt(uint64_t elf_pc);
+  // The row for ELF address `elf_pc` (cached), with `compact` false when there is none. Valid
+  // until the next call.
+  const CfiRow& RowAt(uint64_t elf_pc);
   CfiRow ReadRow(uint64_t elf_pc) const;
   std::optional<StepResult> CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
                                         uint64_t bias, const StackMemory& stack);
@@ -86,6 +87,9 @@ class ModuleCfi {
   bool opened_ = false;                         // Open() was tried
   StepState* step_ = nullptr;                   // the step in progress, for the callbacks
   absl::flat_hash_map<uint64_t, CfiRow> rows_;  // by ELF lookup address
+  // The last row found: a step looks its caller's row up, which the next step needs again.
+  uint64_t last_pc_ = 0;
+  const CfiRow* last_row_ = nullptr;
   RowStats row_stats_;
 };
 
