@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -110,6 +111,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
     pids.push_back(*tgid);
   }
+  // The kernel's symbols are read on another core while the BPF program loads and attaches.
+  std::future<absl::StatusOr<KernelSymbols>> kernel_symbols =
+      std::async(std::launch::async, [] { return KernelSymbols::Load(); });
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
                            .pids = pids,
@@ -123,14 +127,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                options.pids.empty() ? ", every process"
                                     : absl::StrCat(", ", options.pids.size(), " process(es)"));
 
-  // Samples queue in the ring buffer meanwhile, so loading symbols does not delay the first one.
-  auto kernel_symbols = KernelSymbols::Load();
-  if (kernel_symbols.ok()) {
-    agent->kernel_symbols_ = std::move(kernel_symbols).value();
+  // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any.
+  if (auto symbols = kernel_symbols.get(); symbols.ok()) {
+    agent->kernel_symbols_ = std::move(symbols).value();
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
   } else {
-    spdlog::warn("kernel frames will be unnamed: {}",
-                 std::string(kernel_symbols.status().message()));
+    spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }
   agent->interval_start_ = absl::Now();
   if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
