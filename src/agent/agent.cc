@@ -1,6 +1,7 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,8 @@ namespace {
 constexpr int kMaxPollMs = 100;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
+// How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
+constexpr absl::Duration kFlameGraphRewrite = absl::Seconds(60);
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -517,7 +520,7 @@ std::string Agent::NextPprofPath(absl::Time now) const {
   return path;
 }
 
-void Agent::ExportInterval(absl::Time now) {
+void Agent::ExportInterval(absl::Time now, bool last) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile =
       aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
@@ -540,12 +543,23 @@ void Agent::ExportInterval(absl::Time now) {
       spdlog::error("interval of {} samples lost: {}", samples, std::string(status.message()));
     }
     flame_graph_.Add(profile);
+    flame_graph_changed_ = true;
+  }
+  // The page holds every interval so far, so writing it costs the whole graph (up to 200,000
+  // nodes), not this interval: it is rewritten at most once a minute, and at the end.
+  if (flame_graph_changed_ && (last || now - flame_graph_written_at_ >= kFlameGraphRewrite)) {
+    const auto started = std::chrono::steady_clock::now();
     if (absl::Status status =
             flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
         !status.ok()) {
       write_failures_metric_->Increment();
       spdlog::error("flame graph not updated: {}", std::string(status.message()));
+    } else {
+      spdlog::debug("flame graph written ({} nodes) in {} ms", flame_graph_.nodes(),
+                    MillisecondsSince(started));
     }
+    flame_graph_changed_ = false;
+    flame_graph_written_at_ = now;
   }
   ReportExporter();
   BpfStats stats = profiler_->ReadStats();
@@ -564,6 +578,8 @@ void Agent::ExportInterval(absl::Time now) {
   DropExitedPython();
   python_.NextGeneration();
   processes_metric_->Set(static_cast<double>(processes_.size()));
+  // What the caches freed goes back to the system rather than staying in the heap.
+  malloc_trim(0);
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
@@ -576,7 +592,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (now >= next_export) {
-      ExportInterval(now);
+      ExportInterval(now, /*last=*/false);
       next_export += options_.export_interval;
       if (next_export <= now) next_export = now + options_.export_interval;
     }
@@ -586,7 +602,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
-  ExportInterval(absl::Now());
+  ExportInterval(absl::Now(), /*last=*/true);
   if (pod_watcher_ != nullptr) pod_watcher_->Stop();
 
   BpfStats stats = profiler_->ReadStats();

@@ -43,6 +43,7 @@ class FlameGraph {
 
   void Add(const IntervalProfile& profile);  // copies names; holds no pointers into profile
   int64_t total_samples() const { return total_samples_; }
+  size_t nodes() const { return nodes_.size(); }
 
   // Atomically (tmp + rename) writes the page. No network access from the page: all JS/CSS inline,
   // data embedded as JSON (escape </script>, quotes, control chars, non-ASCII safely).
