@@ -159,49 +159,6 @@ std::string LeafOf(const NamedSample& s) {
   return "";
 }
 
-double Share(int64_t part, int64_t whole) {
-  return whole > 0 ? static_cast<double>(part) / whole : 0.0;
-}
-
-template <typename Pred>
-std::string CommonStacks(const std::vector<NamedSample>& samples, Pred pick, size_t limit = 5) {
-  std::map<std::string, int64_t> counts;
-  for (const NamedSample& s : samples) {
-    if (pick(s)) counts[absl::StrJoin(s.functions, " <- ")] += s.count;
-  }
-  std::vector<std::pair<int64_t, std::string>> sorted;
-  for (auto& [stack, count] : counts) sorted.emplace_back(count, stack);
-  std::sort(sorted.rbegin(), sorted.rend());
-  std::string out;
-  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
-    absl::StrAppend(&out, "  ", sorted[i].first, " x ", sorted[i].second, "\n");
-  }
-  return out;
-}
-
-// The flame graph's node types (FlameGraph::NodeType values) of every name, from the JSON the
-// page embeds.
-std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_path) {
-  std::ifstream in(html_path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string html = buffer.str();
-  const std::string open = "<script id=\"data\" type=\"application/json\">";
-  const size_t begin = html.find(open);
-  const size_t end = html.find("</script>", begin);
-  std::map<std::string, std::set<int>> types;
-  if (begin == std::string::npos || end == std::string::npos) return types;
-  nlohmann::json data = nlohmann::json::parse(
-      html.substr(begin + open.size(), end - begin - open.size()), nullptr, false);
-  if (data.is_discarded()) return types;
-  const auto& names = data["names"];
-  const auto& tree = data["tree"];
-  for (size_t i = 0; i + 3 < tree.size(); i += 4) {
-    types[names[tree[i].get<size_t>()].get<std::string>()].insert(tree[i + 1].get<int>());
-  }
-  return types;
-}
-
 // The analysis both runtimes share.
 class JitProfileTest : public ::testing::Test {
  protected:
@@ -255,7 +212,8 @@ class JitProfileTest : public ::testing::Test {
                     .c_str());
     EXPECT_GE(Share(nested, total), 0.90)
         << nested << " of " << total << "; most common other stacks:\n"
-        << CommonStacks(samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); });
+        << CommonStacks(
+               samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); }, 5);
   }
 
   static void CheckLeafShares(const std::vector<NamedSample>& samples, const std::string& output) {

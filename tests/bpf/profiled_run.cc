@@ -4,11 +4,16 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "support/subprocess.h"
 
 namespace ember::testing {
@@ -69,6 +74,49 @@ std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output) {
   double ns = 0;
   while (lines >> name >> ns) measured_ns[name] = ns;
   return measured_ns;
+}
+
+std::string CommonStacks(
+    const std::vector<NamedSample>& samples, const std::function<bool(const NamedSample&)>& pick,
+    size_t limit, const std::function<std::vector<std::string>(const NamedSample&)>& frames_of) {
+  std::map<std::string, int64_t> counts;
+  for (const NamedSample& s : samples) {
+    if (!pick(s)) continue;
+    counts[absl::StrJoin(frames_of ? frames_of(s) : s.functions, " <- ")] += s.count;
+  }
+  std::vector<std::pair<int64_t, std::string>> sorted;
+  for (auto& [stack, count] : counts) sorted.emplace_back(count, stack);
+  std::sort(sorted.rbegin(), sorted.rend());
+  std::string out;
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    absl::StrAppend(&out, "  ", sorted[i].first, " x ", sorted[i].second, "\n");
+  }
+  return out;
+}
+
+double Share(int64_t part, int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_path) {
+  std::ifstream in(html_path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string html = buffer.str();
+  const std::string open = "<script id=\"data\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  const size_t end = html.find("</script>", begin);
+  std::map<std::string, std::set<int>> types;
+  if (begin == std::string::npos || end == std::string::npos) return types;
+  nlohmann::json data = nlohmann::json::parse(
+      html.substr(begin + open.size(), end - begin - open.size()), nullptr, false);
+  if (data.is_discarded()) return types;
+  const auto& names = data["names"];
+  const auto& tree = data["tree"];
+  for (size_t i = 0; i + 3 < tree.size(); i += 4) {
+    types[names[tree[i].get<size_t>()].get<std::string>()].insert(tree[i + 1].get<int>());
+  }
+  return types;
 }
 
 }  // namespace ember::testing

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,20 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
 
 // The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);
+
+// The `limit` most common stacks among the samples `pick` picks, one line each ("  N x f <- g"),
+// for failure messages. `frames_of` chooses the frames shown (default: all, leaf first).
+std::string CommonStacks(
+    const std::vector<NamedSample>& samples, const std::function<bool(const NamedSample&)>& pick,
+    size_t limit,
+    const std::function<std::vector<std::string>(const NamedSample&)>& frames_of = nullptr);
+
+// part / whole, 0 when whole is 0.
+double Share(int64_t part, int64_t whole);
+
+// The flame graph's node types (FlameGraph::NodeType values) of every name, from the JSON that
+// flamegraph.html embeds (names, then a tree of [name, type, samples, children] nodes); empty
+// when the page has none.
+std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_path);
 
 }  // namespace ember::testing

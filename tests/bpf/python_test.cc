@@ -49,29 +49,6 @@ bool IsScriptFunction(const std::string& name) {
   return kCallerOf.contains(Qualified(name)) || name == "<module>";
 }
 
-// The flame graph's frame types by name (the page's embedded JSON: names, then a tree of
-// [name, type, ...] nodes).
-std::map<std::string, std::set<int>> FlameGraphTypes(const std::string& html_path) {
-  std::ifstream in(html_path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string html = buffer.str();
-  const std::string open = "<script id=\"data\" type=\"application/json\">";
-  const size_t begin = html.find(open);
-  const size_t end = html.find("</script>", begin);
-  std::map<std::string, std::set<int>> types;
-  if (begin == std::string::npos || end == std::string::npos) return types;
-  nlohmann::json data = nlohmann::json::parse(
-      html.substr(begin + open.size(), end - begin - open.size()), nullptr, false);
-  if (data.is_discarded()) return types;
-  const auto& names = data["names"];
-  const auto& tree = data["tree"];
-  for (size_t i = 0; i + 3 < tree.size(); i += 4) {
-    types[names[tree[i].get<size_t>()].get<std::string>()].insert(tree[i + 1].get<int>());
-  }
-  return types;
-}
-
 // The interpreter a test parameter names: Debian's python3.11, or the python3 the tests' PATH
 // finds (resolved through wrappers such as pyenv's shims); "" when there is none.
 std::string InterpreterOf(const std::string& param) {

@@ -42,28 +42,13 @@ bool ChainAt(const std::vector<std::string>& functions, size_t from,
          std::equal(chain.begin(), chain.end(), functions.begin() + from);
 }
 
-double Share(int64_t part, int64_t whole) {
-  return whole > 0 ? static_cast<double>(part) / whole : 0.0;
-}
-
 // The most common stacks among `samples` that `bad` picks, user frames from the leaf outwards,
 // so that a failure shows where unwinding stopped.
-template <typename Pred>
-std::string CommonStacks(const std::vector<NamedSample>& samples, Pred bad, size_t limit = 3) {
-  std::map<std::string, int64_t> counts;
-  for (const NamedSample& s : samples) {
-    if (!bad(s)) continue;
-    std::vector<std::string> frames(s.functions.begin() + LeafIndex(s), s.functions.end());
-    counts[absl::StrJoin(frames, " <- ")] += s.count;
-  }
-  std::vector<std::pair<int64_t, std::string>> sorted;
-  for (auto& [stack, count] : counts) sorted.emplace_back(count, stack);
-  std::sort(sorted.rbegin(), sorted.rend());
-  std::string out;
-  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
-    absl::StrAppend(&out, "  ", sorted[i].first, " x ", sorted[i].second, "\n");
-  }
-  return out;
+std::string CommonBadStacks(const std::vector<NamedSample>& samples,
+                            const std::function<bool(const NamedSample&)>& bad) {
+  return CommonStacks(samples, bad, 3, [](const NamedSample& s) {
+    return std::vector<std::string>(s.functions.begin() + LeafIndex(s), s.functions.end());
+  });
 }
 
 class CfiUnwindTest : public ::testing::Test {
@@ -105,7 +90,7 @@ TEST_F(CfiUnwindTest, SamplesReachMain) {
               static_cast<long long>(reach_main), static_cast<long long>(total_));
   EXPECT_GE(Share(reach_main, total_), 0.98)
       << reach_main << " of " << total_ << " samples reach main; most common of the others:\n"
-      << CommonStacks(*samples_, misses_main);
+      << CommonBadStacks(*samples_, misses_main);
 }
 
 TEST_F(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
@@ -156,7 +141,7 @@ TEST_F(CfiUnwindTest, DeepChainIsWhole) {
   ASSERT_GT(count.with_leaf, 0);
   EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
       << count.whole << " of " << count.with_leaf << "; most common leaf_deep stacks:\n"
-      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_deep"; });
+      << CommonBadStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_deep"; });
 }
 
 TEST_F(CfiUnwindTest, ShallowChainIsWhole) {
@@ -168,7 +153,8 @@ TEST_F(CfiUnwindTest, ShallowChainIsWhole) {
   ASSERT_GT(count.with_leaf, 0);
   EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
       << count.whole << " of " << count.with_leaf << "; most common leaf_shallow stacks:\n"
-      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_shallow"; });
+      << CommonBadStacks(*samples_,
+                         [](const NamedSample& s) { return LeafOf(s) == "leaf_shallow"; });
 }
 
 TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
@@ -191,7 +177,8 @@ TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
   ASSERT_GT(with_leaf, 0);
   EXPECT_GE(Share(whole, with_leaf), 0.95)
       << whole << " of " << with_leaf << "; most common compare_items stacks:\n"
-      << CommonStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
+      << CommonBadStacks(*samples_,
+                         [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
 }
 
 // The same program with its CFI only in .debug_frame (the functions of its own have no .eh_frame
@@ -211,7 +198,7 @@ TEST(DebugFrameUnwindTest, StacksReachMainThroughTheDeepChain) {
   ASSERT_GE(total, 400) << run.agent_log;
   std::printf("reach main: %.1f%% of %lld samples\n", 100 * Share(reach_main, total),
               static_cast<long long>(total));
-  EXPECT_GE(Share(reach_main, total), 0.98) << CommonStacks(samples, [](const NamedSample& s) {
+  EXPECT_GE(Share(reach_main, total), 0.98) << CommonBadStacks(samples, [](const NamedSample& s) {
     return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
   });
   std::vector<std::string> callers;
