@@ -25,7 +25,11 @@
 namespace ember {
 namespace {
 
-constexpr int kMaxPollMs = 100;
+// The loop's longest wait for samples. Records do not end the wait one by one (the ring buffer
+// wakes the agent only when a quarter full), so each wait is one wake-up of the agent: at most 2
+// a second once sampling runs, 10 a second until the first sample is in.
+constexpr int kMaxPollMs = 500;
+constexpr int kMaxPollMsBeforeFirstSample = 100;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
@@ -597,8 +601,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       if (next_export <= now) next_export = now + options_.export_interval;
     }
     absl::Duration wait = std::min(next_export, deadline) - now;
-    int wait_ms =
-        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wait), 0, kMaxPollMs));
+    int wait_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wait), 0,
+                            seen_first_sample_ ? kMaxPollMs : kMaxPollMsBeforeFirstSample));
     RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
