@@ -97,12 +97,20 @@ struct Replay {
   std::vector<SampleView> samples;            // the records that carry a snapshot, decoded
 };
 
-UnwindResult Unwind(DwarfUnwinder& unwinder, const Replay& replay, const SampleView& sample) {
+// Into `result`, reused from sample to sample as the agent does.
+void UnwindInto(DwarfUnwinder& unwinder, const Replay& replay, const SampleView& sample,
+                UnwindResult& result) {
   UserStack stack{.registers = sample.user_regs,
                   .stack = sample.user_stack,
                   .clamped = (sample.header->flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
-  return unwinder.Unwind(
-      replay.pid, replay.process->maps_version, [&] { return replay.mappings; }, stack);
+  unwinder.Unwind(
+      replay.pid, replay.process->maps_version, [&] { return replay.mappings; }, stack, result);
+}
+
+UnwindResult Unwind(DwarfUnwinder& unwinder, const Replay& replay, const SampleView& sample) {
+  UnwindResult result;
+  UnwindInto(unwinder, replay, sample, result);
+  return result;
 }
 
 absl::Status Record(size_t wanted, Replay* replay, Fixture* fixture) {
@@ -194,8 +202,9 @@ void BM_UnwindWarm(benchmark::State& state, Replay& replay) {
   for (const SampleView& sample : replay.samples) Unwind(unwinder, replay, sample);
   size_t next = 0;
   int64_t frames = 0;
+  UnwindResult result;
   for (auto _ : state) {
-    UnwindResult result = Unwind(unwinder, replay, replay.samples[next]);
+    UnwindInto(unwinder, replay, replay.samples[next], result);
     frames += static_cast<int64_t>(result.frames.size());
     benchmark::DoNotOptimize(result);
     if (++next == replay.samples.size()) next = 0;
@@ -214,8 +223,9 @@ void BM_UnwindAndSymbolizeWarm(benchmark::State& state, Replay& replay) {
   DwarfUnwinder unwinder;
   ModuleCache modules;
   FrameResolver resolver(&replay.processes, &modules, nullptr);
+  UnwindResult result;
   auto unwind_and_resolve = [&](const SampleView& sample) {
-    UnwindResult result = Unwind(unwinder, replay, sample);
+    UnwindInto(unwinder, replay, sample, result);
     for (const UnwoundFrame& f : result.frames) {
       benchmark::DoNotOptimize(resolver.User(replay.process, f.pc, f.is_return_address));
     }

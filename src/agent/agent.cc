@@ -342,9 +342,10 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   UserStack user_stack{.registers = sample.user_regs,
                        .stack = sample.user_stack,
                        .clamped = (header.flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
-  UnwindResult unwound = unwinder_.Unwind(
+  UnwindResult& unwound = unwound_;
+  unwinder_.Unwind(
       header.pid, process->maps_version, [&] { return UnwindMappingsOf(processes_, *process); },
-      user_stack);
+      user_stack, unwound);
   for (const UnwoundFrame& frame : unwound.frames) {
     stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));
     user_pcs_.push_back(frame.pc);

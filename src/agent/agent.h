@@ -107,6 +107,7 @@ class Agent {
   std::vector<const Frame*> stack_;  // reused per sample
   // Per user frame in stack_ (from AppendUserFrames): its pc, 0 for markers. Reused per sample.
   std::vector<uint64_t> user_pcs_;
+  UnwindResult unwound_;  // reused per sample
   python::FrameNamer python_;
   // Per process with Python bookkeeping: the maps_version detection last ran on, and its start
   // time (a reused pid is another process).

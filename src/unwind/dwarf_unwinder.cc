@@ -105,7 +105,15 @@ DwarfUnwinder::AddressSpace* DwarfUnwinder::SpaceFor(uint32_t pid, uint64_t layo
 UnwindResult DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings,
                                    const UserStack& stack) {
   UnwindResult result;
-  if (stack.registers.size() != kUnwindRegisterCount) return result;
+  Unwind(pid, layout_version, mappings, stack, result);
+  return result;
+}
+
+void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings,
+                           const UserStack& stack, UnwindResult& result) {
+  result.frames.clear();
+  result.end = UnwindEnd::kError;
+  if (stack.registers.size() != kUnwindRegisterCount) return;
   AddressSpace* space = SpaceFor(pid, layout_version, mappings);
   space->last_generation = generation_;
 
@@ -155,7 +163,6 @@ UnwindResult DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, Mappin
     break;
   }
   if (result.frames.empty()) result.frames.push_back({.pc = stack.registers[kIp]});
-  return result;
 }
 
 void DwarfUnwinder::NextGeneration(int keep_generations) {

@@ -82,6 +82,9 @@ class DwarfUnwinder {
   using MappingsFn = absl::FunctionRef<std::vector<ExecutableMapping>()>;
   UnwindResult Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings,
                       const UserStack& stack);
+  // The same into `result`, whose frames' memory is reused: no allocation per sample.
+  void Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings, const UserStack& stack,
+              UnwindResult& result);
 
   // Drops address spaces not used for keep_generations generations, and files no process maps
   // any more. Called once per export interval.
