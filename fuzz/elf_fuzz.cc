@@ -33,11 +33,12 @@ void Use(const std::string& path) {
     uint8_t stack[256] = {};
     for (size_t i = 0; i < sizeof(stack); ++i) stack[i] = static_cast<uint8_t>(i * 7);
     ember::FrameRegisters frame;
+    ember::StepResult step;
     for (int reg = 0; reg < ember::kCfiRegisterCount; ++reg) frame.Set(reg, 0x7ffd0000 + reg * 8);
     for (uint64_t pc : {uint64_t{0x401000}, uint64_t{0x1000}, uint64_t{0x1130}}) {
       frame.Set(16, pc);
       cfi.Step(frame, 0, /*is_return_address=*/true,
-               ember::StackMemory{.start = 0x7ffd0000, .bytes = stack});
+               ember::StackMemory{.start = 0x7ffd0000, .bytes = stack}, step);
     }
   }
   ember::python::InspectInterpreterElf(path);

@@ -5,6 +5,7 @@
 #include <elfutils/libdw.h>
 
 #include <limits>
+#include <optional>
 
 namespace ember {
 namespace {
@@ -95,44 +96,40 @@ CfiRow CompactRowOf(Dwarf_Frame* frame) {
   return row;
 }
 
-std::optional<CompactStep> StepByRow(const CfiRow& row, const FrameRegisters& frame,
-                                     const StackMemory& stack, bool* read_past_stack) {
-  if (!frame.Has(row.cfa_register)) return std::nullopt;
+RowStep StepByRow(const CfiRow& row, const FrameRegisters& frame, const StackMemory& stack,
+                  FrameRegisters& caller, bool* read_past_stack) {
+  if (!frame.Has(row.cfa_register)) return RowStep::kCannot;
   const uint64_t cfa = frame.value[row.cfa_register] + static_cast<int64_t>(row.cfa_offset);
-  CompactStep step;
+  caller.Clear();
   for (uint32_t same = row.same_mask & frame.known; same != 0; same &= same - 1) {
     const int reg = __builtin_ctz(same);
-    step.caller.Set(reg, frame.value[reg]);
+    caller.Set(reg, frame.value[reg]);
   }
   for (int i = 0; i < CfiRow::kTrackedCount; ++i) {
     const int reg = CfiRow::kTracked[i];
     const CfiRule& rule = row.rules[i];
     switch (rule.kind) {
       case CfiRule::Kind::kUndefined:
-        if (reg == kReturnAddress) {
-          step.outermost = true;
-          return step;
-        }
+        if (reg == kReturnAddress) return RowStep::kOutermost;
         break;
       case CfiRule::Kind::kSame:
-        if (frame.Has(reg)) step.caller.Set(reg, frame.value[reg]);
+        if (frame.Has(reg)) caller.Set(reg, frame.value[reg]);
         break;
       case CfiRule::Kind::kSavedAt: {
         const uint64_t address = cfa + static_cast<int64_t>(rule.offset);
         if (std::optional<uint64_t> saved = stack.Read(address)) {
-          step.caller.Set(reg, *saved);
+          caller.Set(reg, *saved);
         } else if (address >= stack.start) {
           *read_past_stack = true;  // includes a word that starts inside and ends past the end
         }
         break;
       }
       case CfiRule::Kind::kCfaPlus:
-        step.caller.Set(reg, cfa + static_cast<int64_t>(rule.offset));
+        caller.Set(reg, cfa + static_cast<int64_t>(rule.offset));
         break;
     }
   }
-  if (!step.caller.Has(kReturnAddress)) return std::nullopt;
-  return step;
+  return caller.Has(kReturnAddress) ? RowStep::kStepped : RowStep::kCannot;
 }
 
 }  // namespace ember

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 #include "unwind/frame_registers.h"
 
@@ -44,15 +43,18 @@ struct CfiRow {
 // than the compact form.
 CfiRow CompactRowOf(Dwarf_Frame* frame);
 
-// The caller's registers from `frame`'s by `row` (compact). Sets *read_past_stack when a read
-// needed memory at or above the end of `stack` (as the libdwfl step reports it). nullopt when the
-// row cannot be applied here (its CFA register or the return address is unknown or unreadable):
-// libdwfl may still step the frame another way.
-struct CompactStep {
-  bool outermost = false;  // the return address is undefined: `caller` is meaningless
-  FrameRegisters caller;
+// How StepByRow ended.
+enum class RowStep {
+  kStepped,    // the caller's registers are in `caller`
+  kOutermost,  // the return address is undefined: this frame has no caller
+  kCannot,     // the row cannot be applied here (its CFA register or the return address is
+               // unknown or unreadable): libdwfl may still step the frame another way
 };
-std::optional<CompactStep> StepByRow(const CfiRow& row, const FrameRegisters& frame,
-                                     const StackMemory& stack, bool* read_past_stack);
+
+// The caller's registers from `frame`'s by `row` (compact), into `caller` (what it held before is
+// dropped). Sets *read_past_stack when a read needed memory at or above the end of `stack` (as
+// the libdwfl step reports it).
+RowStep StepByRow(const CfiRow& row, const FrameRegisters& frame, const StackMemory& stack,
+                  FrameRegisters& caller, bool* read_past_stack);
 
 }  // namespace ember

@@ -36,21 +36,20 @@ constexpr int kIp = kUnwindRegisterIp;
 constexpr int kBp = 6;
 
 // For code in no file (JIT code, which keeps frame pointers): the frame-pointer rule.
-StepResult FramePointerStep(const FrameRegisters& frame, const StackMemory& stack) {
-  StepResult result;
-  if (!frame.Has(kBp) || !frame.Has(kSp)) return result;
+void FramePointerStep(const FrameRegisters& frame, const StackMemory& stack, StepResult& result) {
+  result.Reset();
+  if (!frame.Has(kBp) || !frame.Has(kSp)) return;
   const uint64_t bp = frame.value[kBp];
   std::optional<uint64_t> saved_bp = stack.Read(bp);
   std::optional<uint64_t> return_address = stack.Read(bp + 8);
   if (bp < frame.value[kSp] || !saved_bp || !return_address) {
     result.read_past_stack = bp >= stack.start + stack.bytes.size();
-    return result;
+    return;
   }
   result.caller.Set(kBp, *saved_bp);
   result.caller.Set(kSp, bp + 16);
   result.caller.Set(kIp, *return_address);
   result.end = StepEnd::kStepped;
-  return result;
 }
 
 }  // namespace
@@ -122,6 +121,7 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
   const StackMemory memory{.start = frame.value[kSp], .bytes = stack.stack};
   bool is_return_address = false;  // the leaf's pc is the interrupted instruction
   bool read_past_stack = false;
+  StepResult step;  // reused from frame to frame
   for (;;) {
     const uint64_t pc = frame.value[kIp];
     if (pc == 0) {  // a zeroed return address: the first frame of code without CFI
@@ -134,9 +134,11 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
     }
     result.frames.push_back({.pc = pc, .is_return_address = is_return_address});
     const AddressSpace::Module* module = space->Find(is_return_address ? pc - 1 : pc);
-    StepResult step = module != nullptr
-                          ? module->cfi->Step(frame, module->bias, is_return_address, memory)
-                          : FramePointerStep(frame, memory);
+    if (module != nullptr) {
+      module->cfi->Step(frame, module->bias, is_return_address, memory, step);
+    } else {
+      FramePointerStep(frame, memory, step);
+    }
     read_past_stack |= step.read_past_stack;
     if (step.end == StepEnd::kStepped) {
       const FrameRegisters& caller = step.caller;

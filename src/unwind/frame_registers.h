@@ -15,6 +15,7 @@ struct FrameRegisters {
   uint64_t value[kCfiRegisterCount] = {};
   uint32_t known = 0;
   bool Has(int reg) const { return (known >> reg) & 1u; }
+  void Clear() { known = 0; }  // every register unknown (the values stay, unread)
   void Set(int reg, uint64_t v) {
     value[reg] = v;
     known |= 1u << reg;

@@ -163,55 +163,54 @@ bool ModuleCfi::Open() {
   return true;
 }
 
-StepResult ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
-                           const StackMemory& stack) {
-  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return StepResult{};
+void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+                     const StackMemory& stack, StepResult& result) {
+  result.Reset();
+  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return;
   const uint64_t lookup_pc =
       frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
   if (compact_rows_) {
-    if (std::optional<StepResult> step = CompactStep(lookup_pc, frame, bias, stack)) {
+    if (CompactStep(lookup_pc, frame, bias, stack, result)) {
       ++row_stats_.compact_steps;
-      return *step;
+      return;
     }
+    result.Reset();
   }
   ++row_stats_.libdwfl_steps;
-  return LibdwflStep(lookup_pc, frame, stack);
+  LibdwflStep(lookup_pc, frame, stack, result);
 }
 
-StepResult ModuleCfi::LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame,
-                                  const StackMemory& stack) {
-  StepResult result;
+void ModuleCfi::LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame,
+                            const StackMemory& stack, StepResult& result) {
   StepState state{.frame = &frame, .lookup_pc = lookup_pc, .stack = &stack, .result = &result};
   step_ = &state;
   int rc = dwfl_getthread_frames(dwfl_, kAnyThread, CfiCallbacks::OnFrame, &state);
   step_ = nullptr;
   if (result.end != StepEnd::kStepped)
     result.end = rc == 0 ? StepEnd::kOutermost : StepEnd::kFailed;
-  return result;
 }
 
-std::optional<StepResult> ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
-                                                 uint64_t bias, const StackMemory& stack) {
+bool ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
+                            const StackMemory& stack, StepResult& result) {
   const CfiRow& row = RowAt(lookup_pc);  // valid until the caller's row is looked up below
-  if (!row.compact) return std::nullopt;
-  bool read_past_stack = false;
-  std::optional<ember::CompactStep> step = StepByRow(row, frame, stack, &read_past_stack);
-  if (!step) return std::nullopt;
-  StepResult result;
-  result.read_past_stack = read_past_stack;
-  if (step->outermost) {
-    result.end = StepEnd::kOutermost;
-    return result;
+  if (!row.compact) return false;
+  switch (StepByRow(row, frame, stack, result.caller, &result.read_past_stack)) {
+    case RowStep::kCannot:
+      return false;
+    case RowStep::kOutermost:
+      result.end = StepEnd::kOutermost;
+      return true;
+    case RowStep::kStepped:
+      break;
   }
   // libdwfl takes a caller in this file whose own row is a signal frame's (a signal trampoline)
   // for an interrupted instruction: leave that rare case to it.
-  const uint64_t caller_lookup = step->caller.value[kCfiRegisterCount - 1] - bias - 1;
+  const uint64_t caller_lookup = result.caller.value[kCfiRegisterCount - 1] - bias - 1;
   if (caller_lookup >= elf_low_ && caller_lookup < elf_high_ && RowAt(caller_lookup).signal_frame) {
-    return std::nullopt;
+    return false;
   }
-  result.caller = step->caller;
   result.end = StepEnd::kStepped;
-  return result;
+  return true;
 }
 
 const CfiRow& ModuleCfi::RowAt(uint64_t elf_pc) {

@@ -34,6 +34,14 @@ struct StepResult {
   // signal trampoline.
   bool caller_is_activation = false;
   bool read_past_stack = false;  // the step needed memory at or above the end of `stack`
+
+  // Back to a failed step with no caller registers known (their memory is reused).
+  void Reset() {
+    end = StepEnd::kFailed;
+    caller.Clear();
+    caller_is_activation = false;
+    read_past_stack = false;
+  }
 };
 
 class ModuleCfi {
@@ -50,8 +58,9 @@ class ModuleCfi {
   // Unwinds one frame whose registers are `frame` (their pc a process address, `bias` the
   // process address minus the ELF address of this module). `is_return_address`: the pc is a
   // return address, so the CFI is looked up at the call, one byte before it.
-  StepResult Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
-                  const StackMemory& stack);
+  // The outcome goes to `result`, reset first (its memory is reused from step to step).
+  void Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+            const StackMemory& stack, StepResult& result);
 
   const ElfImage& image() const { return *image_; }
 
@@ -73,9 +82,11 @@ class ModuleCfi {
   // until the next call.
   const CfiRow& RowAt(uint64_t elf_pc);
   CfiRow ReadRow(uint64_t elf_pc) const;
-  std::optional<StepResult> CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
-                                        uint64_t bias, const StackMemory& stack);
-  StepResult LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame, const StackMemory& stack);
+  // False when the compact row cannot step this frame (`result` is then to be reset).
+  bool CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
+                   const StackMemory& stack, StepResult& result);
+  void LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame, const StackMemory& stack,
+                   StepResult& result);
 
   std::shared_ptr<ElfImage> image_;
   const bool compact_rows_;
