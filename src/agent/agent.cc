@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "agent/privileges.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
@@ -93,11 +94,6 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
   }
   RETURN_IF_ERROR(agent->SetUpKubernetes());
-  if (exporter_config->has_value()) {
-    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
-    agent->resources_ = agent->MakeResourceContext();
-    spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
-  }
 
   std::vector<uint32_t> pids;
   for (uint32_t pid : options.pids) {
@@ -115,6 +111,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                            .pids = pids,
                            .stack_snapshot_bytes = options.stack_snapshot_bytes};
   Agent* self = agent.get();
+  RETURN_IF_ERROR(CheckCapabilities());
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
@@ -131,6 +128,15 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   } else {
     spdlog::warn("kernel frames will be unnamed: {}",
                  std::string(kernel_symbols.status().message()));
+  }
+  // Capabilities belong to each thread: they go before the exporter, the pod watcher and the
+  // status endpoint start theirs, so no thread that talks to the network ever holds them.
+  BpfProfiler* profiler = agent->profiler_.get();
+  RETURN_IF_ERROR(DropCapabilities([profiler] { return profiler->MapsAccessible(); }));
+  if (exporter_config->has_value()) {
+    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
+    agent->resources_ = agent->MakeResourceContext();
+    spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
   agent->interval_start_ = absl::Now();
   if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
