@@ -36,6 +36,6 @@ COPY --from=build /src/build/ember-agent /usr/local/bin/ember-agent
 # Writable scratch: the chart mounts an emptyDir here under a read-only root file system.
 WORKDIR /var/lib/ember
 # Root, with the capabilities the runtime grants (the chart: BPF, PERFMON, SYS_PTRACE,
-# SYS_RESOURCE, DAC_READ_SEARCH, SYSLOG); see deploy/helm/ember/README.md.
+# SYS_RESOURCE, DAC_READ_SEARCH, SYSLOG, SETPCAP); see docs/capabilities.md.
 USER 0
 ENTRYPOINT ["/usr/local/bin/ember-agent"]

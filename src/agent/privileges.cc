@@ -86,10 +86,9 @@ absl::Status CheckCapabilities() {
 
 absl::Status DropCapabilities(const std::function<bool()>& maps_accessible) {
   if (int threads = ThreadCount(); threads != 1) {
+    // Threads started earlier would keep every capability.
     return absl::InternalError(
-        absl::StrCat("capabilities must be dropped while the agent has one "
-                     "thread, it has ",
-                     threads));
+        absl::StrCat("capabilities must be dropped while the agent has one thread, not ", threads));
   }
   const int last_cap = LastCap();
   Caps caps(cap_get_proc());
