@@ -23,6 +23,10 @@ caps="CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CA
 for key in CapabilityBoundingSet AmbientCapabilities; do
   [[ $(sed -n "s/^$key=//p" "$unit") == "$caps" ]] || fail "$key is not exactly: $caps"
 done
+docs=$(dirname "$unit")/../../docs/capabilities.md
+for cap in $caps; do
+  grep -q "^| \`$cap\`" "$docs" || fail "$cap is not in the table of docs/capabilities.md"
+done
 for setting in EnvironmentFile=-/etc/default/ember Restart=on-failure ProtectSystem=strict \
   ProtectHome=read-only PrivateTmp=yes NoNewPrivileges=yes StateDirectory=ember; do
   grep -qx "$setting" "$unit" || fail "missing $setting"
