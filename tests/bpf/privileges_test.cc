@@ -23,7 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
-constexpr int kCapBpf = 39;
 constexpr int kCapCheckpointRestore = 40;
 constexpr uint64_t kKeptAsNobody = (1ull << CAP_SYS_PTRACE) | (1ull << CAP_DAC_READ_SEARCH);
 
@@ -33,7 +32,9 @@ bool Holds(int cap) {
   std::string line;
   uint64_t permitted = 0;
   while (std::getline(status, line)) {
-    if (line.rfind("CapPrm:", 0) == 0) absl::SimpleHexAtoi(line.substr(7), &permitted);
+    if (line.rfind("CapPrm:", 0) == 0 && !absl::SimpleHexAtoi(line.substr(7), &permitted)) {
+      permitted = 0;
+    }
   }
   return (permitted >> cap) & 1;
 }
