@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -187,8 +188,9 @@ void PrintUnwindEnds(Replay& replay) {
 }
 
 // One DwarfUnwinder whose caches have seen every sample; each iteration unwinds one sample.
+// state.range(0): 1 steps frames by the cached compact CFI rows (the default), 0 by libdwfl only.
 void BM_UnwindWarm(benchmark::State& state, Replay& replay) {
-  DwarfUnwinder unwinder;
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.compact_rows = state.range(0) != 0});
   for (const SampleView& sample : replay.samples) Unwind(unwinder, replay, sample);
   size_t next = 0;
   int64_t frames = 0;
@@ -201,6 +203,10 @@ void BM_UnwindWarm(benchmark::State& state, Replay& replay) {
   state.SetItemsProcessed(state.iterations());
   state.counters["frames/sample"] =
       static_cast<double>(frames) / static_cast<double>(state.iterations());
+  const ModuleCfi::RowStats rows = unwinder.row_stats();
+  state.counters["compact%"] =
+      100.0 * static_cast<double>(rows.compact_steps) /
+      static_cast<double>(std::max<uint64_t>(1, rows.compact_steps + rows.libdwfl_steps));
 }
 
 // As the agent does per sample: unwind, then resolve every frame (cached after the first sight).
@@ -280,7 +286,10 @@ int main(int argc, char** argv) {
 
   using benchmark::State;
   benchmark::RegisterBenchmark("BM_UnwindWarm",
-                               [&](State& state) { ember::BM_UnwindWarm(state, replay); });
+                               [&](State& state) { ember::BM_UnwindWarm(state, replay); })
+      ->ArgName("compact_rows")
+      ->Arg(1)
+      ->Arg(0);
   benchmark::RegisterBenchmark("BM_UnwindAndSymbolizeWarm", [&](State& state) {
     ember::BM_UnwindAndSymbolizeWarm(state, replay);
   });

@@ -483,7 +483,12 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_depth = user_depth;
   s->user_snapshot_bytes = snapshot_bytes;
   if (size > sizeof(*buf)) return 0;
-  if (bpf_ringbuf_output(&samples, buf, size, 0) == 0) {
+  // The agent drains the ring buffer on its own at least every 100 ms, so a record wakes it only
+  // when the buffer is filling up: a wake-up per sample would cost more than the sample.
+  __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
+  __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
+                                                                            : BPF_RB_NO_WAKEUP;
+  if (bpf_ringbuf_output(&samples, buf, size, wakeup) == 0) {
     stats__add(EMBER_STAT_SAMPLES);
   } else {
     stats__add(EMBER_STAT_RINGBUF_FULL);

@@ -1,12 +1,14 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -27,6 +29,8 @@ namespace {
 constexpr int kMaxPollMs = 100;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
+// How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
+constexpr absl::Duration kFlameGraphRewrite = absl::Seconds(60);
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -106,6 +110,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
     pids.push_back(*tgid);
   }
+  // The kernel's symbols are read on another core while the BPF program loads and attaches.
+  std::future<absl::StatusOr<KernelSymbols>> kernel_symbols =
+      std::async(std::launch::async, [] { return KernelSymbols::Load(); });
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
                            .pids = pids,
@@ -120,14 +127,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                options.pids.empty() ? ", every process"
                                     : absl::StrCat(", ", options.pids.size(), " process(es)"));
 
-  // Samples queue in the ring buffer meanwhile, so loading symbols does not delay the first one.
-  auto kernel_symbols = KernelSymbols::Load();
-  if (kernel_symbols.ok()) {
-    agent->kernel_symbols_ = std::move(kernel_symbols).value();
+  // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any.
+  if (auto symbols = kernel_symbols.get(); symbols.ok()) {
+    agent->kernel_symbols_ = std::move(symbols).value();
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
   } else {
-    spdlog::warn("kernel frames will be unnamed: {}",
-                 std::string(kernel_symbols.status().message()));
+    spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }
   // Capabilities belong to each thread: they go before the exporter, the pod watcher and the
   // status endpoint start theirs, so no thread that talks to the network ever holds them.
@@ -521,7 +526,7 @@ std::string Agent::NextPprofPath(absl::Time now) const {
   return path;
 }
 
-void Agent::ExportInterval(absl::Time now) {
+void Agent::ExportInterval(absl::Time now, bool last) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile =
       aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
@@ -544,12 +549,23 @@ void Agent::ExportInterval(absl::Time now) {
       spdlog::error("interval of {} samples lost: {}", samples, std::string(status.message()));
     }
     flame_graph_.Add(profile);
+    flame_graph_changed_ = true;
+  }
+  // The page holds every interval so far, so writing it costs the whole graph (up to 200,000
+  // nodes), not this interval: it is rewritten at most once a minute, and at the end.
+  if (flame_graph_changed_ && (last || now - flame_graph_written_at_ >= kFlameGraphRewrite)) {
+    const auto started = std::chrono::steady_clock::now();
     if (absl::Status status =
             flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
         !status.ok()) {
       write_failures_metric_->Increment();
       spdlog::error("flame graph not updated: {}", std::string(status.message()));
+    } else {
+      spdlog::debug("flame graph written ({} nodes) in {} ms", flame_graph_.nodes(),
+                    MillisecondsSince(started));
     }
+    flame_graph_changed_ = false;
+    flame_graph_written_at_ = now;
   }
   ReportExporter();
   BpfStats stats = profiler_->ReadStats();
@@ -568,6 +584,8 @@ void Agent::ExportInterval(absl::Time now) {
   DropExitedPython();
   python_.NextGeneration();
   processes_metric_->Set(static_cast<double>(processes_.size()));
+  // What the caches freed goes back to the system rather than staying in the heap.
+  malloc_trim(0);
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
@@ -580,7 +598,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (now >= next_export) {
-      ExportInterval(now);
+      ExportInterval(now, /*last=*/false);
       next_export += options_.export_interval;
       if (next_export <= now) next_export = now + options_.export_interval;
     }
@@ -590,7 +608,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
-  ExportInterval(absl::Now());
+  ExportInterval(absl::Now(), /*last=*/true);
   if (pod_watcher_ != nullptr) pod_watcher_->Stop();
 
   BpfStats stats = profiler_->ReadStats();

@@ -59,7 +59,8 @@ class Agent {
   // Stops walking the Python frames of processes that exited (or whose pid was reused).
   void DropExitedPython();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
-  void ExportInterval(absl::Time now);
+  // `last`: the final interval, at exit.
+  void ExportInterval(absl::Time now, bool last);
   // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
   // process's MetadataOf.
   ResourceContext MakeResourceContext();
@@ -92,6 +93,8 @@ class Agent {
   DwarfUnwinder unwinder_;
   Aggregator aggregator_;
   FlameGraph flame_graph_;
+  bool flame_graph_changed_ = false;  // intervals were added since the page was last written
+  absl::Time flame_graph_written_at_ = absl::InfinitePast();
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples

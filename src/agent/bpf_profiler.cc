@@ -160,10 +160,16 @@ int BpfProfiler::OnRecord(void* ctx, void* data, size_t size) {
 }
 
 absl::StatusOr<int> BpfProfiler::Poll(int timeout_ms) {
-  int n = ring_buffer__poll(ring_, timeout_ms);
-  if (n == -EINTR) return 0;
-  if (n < 0) return ErrnoStatus(n, "reading the ring buffer");
-  return n;
+  // Records wake the poll only when the buffer is a quarter full (profiler.bpf.c): what is
+  // queued is read before the wait and what came meanwhile after it.
+  int before = ring_buffer__consume(ring_);
+  if (before < 0) return ErrnoStatus(before, "reading the ring buffer");
+  int woken = ring_buffer__poll(ring_, timeout_ms);
+  if (woken == -EINTR) woken = 0;
+  if (woken < 0) return ErrnoStatus(woken, "reading the ring buffer");
+  int after = ring_buffer__consume(ring_);
+  if (after < 0) return ErrnoStatus(after, "reading the ring buffer");
+  return before + woken + after;
 }
 
 BpfStats BpfProfiler::ReadStats() const {

@@ -54,8 +54,9 @@ class BpfProfiler {
   BpfProfiler& operator=(const BpfProfiler&) = delete;
 
   int attached_cpus() const { return static_cast<int>(links_.size()); }
-  // Waits up to timeout_ms for records and hands each to the handler; returns how many.
-  // An interrupting signal is not an error (returns 0).
+  // Hands every queued record to the handler, waits timeout_ms (less when the ring buffer fills
+  // up: records do not end the wait one by one), then hands over what came meanwhile; returns
+  // how many. An interrupting signal only ends the wait early.
   absl::StatusOr<int> Poll(int timeout_ms);
   BpfStats ReadStats() const;
   // Whether the maps can be read with the thread's current capabilities (a kernel before 6.5 with

@@ -70,19 +70,22 @@ uint32_t FlameGraph::NewNode(uint32_t parent, uint32_t name, NodeType type) {
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
-uint32_t FlameGraph::AddToChild(uint32_t parent, absl::string_view name, NodeType type,
-                                int64_t count) {
+uint32_t FlameGraph::AddToChild(uint32_t parent, absl::string_view name, uint32_t name_id,
+                                NodeType type, int64_t count) {
   // Look the name up without interning it: a name that would only be folded away must not grow
   // the name table either.
-  if (auto name_it = name_ids_.find(name); name_it != name_ids_.end()) {
-    auto it = children_.find(ChildKey{parent, name_it->second, type});
+  if (name_id == kNoName) {
+    if (auto name_it = name_ids_.find(name); name_it != name_ids_.end()) name_id = name_it->second;
+  }
+  if (name_id != kNoName) {
+    auto it = children_.find(ChildKey{parent, name_id, type});
     if (it != children_.end()) {
       nodes_[it->second].samples += count;
       return it->second;
     }
   }
   if (nodes_.size() < max_nodes_) {
-    const uint32_t name_id = InternName(name);
+    if (name_id == kNoName) name_id = InternName(name);
     const uint32_t child = NewNode(parent, name_id, type);
     children_.emplace(ChildKey{parent, name_id, type}, child);
     nodes_[child].samples += count;
@@ -109,6 +112,16 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   last_end_ns_ = std::max(last_end_ns_, profile.start_unix_ns + profile.duration_ns);
   period_ns_ = profile.period_ns;
   ++intervals_;
+  // The name ids of this interval's frames (and inlined functions), by address: frames are shared
+  // by many stacks, and hashing a pointer is cheaper than hashing its name.
+  absl::flat_hash_map<const void*, uint32_t> name_ids_of;
+  auto name_id_of = [&](const void* key, absl::string_view name) {
+    if (auto it = name_ids_of.find(key); it != name_ids_of.end()) return it->second;
+    auto known = name_ids_.find(name);
+    if (known == name_ids_.end()) return kNoName;  // new: AddToChild decides whether to keep it
+    name_ids_of.emplace(key, known->second);
+    return known->second;
+  };
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
     total_samples_ += s.count;
@@ -117,16 +130,18 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     std::string pid_name;
     absl::string_view process = s.process;
     if (process.empty()) process = pid_name = absl::StrCat("pid ", s.pid);
-    uint32_t node = AddToChild(0, process, NodeType::kProcess, s.count);
+    uint32_t node = AddToChild(0, process, kNoName, NodeType::kProcess, s.count);
     // Frames are leaf first; the tree grows from the outermost caller down.
     for (auto it = s.frames.rbegin(); it != s.frames.rend() && node != kFolded; ++it) {
       if (*it == nullptr) continue;
       const Frame& frame = **it;
-      node = AddToChild(node, frame.function.empty() ? "[unknown]" : frame.function, TypeOf(frame),
-                        s.count);
+      const absl::string_view name = frame.function.empty() ? absl::string_view("[unknown]")
+                                                            : absl::string_view(frame.function);
+      node = AddToChild(node, name, name_id_of(&frame, name), TypeOf(frame), s.count);
       // Inlined functions are listed innermost first; the tree grows outermost first here too.
       for (auto in = frame.inlined.rbegin(); in != frame.inlined.rend() && node != kFolded; ++in) {
-        node = AddToChild(node, in->function, NodeType::kInlined, s.count);
+        node = AddToChild(node, in->function, name_id_of(&*in, in->function), NodeType::kInlined,
+                          s.count);
       }
     }
   }

@@ -43,6 +43,7 @@ class FlameGraph {
 
   void Add(const IntervalProfile& profile);  // copies names; holds no pointers into profile
   int64_t total_samples() const { return total_samples_; }
+  size_t nodes() const { return nodes_.size(); }
 
   // Atomically (tmp + rename) writes the page. No network access from the page: all JS/CSS inline,
   // data embedded as JSON (escape </script>, quotes, control chars, non-ASCII safely).
@@ -78,13 +79,16 @@ class FlameGraph {
     }
   };
 
-  // Adds `count` to the child of `parent` named `name`, creating it if the bound allows. Returns
-  // the child, or kFolded if the count went to the parent's "[other]" leaf instead.
-  uint32_t AddToChild(uint32_t parent, absl::string_view name, NodeType type, int64_t count);
+  // Adds `count` to the child of `parent` named `name` (whose id is `name_id`, or kNoName when
+  // not known yet), creating it if the bound allows. Returns the child, or kFolded if the count
+  // went to the parent's "[other]" leaf instead.
+  uint32_t AddToChild(uint32_t parent, absl::string_view name, uint32_t name_id, NodeType type,
+                      int64_t count);
   uint32_t InternName(absl::string_view name);
   uint32_t NewNode(uint32_t parent, uint32_t name, NodeType type);
 
   static constexpr uint32_t kFolded = UINT32_MAX;
+  static constexpr uint32_t kNoName = UINT32_MAX;
 
   size_t max_nodes_;
   std::vector<Node> nodes_;

@@ -55,7 +55,8 @@ StepResult FramePointerStep(const FrameRegisters& frame, const StackMemory& stac
 
 }  // namespace
 
-DwarfUnwinder::DwarfUnwinder(Limits limits) : limits_(limits) {}
+DwarfUnwinder::DwarfUnwinder(Limits limits)
+    : limits_(limits), files_(limits.compact_rows, limits.max_rows_per_file) {}
 DwarfUnwinder::~DwarfUnwinder() = default;
 
 std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(

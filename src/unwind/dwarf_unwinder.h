@@ -65,6 +65,9 @@ class DwarfUnwinder {
   struct Limits {
     size_t max_processes = 256;  // address spaces kept; the least recently used go first
     size_t max_frames = 127;
+    // Step frames by cached compact CFI rows where they allow (cfi_row.h); false: libdwfl only.
+    bool compact_rows = true;
+    size_t max_rows_per_file = ModuleCfi::kDefaultMaxRows;
   };
 
   DwarfUnwinder() : DwarfUnwinder(Limits{}) {}
@@ -86,6 +89,9 @@ class DwarfUnwinder {
 
   size_t processes() const { return spaces_.size(); }
   size_t images() const { return files_.size(); }  // files opened, shared by all processes
+  // How frames were stepped, over the files open now (a file's figures go with it).
+  ModuleCfi::RowStats row_stats() const { return files_.row_stats(); }
+  size_t row_cache_bytes() const { return files_.row_cache_bytes(); }
 
  private:
   struct AddressSpace;

@@ -1,23 +1,16 @@
 // ModuleCfi: one file's libdwfl session, stepped one frame at a time from a sample's snapshot.
 #include "unwind/module_cfi.h"
 
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <libelf.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "spdlog/spdlog.h"
 
 namespace ember {
-
-std::optional<uint64_t> StackMemory::Read(uint64_t addr) const {
-  if (addr < start || addr - start > bytes.size() || bytes.size() - (addr - start) < 8) {
-    return std::nullopt;
-  }
-  uint64_t value;
-  std::memcpy(&value, bytes.data() + (addr - start), sizeof(value));
-  return value;
-}
 
 struct ModuleCfi::StepState {
   const FrameRegisters* frame = nullptr;
@@ -124,9 +117,19 @@ const Dwfl_Thread_Callbacks kThreadCallbacks = {
 
 constexpr pid_t kAnyThread = 1;  // libdwfl wants an id; the callbacks ignore it
 
+// The row of `cfi` at `address`; nullopt when no FDE covers it.
+std::optional<CfiRow> RowIn(Dwarf_CFI* cfi, Dwarf_Addr address) {
+  Dwarf_Frame* frame = nullptr;
+  if (dwarf_cfi_addrframe(cfi, address, &frame) != 0) return std::nullopt;
+  CfiRow row = CompactRowOf(frame);
+  free(frame);
+  return row;
+}
+
 }  // namespace
 
-ModuleCfi::ModuleCfi(std::shared_ptr<ElfImage> image) : image_(std::move(image)) {}
+ModuleCfi::ModuleCfi(std::shared_ptr<ElfImage> image, bool compact_rows, size_t max_rows)
+    : image_(std::move(image)), compact_rows_(compact_rows), max_rows_(max_rows) {}
 
 ModuleCfi::~ModuleCfi() {
   if (dwfl_ != nullptr) dwfl_end(dwfl_);  // ends its own reference to the image's ELF handle
@@ -154,24 +157,91 @@ bool ModuleCfi::Open() {
     return false;
   }
   dwfl_ = dwfl;
+  module_ = module;
+  elf_low_ = at.low;
+  elf_high_ = at.high;
   return true;
 }
 
 StepResult ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
                            const StackMemory& stack) {
+  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return StepResult{};
+  const uint64_t lookup_pc =
+      frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
+  if (compact_rows_) {
+    if (std::optional<StepResult> step = CompactStep(lookup_pc, frame, bias, stack)) {
+      ++row_stats_.compact_steps;
+      return *step;
+    }
+  }
+  ++row_stats_.libdwfl_steps;
+  return LibdwflStep(lookup_pc, frame, stack);
+}
+
+StepResult ModuleCfi::LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame,
+                                  const StackMemory& stack) {
   StepResult result;
-  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return result;
-  StepState state{
-      .frame = &frame,
-      .lookup_pc = frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0),
-      .stack = &stack,
-      .result = &result};
+  StepState state{.frame = &frame, .lookup_pc = lookup_pc, .stack = &stack, .result = &result};
   step_ = &state;
   int rc = dwfl_getthread_frames(dwfl_, kAnyThread, CfiCallbacks::OnFrame, &state);
   step_ = nullptr;
   if (result.end != StepEnd::kStepped)
     result.end = rc == 0 ? StepEnd::kOutermost : StepEnd::kFailed;
   return result;
+}
+
+std::optional<StepResult> ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
+                                                 uint64_t bias, const StackMemory& stack) {
+  const CfiRow& row = RowAt(lookup_pc);  // valid until the caller's row is looked up below
+  if (!row.compact) return std::nullopt;
+  bool read_past_stack = false;
+  std::optional<ember::CompactStep> step = StepByRow(row, frame, stack, &read_past_stack);
+  if (!step) return std::nullopt;
+  StepResult result;
+  result.read_past_stack = read_past_stack;
+  if (step->outermost) {
+    result.end = StepEnd::kOutermost;
+    return result;
+  }
+  // libdwfl takes a caller in this file whose own row is a signal frame's (a signal trampoline)
+  // for an interrupted instruction: leave that rare case to it.
+  const uint64_t caller_lookup = step->caller.value[kCfiRegisterCount - 1] - bias - 1;
+  if (caller_lookup >= elf_low_ && caller_lookup < elf_high_ && RowAt(caller_lookup).signal_frame) {
+    return std::nullopt;
+  }
+  result.caller = step->caller;
+  result.end = StepEnd::kStepped;
+  return result;
+}
+
+const CfiRow& ModuleCfi::RowAt(uint64_t elf_pc) {
+  if (last_row_ != nullptr && last_pc_ == elf_pc) return *last_row_;
+  auto found = rows_.find(elf_pc);
+  if (found == rows_.end()) {
+    if (rows_.size() >= max_rows_) rows_.clear();  // bounded: start over rather than grow
+    found = rows_.emplace(elf_pc, ReadRow(elf_pc)).first;
+    ++row_stats_.rows_read;
+    row_stats_.rows_cached = rows_.size();
+  }
+  last_pc_ = elf_pc;
+  last_row_ = &found->second;
+  return found->second;
+}
+
+// As libdwfl looks a frame up: .eh_frame first, then .debug_frame in the file itself.
+CfiRow ModuleCfi::ReadRow(uint64_t elf_pc) const {
+  Dwarf_Addr bias = 0;
+  if (Dwarf_CFI* eh_frame = dwfl_module_eh_cfi(module_, &bias)) {
+    if (std::optional<CfiRow> row = RowIn(eh_frame, elf_pc - bias)) return *row;
+  }
+  if (Dwarf_CFI* debug_frame = dwfl_module_dwarf_cfi(module_, &bias)) {
+    if (std::optional<CfiRow> row = RowIn(debug_frame, elf_pc - bias)) return *row;
+  }
+  return CfiRow{};
+}
+
+size_t ModuleCfi::row_cache_bytes() const {
+  return rows_.capacity() * (sizeof(std::pair<uint64_t, CfiRow>) + 1);
 }
 
 std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
@@ -181,7 +251,8 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
   if (inserted) {
     auto image = ElfImage::Open(open_path);
     if (image.ok()) {
-      it->second.cfi = std::make_shared<ModuleCfi>(std::move(image).value());
+      it->second.cfi =
+          std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_);
     } else {
       spdlog::debug("no CFI from {}: {}", open_path, std::string(image.status().message()));
     }
@@ -195,7 +266,9 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Vdso() {
     if (!image.ok()) {
       spdlog::warn("vDSO frames will not unwind: {}", std::string(image.status().message()));
     }
-    vdso_ = image.ok() ? std::make_shared<ModuleCfi>(std::move(image).value()) : nullptr;
+    vdso_ = image.ok()
+                ? std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_)
+                : nullptr;
   }
   return *vdso_;
 }
@@ -210,6 +283,32 @@ void ModuleCfiCache::NextGeneration(int keep_generations) {
       ++it;
     }
   }
+}
+
+template <typename F>
+void ModuleCfiCache::ForEachModule(F f) const {
+  for (const auto& [file, entry] : entries_) {
+    if (entry.cfi != nullptr) f(*entry.cfi);
+  }
+  if (vdso_ && *vdso_ != nullptr) f(**vdso_);
+}
+
+ModuleCfi::RowStats ModuleCfiCache::row_stats() const {
+  ModuleCfi::RowStats sum;
+  ForEachModule([&sum](const ModuleCfi& module) {
+    const ModuleCfi::RowStats& stats = module.row_stats();
+    sum.compact_steps += stats.compact_steps;
+    sum.libdwfl_steps += stats.libdwfl_steps;
+    sum.rows_read += stats.rows_read;
+    sum.rows_cached += stats.rows_cached;
+  });
+  return sum;
+}
+
+size_t ModuleCfiCache::row_cache_bytes() const {
+  size_t bytes = 0;
+  ForEachModule([&bytes](const ModuleCfi& module) { bytes += module.row_cache_bytes(); });
+  return bytes;
 }
 
 }  // namespace ember

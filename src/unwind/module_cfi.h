@@ -10,32 +10,16 @@
 #include <string>
 #include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "symbolize/elf_module.h"
+#include "unwind/cfi_row.h"
 #include "unwind/elf_image.h"
+#include "unwind/frame_registers.h"
 
 typedef struct Dwfl Dwfl;
+typedef struct Dwfl_Module Dwfl_Module;
 
 namespace ember {
-
-inline constexpr int kCfiRegisterCount = 17;  // x86-64 DWARF: rax..r15, then rip (16)
-
-// A frame's registers; a bit of `known` is set for each register whose value is known.
-struct FrameRegisters {
-  uint64_t value[kCfiRegisterCount] = {};
-  uint32_t known = 0;
-  bool Has(int reg) const { return (known >> reg) & 1u; }
-  void Set(int reg, uint64_t v) {
-    value[reg] = v;
-    known |= 1u << reg;
-  }
-};
-
-// Stack memory: `bytes` copied from address `start`.
-struct StackMemory {
-  uint64_t start = 0;
-  std::span<const uint8_t> bytes;
-  std::optional<uint64_t> Read(uint64_t addr) const;
-};
 
 enum class StepEnd {
   kStepped,    // the caller's registers are in `caller`
@@ -54,7 +38,11 @@ struct StepResult {
 
 class ModuleCfi {
  public:
-  explicit ModuleCfi(std::shared_ptr<ElfImage> image);
+  // `compact_rows`: step frames whose CFI row has the compact form (cfi_row.h) without libdwfl,
+  // keeping at most `max_rows` rows (looked-up addresses); false leaves every step to libdwfl.
+  explicit ModuleCfi(std::shared_ptr<ElfImage> image, bool compact_rows = true,
+                     size_t max_rows = kDefaultMaxRows);
+  static constexpr size_t kDefaultMaxRows = 1 << 16;
   ~ModuleCfi();
   ModuleCfi(const ModuleCfi&) = delete;
   ModuleCfi& operator=(const ModuleCfi&) = delete;
@@ -67,21 +55,52 @@ class ModuleCfi {
 
   const ElfImage& image() const { return *image_; }
 
+  struct RowStats {
+    uint64_t compact_steps = 0;  // frames stepped by a cached compact row
+    uint64_t libdwfl_steps = 0;  // frames left to libdwfl
+    uint64_t rows_read = 0;      // rows looked up in libdw (cache misses)
+    size_t rows_cached = 0;
+  };
+  const RowStats& row_stats() const { return row_stats_; }
+  // Bytes the row cache holds, estimated from its entries and buckets.
+  size_t row_cache_bytes() const;
+
  private:
   friend struct CfiCallbacks;
   struct StepState;
   bool Open();
+  // The row for ELF address `elf_pc` (cached), with `compact` false when there is none. Valid
+  // until the next call.
+  const CfiRow& RowAt(uint64_t elf_pc);
+  CfiRow ReadRow(uint64_t elf_pc) const;
+  std::optional<StepResult> CompactStep(uint64_t lookup_pc, const FrameRegisters& frame,
+                                        uint64_t bias, const StackMemory& stack);
+  StepResult LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame, const StackMemory& stack);
 
   std::shared_ptr<ElfImage> image_;
+  const bool compact_rows_;
+  const size_t max_rows_;
   Dwfl* dwfl_ = nullptr;
-  bool opened_ = false;        // Open() was tried
-  StepState* step_ = nullptr;  // the step in progress, for the callbacks
+  Dwfl_Module* module_ = nullptr;
+  uint64_t elf_low_ = 0;  // the file's ELF address range
+  uint64_t elf_high_ = 0;
+  bool opened_ = false;                         // Open() was tried
+  StepState* step_ = nullptr;                   // the step in progress, for the callbacks
+  absl::flat_hash_map<uint64_t, CfiRow> rows_;  // by ELF lookup address
+  // The last row found: a step looks its caller's row up, which the next step needs again.
+  uint64_t last_pc_ = 0;
+  const CfiRow* last_row_ = nullptr;
+  RowStats row_stats_;
 };
 
 // ModuleCfi by file identity, shared by every process's address space. An entry stays while an
 // address space holds it; the cache drops entries unused for a few generations.
 class ModuleCfiCache {
  public:
+  // Each module's row cache (see ModuleCfi).
+  explicit ModuleCfiCache(bool compact_rows = true, size_t max_rows = ModuleCfi::kDefaultMaxRows)
+      : compact_rows_(compact_rows), max_rows_(max_rows) {}
+
   // The module's CFI, opened on first use; nullptr when the file cannot be opened (cached and
   // logged once at debug level).
   std::shared_ptr<ModuleCfi> Get(const FileIdentity& file, const std::string& open_path);
@@ -89,12 +108,20 @@ class ModuleCfiCache {
   std::shared_ptr<ModuleCfi> Vdso();
   void NextGeneration(int keep_generations = 3);
   size_t size() const { return entries_.size(); }
+  // The row statistics of every open module, summed, and the bytes of their row caches.
+  ModuleCfi::RowStats row_stats() const;
+  size_t row_cache_bytes() const;
 
  private:
   struct Entry {
     std::shared_ptr<ModuleCfi> cfi;  // nullptr: opening failed
     uint64_t last_generation = 0;
   };
+  template <typename F>
+  void ForEachModule(F f) const;
+
+  const bool compact_rows_;
+  const size_t max_rows_;
   uint64_t generation_ = 0;
   std::unordered_map<FileIdentity, Entry, FileIdentityHash> entries_;
   std::optional<std::shared_ptr<ModuleCfi>> vdso_;

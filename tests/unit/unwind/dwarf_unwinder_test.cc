@@ -791,6 +791,82 @@ TEST_F(DwarfUnwinderSelfTest, UnwindsFromInsideAPltStub) {
   }
 }
 
+// Compact CFI rows are a cache of what libdwfl computes: every stack unwinds to the same frames,
+// exact or return address, and ends the same way, with the rows on and off.
+void ExpectSameUnwind(const UnwindResult& rows, const UnwindResult& libdwfl,
+                      const std::string& what) {
+  ASSERT_EQ(Pcs(rows), Pcs(libdwfl))
+      << what << "\nrows:" << Describe(Pcs(rows)) << "\nlibdwfl:" << Describe(Pcs(libdwfl));
+  for (size_t i = 0; i < rows.frames.size(); ++i) {
+    ASSERT_EQ(rows.frames[i].is_return_address, libdwfl.frames[i].is_return_address)
+        << what << ", frame " << i;
+  }
+  ASSERT_EQ(rows.end, libdwfl.end) << what;
+}
+
+TEST_F(DwarfUnwinderSelfTest, CompactRowsUnwindExactlyAsLibdwfl) {
+  DwarfUnwinder with_rows;
+  DwarfUnwinder libdwfl_only(DwarfUnwinder::Limits{.compact_rows = false});
+  auto compare = [&](const UserStack& stack, const std::string& what) {
+    ExpectSameUnwind(UnwindOwn(with_rows, stack), UnwindOwn(libdwfl_only, stack), what);
+  };
+
+  Capture signal;
+  RaiseAndCapture(&signal);
+  Capture thread;
+  pthread_t id;
+  ASSERT_EQ(pthread_create(&id, nullptr, CaptureInThread, &thread), 0);
+  ASSERT_EQ(pthread_join(id, nullptr), 0);
+  for (const Capture* capture : {chain_, &signal, &thread}) {
+    const size_t size = capture->stack.size();
+    for (size_t bytes = 0; bytes <= size; bytes += (bytes < 1024 ? 1 : 7)) {
+      compare(StackOf(*capture, bytes, true), "cut at " + std::to_string(bytes));
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_EQ(libdwfl_only.row_stats().compact_steps, 0u);
+  EXPECT_GT(with_rows.row_cache_bytes(), 0u);
+  // On whole stacks the rows do the work: libdwfl steps only the frame whose caller is the signal
+  // trampoline (a cut snapshot adds the step that reads past its end).
+  for (const Capture* capture : {chain_, &signal, &thread}) {
+    DwarfUnwinder fresh;
+    const size_t frames = UnwindOwn(fresh, WholeStackOf(*capture)).frames.size();
+    const ModuleCfi::RowStats stats = fresh.row_stats();
+    EXPECT_EQ(stats.compact_steps + stats.libdwfl_steps, frames);
+    EXPECT_EQ(stats.libdwfl_steps, capture == &signal ? 1u : 0u);
+  }
+
+  // Garbage: the real stack with words overwritten by code addresses and random values.
+  std::vector<ExecutableMapping> mappings = OwnExecutableMappings();
+  std::mt19937_64 random(20261123);
+  for (int round = 0; round < 2000; ++round) {
+    Capture garbage = *chain_;
+    const ExecutableMapping& m = mappings[random() % mappings.size()];
+    if (round % 2) garbage.registers[kUnwindRegisterIp] = m.start + random() % (m.end - m.start);
+    for (int i = 0; i < 8; ++i) {
+      size_t at = (random() % (garbage.stack.size() / 8)) * 8;
+      const ExecutableMapping& w = mappings[random() % mappings.size()];
+      uint64_t word = random() % 2 ? w.start + random() % (w.end - w.start) : random();
+      std::memcpy(&garbage.stack[at], &word, 8);
+    }
+    compare(WholeStackOf(garbage), "garbage round " + std::to_string(round));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A file's rows are bounded: past the limit the cache starts over, and unwinds stay the same.
+TEST_F(DwarfUnwinderSelfTest, RowCacheStaysWithinItsLimit) {
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.max_rows_per_file = 4});
+  DwarfUnwinder libdwfl_only(DwarfUnwinder::Limits{.compact_rows = false});
+  for (int i = 0; i < 3; ++i) {
+    ExpectSameUnwind(UnwindOwn(unwinder, WholeStackOf(*chain_)),
+                     UnwindOwn(libdwfl_only, WholeStackOf(*chain_)), "round " + std::to_string(i));
+  }
+  ModuleCfi::RowStats stats = unwinder.row_stats();
+  EXPECT_LE(stats.rows_cached, 4u * unwinder.images() + 4u);  // the vDSO has rows too
+  EXPECT_GT(stats.compact_steps, 0u);
+}
+
 }  // namespace
 }  // namespace unwind_test
 }  // namespace ember
