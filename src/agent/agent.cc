@@ -110,7 +110,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
     pids.push_back(*tgid);
   }
-  // The kernel's symbols are read on another core while the BPF program loads and attaches.
+  RETURN_IF_ERROR(CheckCapabilities());
+  // The kernel's symbols are read on another core while the BPF program loads and attaches. That
+  // thread has ended (get() joins it) before the capabilities are dropped.
   std::future<absl::StatusOr<KernelSymbols>> kernel_symbols =
       std::async(std::launch::async, [] { return KernelSymbols::Load(); });
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
@@ -118,7 +120,6 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                            .pids = pids,
                            .stack_snapshot_bytes = options.stack_snapshot_bytes};
   Agent* self = agent.get();
-  RETURN_IF_ERROR(CheckCapabilities());
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
