@@ -10,7 +10,7 @@ RUN apt-get update \
       clang llvm bpftool libbpf-dev linux-libc-dev \
       libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev \
       libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
-      libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev \
+      libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev \
       libgtest-dev libgmock-dev libbenchmark-dev openssl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -30,12 +30,12 @@ RUN apt-get update \
       libbpf1 libelf1 libdw1 zlib1g \
       libabsl20220623 libspdlog1.10 libfmt9 \
       libprotobuf32 libgrpc++1.51 libgrpc29 \
-      libcurl4 libssl3 libmicrohttpd12 \
+      libcurl4 libssl3 libmicrohttpd12 libcap2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/ember-agent /usr/local/bin/ember-agent
 # Writable scratch: the chart mounts an emptyDir here under a read-only root file system.
 WORKDIR /var/lib/ember
 # Root, with the capabilities the runtime grants (the chart: BPF, PERFMON, SYS_PTRACE,
-# SYS_RESOURCE, DAC_READ_SEARCH, SYSLOG); see deploy/helm/ember/README.md.
+# SYS_RESOURCE, DAC_READ_SEARCH, SYSLOG, SETPCAP); see docs/capabilities.md.
 USER 0
 ENTRYPOINT ["/usr/local/bin/ember-agent"]

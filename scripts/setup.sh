@@ -12,7 +12,7 @@ packages=(
   # libraries
   libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev
+  libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates

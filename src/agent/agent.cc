@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "agent/privileges.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
@@ -101,11 +102,6 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
   }
   RETURN_IF_ERROR(agent->SetUpKubernetes());
-  if (exporter_config->has_value()) {
-    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
-    agent->resources_ = agent->MakeResourceContext();
-    spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
-  }
 
   std::vector<uint32_t> pids;
   for (uint32_t pid : options.pids) {
@@ -118,7 +114,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     }
     pids.push_back(*tgid);
   }
-  // The kernel's symbols are read on another core while the BPF program loads and attaches.
+  RETURN_IF_ERROR(CheckCapabilities());
+  // The kernel's symbols are read on another core while the BPF program loads and attaches. That
+  // thread has ended (get() joins it) before the capabilities are dropped.
   std::future<absl::StatusOr<KernelSymbols>> kernel_symbols =
       std::async(std::launch::async, [] { return KernelSymbols::Load(); });
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
@@ -140,6 +138,15 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
+  }
+  // Capabilities belong to each thread: they go before the exporter, the pod watcher and the
+  // status endpoint start theirs, so no thread that talks to the network ever holds them.
+  BpfProfiler* profiler = agent->profiler_.get();
+  RETURN_IF_ERROR(DropCapabilities([profiler] { return profiler->MapsAccessible(); }));
+  if (exporter_config->has_value()) {
+    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
+    agent->resources_ = agent->MakeResourceContext();
+    spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
   agent->interval_start_ = absl::Now();
   if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -42,7 +43,7 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
   err = err < 0 ? -err : err;
   std::string hint;
   if (err == EPERM || err == EACCES) {
-    hint = " (run ember-agent as root)";
+    hint = " (run ember-agent as root, or see docs/capabilities.md)";
   }
   return absl::PermissionDeniedError(absl::StrCat(what, ": ", strerror(err), hint));
 }
@@ -190,6 +191,15 @@ BpfStats BpfProfiler::ReadStats() const {
     for (uint64_t v : values) *fields[index] += v;
   }
   return stats;
+}
+
+bool BpfProfiler::MapsAccessible() const {
+  int ncpus = libbpf_num_possible_cpus();
+  if (ncpus <= 0) return false;
+  std::vector<uint64_t> values(ncpus);
+  uint32_t index = 0;
+  return bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),
+                              values.size() * sizeof(uint64_t), 0) == 0;
 }
 
 absl::Status BpfProfiler::SetPythonProcess(uint32_t pid, const ember_python_proc& config) {

@@ -59,6 +59,9 @@ class BpfProfiler {
   // how many. An interrupting signal only ends the wait early.
   absl::StatusOr<int> Poll(int timeout_ms);
   BpfStats ReadStats() const;
+  // Whether the maps can be read with the thread's current capabilities (a kernel before 6.5 with
+  // kernel.unprivileged_bpf_disabled set wants CAP_BPF for every map access).
+  bool MapsAccessible() const;
   // Walks the CPython frames of process `pid` (tgid) with `config` from its next sample on; a
   // process may have one entry, replaced by the next call.
   absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);

@@ -51,20 +51,21 @@ struct Endpoint {
 };
 
 absl::StatusOr<Endpoint> ParseEndpoint(const Setting& setting) {
+  const Setting shown{RedactUrl(setting.value), setting.source};  // errors never echo a secret
   Endpoint endpoint;
   absl::string_view rest = setting.value;
   if (size_t scheme_end = rest.find("://"); scheme_end != absl::string_view::npos) {
     endpoint.scheme = absl::AsciiStrToLower(rest.substr(0, scheme_end));
     rest.remove_prefix(scheme_end + 3);
     if (endpoint.scheme != "http" && endpoint.scheme != "https") {
-      return SettingError(setting, "an http:// or https:// URL, or host:port");
+      return SettingError(shown, "an http:// or https:// URL, or host:port");
     }
   }
   size_t slash = rest.find('/');
   endpoint.authority = std::string(rest.substr(0, slash));
   if (slash != absl::string_view::npos) endpoint.path = std::string(rest.substr(slash));
   if (endpoint.authority.empty() || absl::StrContains(endpoint.authority, ' ')) {
-    return SettingError(setting, "an http:// or https:// URL, or host:port");
+    return SettingError(shown, "an http:// or https:// URL, or host:port");
   }
   return endpoint;
 }
@@ -72,9 +73,11 @@ absl::StatusOr<Endpoint> ParseEndpoint(const Setting& setting) {
 // host:port, adding the protocol's default port when there is none (an IPv6 literal is
 // bracketed: "[::1]:4317").
 std::string WithPort(const std::string& authority, int default_port) {
+  size_t at = authority.rfind('@');  // userinfo ("user:password@") has colons of its own
   size_t bracket = authority.rfind(']');
   size_t colon = authority.rfind(':');
-  bool has_port = colon != std::string::npos && (bracket == std::string::npos || colon > bracket);
+  bool has_port = colon != std::string::npos && (at == std::string::npos || colon > at) &&
+                  (bracket == std::string::npos || colon > bracket);
   return has_port ? authority : absl::StrCat(authority, ":", default_port);
 }
 
@@ -230,13 +233,34 @@ absl::StatusOr<std::optional<ExporterConfig>> ResolveExporterConfig(const Export
   return config;
 }
 
+std::string RedactUrl(absl::string_view url) {
+  std::string shown;
+  if (size_t scheme_end = url.find("://"); scheme_end != absl::string_view::npos) {
+    absl::StrAppend(&shown, url.substr(0, scheme_end + 3));
+    url.remove_prefix(scheme_end + 3);
+  }
+  size_t authority_end = url.find_first_of("/?#");
+  absl::string_view authority = url.substr(0, authority_end);
+  absl::string_view rest =
+      authority_end == absl::string_view::npos ? absl::string_view() : url.substr(authority_end);
+  if (size_t at = authority.rfind('@'); at != absl::string_view::npos) {
+    absl::StrAppend(&shown, "<redacted>@");
+    authority.remove_prefix(at + 1);
+  }
+  absl::StrAppend(&shown, authority);
+  size_t query = rest.find_first_of("?#");
+  absl::StrAppend(&shown, rest.substr(0, query));
+  if (query != absl::string_view::npos) absl::StrAppend(&shown, "?<redacted>");
+  return shown;
+}
+
 std::string DescribeExporterConfig(const ExporterConfig& config) {
   std::vector<std::string> headers;
   for (const OtlpHeader& header : config.headers) {
     headers.push_back(absl::StrCat(header.name, "=<redacted>"));
   }
   return absl::StrCat(
-      config.protocol == OtlpProtocol::kGrpc ? "grpc " : "http/protobuf ", config.target,
+      config.protocol == OtlpProtocol::kGrpc ? "grpc " : "http/protobuf ", RedactUrl(config.target),
       config.tls ? (config.ca_file.empty() ? " (TLS, system roots" : " (TLS, roots from ")
                  : " (plaintext",
       config.tls && !config.ca_file.empty() ? config.ca_file : "",

@@ -59,7 +59,12 @@ absl::StatusOr<std::optional<ExporterConfig>> ResolveExporterConfig(const Export
 absl::StatusOr<std::vector<OtlpHeader>> ParseOtlpHeaders(absl::string_view text,
                                                          absl::string_view source);
 
-// For the log: endpoint, protocol, TLS mode, header names; values shown as "<redacted>".
+// For the log: endpoint, protocol, TLS mode, header names; header values, the endpoint's
+// userinfo and query string shown as "<redacted>".
 std::string DescribeExporterConfig(const ExporterConfig& config);
+
+// A URL as it may be logged: userinfo ("user:token@") and a query string, which can carry
+// credentials, become "<redacted>".
+std::string RedactUrl(absl::string_view url);
 
 }  // namespace ember

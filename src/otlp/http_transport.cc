@@ -277,7 +277,7 @@ absl::StatusOr<std::unique_ptr<ExportTransport>> CreateHttpTransport(
     const ExporterConfig& config, const TransportOptions& options) {
   const char* scheme = config.tls ? "https://" : "http://";
   if (!absl::StartsWithIgnoreCase(config.target, scheme)) {
-    return absl::InvalidArgumentError(absl::StrCat("OTLP/HTTP endpoint '", config.target,
+    return absl::InvalidArgumentError(absl::StrCat("OTLP/HTTP endpoint '", RedactUrl(config.target),
                                                    "': expected a URL starting with ", scheme));
   }
   if (absl::Status headers = CheckHeaders(config.headers); !headers.ok()) return headers;

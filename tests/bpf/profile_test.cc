@@ -225,7 +225,9 @@ TEST(AgentErrorsTest, WithoutPrivilegesSaysWhatIsMissing) {
                   "--inh-caps=-all", agent, "--duration", "2s", "--output-dir", dir + "/out"});
   std::filesystem::remove_all(dir);
   EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_NE(result.output.find("run ember-agent as root"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.rfind("ember-agent: missing capabilities CAP_BPF (", 0), 0u)
+      << result.output;
+  EXPECT_NE(result.output.find("; run as root or grant them"), std::string::npos) << result.output;
   EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
 }
 

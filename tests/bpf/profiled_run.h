@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -35,13 +36,26 @@ struct ProfiledRun {
   int64_t pid = 0;
 };
 
+// How ProfileFixture starts the agent, beyond its flags: e.g. as another user with some
+// capabilities (tests/bpf/privileges_test.cc).
+struct AgentLaunch {
+  // The command line before the agent's flags; empty: EMBER_AGENT_BIN.
+  std::vector<std::string> argv = {};
+  // Mode of the output directory, for an agent run as another user.
+  std::filesystem::perms output_dir_perms = std::filesystem::perms::owner_all;
+  // Runs with the agent's pid once it has dropped its capabilities and started all its threads,
+  // before the fixture goes on.
+  std::function<void(pid_t)> once_dropped = nullptr;
+};
+
 // after_start runs once the fixture has been started, before the agent. stop_signal (SIGINT or
 // SIGTERM) must make the agent write its last interval and exit 0. Failures are reported with
 // gtest's EXPECT_* and the run is returned as far as it went.
 ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
                            const std::function<void(pid_t)>& after_start = nullptr,
                            int stop_signal = SIGINT,
-                           const std::vector<std::string>& extra_agent_args = {});
+                           const std::vector<std::string>& extra_agent_args = {},
+                           const AgentLaunch& launch = {});
 
 // The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);

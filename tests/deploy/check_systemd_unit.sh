@@ -18,9 +18,14 @@ grep -q "^ExecStart=$agent " "$work/ember.service" || fail "ExecStart does not r
 systemd-analyze verify --man=no "$work/ember.service" >"$work/out" 2>&1 || true
 [[ ! -s $work/out ]] || fail "systemd-analyze verify: $(cat "$work/out")"
 
-caps="CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYSLOG"
+# The set of docs/capabilities.md.
+caps="CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYSLOG CAP_SETPCAP"
 for key in CapabilityBoundingSet AmbientCapabilities; do
   [[ $(sed -n "s/^$key=//p" "$unit") == "$caps" ]] || fail "$key is not exactly: $caps"
+done
+docs=$(dirname "$unit")/../../docs/capabilities.md
+for cap in $caps; do
+  grep -q "^| \`$cap\`" "$docs" || fail "$cap is not in the table of docs/capabilities.md"
 done
 for setting in EnvironmentFile=-/etc/default/ember Restart=on-failure ProtectSystem=strict \
   ProtectHome=read-only PrivateTmp=yes NoNewPrivileges=yes StateDirectory=ember; do

@@ -168,5 +168,44 @@ TEST(ExporterConfigTest, DescriptionRedactsHeaderValues) {
   EXPECT_NE(text.find("TLS"), std::string::npos) << text;
 }
 
+// Everything a secret can come in (header values from flags and both variables, the endpoint's
+// userinfo and query string, a client key) stays out of the line the agent logs and out of
+// endpoint errors, while verification stays on.
+TEST(ExporterConfigTest, DescriptionNeverContainsSecrets) {
+  ExporterConfig config = Resolved(
+      {.endpoint = "https://tenant:pa55word@collector.example/otlp?api_key=k3y",
+       .protocol = "http/protobuf",
+       .headers = {"authorization=Bearer flag-t0ken"},
+       .client_cert_file = "/etc/ember/client.pem",
+       .client_key_file = "/etc/ember/client-key.pem"},
+      Env{{{"OTEL_EXPORTER_OTLP_PROFILES_HEADERS", "x-scope-orgid=env-0rg,api-key=env%2Ds3cret"},
+           {"OTEL_EXPORTER_OTLP_HEADERS", "x-general=general-t0ken"}}});
+  EXPECT_TRUE(config.tls);
+  std::string text = DescribeExporterConfig(config);
+  for (const char* secret : {"pa55word", "tenant", "k3y", "flag-t0ken", "Bearer", "env-0rg",
+                             "env-s3cret", "env%2Ds3cret", "general-t0ken", "client-key.pem"}) {
+    EXPECT_EQ(text.find(secret), std::string::npos) << secret << " in: " << text;
+  }
+  EXPECT_NE(text.find("https://<redacted>@collector.example:4318/otlp?<redacted>"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("authorization=<redacted>"), std::string::npos) << text;
+  EXPECT_NE(text.find("TLS"), std::string::npos) << text;
+  EXPECT_NE(text.find("client certificate"), std::string::npos) << text;
+
+  auto bad = Resolve({.endpoint = "ftp://tenant:pa55word@collector.example/?token=k3y"});
+  ASSERT_FALSE(bad.ok());
+  std::string message(bad.status().message());
+  EXPECT_EQ(message.find("pa55word"), std::string::npos) << message;
+  EXPECT_EQ(message.find("k3y"), std::string::npos) << message;
+}
+
+TEST(ExporterConfigTest, RedactUrlKeepsWhereButNotWho) {
+  EXPECT_EQ(RedactUrl("collector:4317"), "collector:4317");
+  EXPECT_EQ(RedactUrl("https://u:p@h:1/path"), "https://<redacted>@h:1/path");
+  EXPECT_EQ(RedactUrl("http://h/p?token=1#f"), "http://h/p?<redacted>");
+  EXPECT_EQ(RedactUrl("u@h?x"), "<redacted>@h?<redacted>");
+  EXPECT_EQ(RedactUrl("http://[::1]:4318/a@b"), "http://[::1]:4318/a@b");
+}
+
 }  // namespace
 }  // namespace ember
