@@ -48,20 +48,20 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path
   entry.last_generation = generation_;
   entry.last_use = ++tick_;
   last_ = &entry;
-  if (!inserted) {
-    ++stats_.hits;
-    return entry.module.get();
-  }
-  ++stats_.misses;
-  absl::StatusOr<std::unique_ptr<ElfModule>> module =
-      ElfModule::Open(open_path, display_path, options_);
-  if (module.ok()) {
-    entry.module = std::move(*module);
+  if (inserted) {
+    ++stats_.misses;
+    absl::StatusOr<std::unique_ptr<ElfModule>> module =
+        ElfModule::Open(open_path, display_path, options_);
+    if (module.ok()) {
+      entry.module = std::move(*module);
+    } else {
+      spdlog::warn("cannot symbolize {}: {}", display_path, module.status().ToString());
+    }
+    entry.bytes = BytesOf(entry);
+    bytes_ += entry.bytes;
   } else {
-    spdlog::warn("cannot symbolize {}: {}", display_path, module.status().ToString());
+    ++stats_.hits;
   }
-  entry.bytes = BytesOf(entry);
-  bytes_ += entry.bytes;
   if (entries_.size() > max_modules_ || bytes_ > max_bytes_) {
     // Down to seven eighths, so that a cache at its limit does not sort on every new module.
     EvictLeastRecentlyUsed(max_modules_, max_bytes_ / 8 * 7, &entry);

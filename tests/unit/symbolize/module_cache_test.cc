@@ -127,6 +127,22 @@ TEST(ModuleCacheTest, ByteBoundHoldsWhileFedMoreThanItAndEvictedModulesComeBack)
   EXPECT_EQ(symbol->function, known->second.function);
   EXPECT_EQ(symbol->source_file, known->second.source_file);
   EXPECT_EQ(symbol->line, known->second.line);
+  // Growth counted at a hit is bounded too: three modules opened, then loaded one by one, each
+  // through a hit.
+  ASSERT_LT(3 * unloaded, loaded) << "the premise: three unloaded modules fit beside a loaded one";
+  const size_t small_max = loaded * 3 / 2;
+  ModuleCache hits(/*max_modules=*/1024, ElfModuleOptions{}, small_max);
+  for (uint64_t inode : {1, 2, 3}) ASSERT_NE(hits.Get({2, inode}, kProgram, kProgram), nullptr);
+  for (uint64_t inode : {1, 2, 3}) {
+    const uint64_t hits_before = hits.stats().hits;
+    ElfModule* module = hits.Get({2, inode}, kProgram, kProgram);
+    ASSERT_NE(module, nullptr);
+    EXPECT_EQ(hits.stats().hits, hits_before + 1) << inode;
+    ASSERT_LE(hits.bytes(), small_max) << "after a hit on module " << inode;
+    FirstSymbolizedAddress(*module);
+  }
+  EXPECT_GT(hits.stats().evicted, 0u);
+
   // The most recent one is still there.
   EXPECT_EQ(cache.Get({1, 20}, kMissing, kMissing) != nullptr, true);
   EXPECT_EQ(cache.stats().hits, 1u);
