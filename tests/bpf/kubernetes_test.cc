@@ -255,6 +255,9 @@ TEST_F(KubernetesPodTest, TheWatchFollowedTheProtocol) {
       << s_->metrics_synced;
   EXPECT_TRUE(absl::StrContains(s_->metrics_synced, "ember_kubernetes_pods 2"))
       << s_->metrics_synced;
+  // Two pods, far from --max-pods: none evicted.
+  EXPECT_TRUE(absl::StrContains(s_->metrics_synced, "\nember_kubernetes_pods_evicted_total 0\n"))
+      << s_->metrics_synced;
 }
 
 // An API server that refuses the agent (RBAC missing: 403 for ever): the agent profiles all the

@@ -45,16 +45,27 @@ struct Scrape {
   double tracked = 0;
   double samples = 0;
   double pprof_files = 0;
+  double module_bytes = 0;
+  double frame_bytes = 0;
+  double frame_hits = 0;
+  double frame_misses = 0;
 };
 
 Scrape ScrapeAgent(const std::string& endpoint) {
   auto [status, body] = HttpGet(endpoint + "/metrics");
   EXPECT_EQ(status, 200) << body;
   Scrape scrape;
-  for (auto [series, out] : {std::pair{"ember_processes_evicted_total", &scrape.evicted},
-                             std::pair{"ember_processes_tracked", &scrape.tracked},
-                             std::pair{"ember_samples_total", &scrape.samples},
-                             std::pair{"ember_pprof_files_written_total", &scrape.pprof_files}}) {
+  for (auto [series, out] :
+       {std::pair{"ember_processes_evicted_total", &scrape.evicted},
+        std::pair{"ember_processes_tracked", &scrape.tracked},
+        std::pair{"ember_samples_total", &scrape.samples},
+        std::pair{"ember_pprof_files_written_total", &scrape.pprof_files},
+        std::pair{"ember_symbol_cache_bytes{cache=\"elf_modules\"}", &scrape.module_bytes},
+        std::pair{"ember_symbol_cache_bytes{cache=\"frames\"}", &scrape.frame_bytes},
+        std::pair{"ember_symbol_cache_lookups_total{cache=\"frames\",result=\"hit\"}",
+                  &scrape.frame_hits},
+        std::pair{"ember_symbol_cache_lookups_total{cache=\"frames\",result=\"miss\"}",
+                  &scrape.frame_misses}}) {
     std::optional<double> value = MetricValue(body, series);
     EXPECT_TRUE(value.has_value()) << series << " not in\n" << body;
     *out = value.value_or(-1);
@@ -105,6 +116,12 @@ TEST(ProcessLimitTest, EvictsLeastRecentlyUsedProcessesCountsThemAndKeepsProfili
   EXPECT_GT(early.samples, 0);
   EXPECT_GT(late.samples, early.samples);
   EXPECT_GT(late.pprof_files, early.pprof_files);
+  // The symbol caches hold the fixture's binary and libc, and their frames, which the processes
+  // share: nearly every lookup after the first few is a hit.
+  EXPECT_GT(late.module_bytes, 0);
+  EXPECT_GT(late.frame_bytes, 0);
+  EXPECT_GT(late.frame_misses, 0);
+  EXPECT_GT(late.frame_hits, late.frame_misses);
 
   for (auto& fixture : fixtures) EXPECT_EQ(fixture->Wait(seconds(60)), 0) << fixture->output();
   agent.Signal(SIGINT);
