@@ -19,6 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto options = ember::ParseOptions(args);
   ember::ParseResourceAttributes(text);
   ember::ParseListenAddress(text);
+  size_t bytes = 0;
+  ember::ParseByteSize(text, &bytes);
   // The same bytes as the values of every OTLP variable the agent reads.
   ember::ExporterFlags flags = options.ok() ? options->otlp : ember::ExporterFlags{};
   const std::string value(text);

@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ember::PerfMapLimits limits;
   limits.max_entries = 64;  // small, so that the limit is hit too
   limits.max_name_bytes = 4096;
+  limits.max_bytes = 6144;  // entries and names together: evicts before the name cap is hit
   ember::PerfMap map(limits);
   map.Append(text.substr(0, split));
   map.Append(text.substr(split));
@@ -23,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (address < symbol->start || address >= symbol->end) __builtin_trap();
     }
   }
-  if (map.size() > limits.max_entries) __builtin_trap();
+  if (map.size() > limits.max_entries || map.EstimatedBytes() > limits.max_bytes) __builtin_trap();
   map.Reset();
   map.Append(text);
   return 0;

@@ -53,12 +53,31 @@ int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// The symbol cache budget: ELF modules (symbol tables, DWARF indexes) take three quarters, the
+// symbolized frames one quarter.
+size_t ModuleBudget(const Options& options) { return options.max_symbol_cache_bytes / 4 * 3; }
+size_t FrameBudget(const Options& options) {
+  return options.max_symbol_cache_bytes - ModuleBudget(options);
+}
+
+ProcessTableLimits ProcessLimits(const Options& options) {
+  ProcessTableLimits limits{.max_processes = options.max_processes};
+  // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
+  limits.perf_map.max_bytes = options.max_perf_map_bytes;
+  limits.perf_map.max_name_bytes = options.max_perf_map_bytes;
+  limits.perf_map.max_entries = options.max_perf_map_bytes / kPerfMapEntryBytes;
+  return limits;
+}
+
 }  // namespace
 
 Agent::Agent(const Options& options)
     : options_(options),
+      processes_("/proc", std::chrono::milliseconds(500), std::chrono::milliseconds(100),
+                 ProcessLimits(options)),
       cgroups_(CgroupResolverOptionsForHost()),
-      frames_(&processes_, &modules_, nullptr) {
+      modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
+      frames_(&processes_, &modules_, nullptr, FrameBudget(options)) {
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
     return metrics_.AddCounter(name, help, std::move(labels)).value();
@@ -76,9 +95,7 @@ Agent::Agent(const Options& options)
       counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
   write_failures_metric_ = counter("ember_output_write_failures_total",
                                    "Failed writes of pprof files or the flame graph.");
-  processes_metric_ =
-      metrics_.AddGauge("ember_processes_tracked", "Processes in the agent's process table.")
-          .value();
+  cache_metrics_ = std::make_unique<CacheMetrics>(metrics_);
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
@@ -135,7 +152,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any.
   if (auto symbols = kernel_symbols.get(); symbols.ok()) {
     agent->kernel_symbols_ = std::move(symbols).value();
-    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_);
+    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_,
+                                   FrameBudget(options));
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }
@@ -144,7 +162,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   BpfProfiler* profiler = agent->profiler_.get();
   RETURN_IF_ERROR(DropCapabilities([profiler] { return profiler->MapsAccessible(); }));
   if (exporter_config->has_value()) {
-    ASSIGN_OR_RETURN(agent->exporter_, ProfileExporter::Create(**exporter_config));
+    ASSIGN_OR_RETURN(
+        agent->exporter_,
+        ProfileExporter::Create(**exporter_config,
+                                ExporterLimits{.max_queue_bytes = options.otlp_max_queue_bytes}));
     agent->resources_ = agent->MakeResourceContext();
     spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
@@ -176,7 +197,7 @@ absl::Status Agent::SetUpKubernetes() {
     return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
   });
   if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
-  pods_ = std::make_unique<PodIndex>();
+  pods_ = std::make_unique<PodIndex>(PodIndexLimits{.max_pods = options_.max_pods});
   auto watcher = PodWatcher::Create(*config, pods_.get());
   if (!watcher.ok()) return absl::InvalidArgumentError(watcher.status().message());
   pod_watcher_ = std::move(watcher).value();
@@ -211,6 +232,10 @@ absl::Status Agent::SetUpStatusEndpoint() {
     RETURN_IF_ERROR(metrics_.AddCallbackGauge(
         "ember_kubernetes_pods", "Pods of this node known from the Kubernetes API.", {},
         [pods] { return static_cast<double>(pods->stats().pods); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_kubernetes_pods_evicted_total",
+        "Pods dropped from the agent's pod cache at --max-pods, least recently used first.", {},
+        [pods] { return static_cast<double>(pods->stats().pods_evicted); }));
     RETURN_IF_ERROR(metrics_.AddCallbackGauge(
         "ember_kubernetes_synced",
         "1 once this node's pods have been listed from the Kubernetes API, else 0.", {},
@@ -589,7 +614,7 @@ void Agent::ExportInterval(absl::Time now, bool last) {
   processes_.DropExited();
   DropExitedPython();
   python_.NextGeneration();
-  processes_metric_->Set(static_cast<double>(processes_.size()));
+  cache_metrics_->Publish(processes_, modules_, frames_);
   // What the caches freed goes back to the system rather than staying in the heap.
   malloc_trim(0);
 }

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "agent/aggregator.h"
 #include "agent/bpf_profiler.h"
+#include "agent/cache_metrics.h"
 #include "agent/frame_resolver.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
@@ -130,7 +131,7 @@ class Agent {
   Counter* unwound_failed_metric_ = nullptr;
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
-  Gauge* processes_metric_ = nullptr;
+  std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   std::unique_ptr<StatusServer> status_server_;  // after everything its handlers read

@@ -1,6 +1,10 @@
 // Frame symbolization with a generation-evicted cache of Frames.
 #include "agent/frame_resolver.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -8,6 +12,12 @@
 
 namespace ember {
 namespace {
+
+// Heap bytes of a string: none while it fits in the string itself.
+size_t HeapBytes(const std::string& text) {
+  static const size_t kInline = std::string().capacity();
+  return text.capacity() > kInline ? text.capacity() + 1 : 0;
+}
 
 absl::string_view Basename(absl::string_view path) {
   size_t slash = path.rfind('/');
@@ -30,21 +40,68 @@ size_t FrameResolver::KeyHash::operator()(const Key& key) const {
 }
 
 FrameResolver::FrameResolver(ProcessTable* processes, ModuleCache* modules,
-                             const KernelSymbols* kernel_symbols)
-    : processes_(processes), modules_(modules), kernel_symbols_(kernel_symbols) {}
+                             const KernelSymbols* kernel_symbols, size_t max_bytes)
+    : processes_(processes),
+      modules_(modules),
+      kernel_symbols_(kernel_symbols),
+      max_bytes_(max_bytes) {}
+
+size_t FrameResolver::EstimatedFrameBytes(const Key& key, const Frame& frame) {
+  // A node of std::unordered_map: next pointer, cached hash, the pair; plus a bucket pointer.
+  size_t bytes = 3 * sizeof(void*) + sizeof(std::pair<const Key, Entry>) + sizeof(Frame);
+  bytes += HeapBytes(key.name) + HeapBytes(frame.function) + HeapBytes(frame.source_file) +
+           HeapBytes(frame.module) + HeapBytes(frame.build_id);
+  bytes += frame.inlined.capacity() * sizeof(InlineFrame);
+  for (const InlineFrame& inlined : frame.inlined) {
+    bytes += HeapBytes(inlined.function) + HeapBytes(inlined.source_file);
+  }
+  return bytes;
+}
 
 const Frame* FrameResolver::Lookup(const Key& key) {
   auto it = frames_.find(key);
   if (it == frames_.end()) return nullptr;
-  it->second.generation = generation_;
-  return it->second.frame.get();
+  ++stats_.hits;
+  Entry& entry = it->second;
+  if (entry.generation != generation_) {
+    entry.generation = generation_;
+    current_bytes_ += entry.bytes;
+  }
+  return entry.frame.get();
 }
 
 const Frame* FrameResolver::Remember(Key key, Frame frame) {
-  Entry& entry = frames_[std::move(key)];
+  ++stats_.misses;
+  const size_t bytes = EstimatedFrameBytes(key, frame);
+  auto [it, inserted] = frames_.try_emplace(std::move(key));
+  Entry& entry = it->second;
+  if (!inserted) {  // not reached: callers Lookup first; keeps the accounting right regardless
+    bytes_ -= entry.bytes;
+    if (entry.generation == generation_) current_bytes_ -= entry.bytes;
+  }
   entry.frame = std::make_unique<Frame>(std::move(frame));
   entry.generation = generation_;
+  entry.bytes = bytes;
+  bytes_ += bytes;
+  current_bytes_ += bytes;
+  // Only frames of earlier generations may go now; a sweep frees an eighth at least, so that it
+  // is not repeated for every new frame.
+  if (bytes_ > max_bytes_ && bytes_ > current_bytes_) EvictOlderGenerations(max_bytes_ / 8 * 7);
   return entry.frame.get();
+}
+
+void FrameResolver::EvictOlderGenerations(size_t target) {
+  std::vector<std::pair<uint64_t, decltype(frames_)::iterator>> old;  // (generation, entry)
+  for (auto it = frames_.begin(); it != frames_.end(); ++it) {
+    if (it->second.generation < generation_) old.emplace_back(it->second.generation, it);
+  }
+  std::sort(old.begin(), old.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [generation, it] : old) {
+    if (bytes_ <= target) break;
+    bytes_ -= it->second.bytes;
+    frames_.erase(it);
+    ++stats_.evicted;
+  }
 }
 
 const Frame* FrameResolver::Marker(absl::string_view name) {
@@ -141,8 +198,13 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
 
 void FrameResolver::NextGeneration() {
   ++generation_;
-  std::erase_if(frames_,
-                [this](const auto& item) { return item.second.generation + 2 < generation_; });
+  current_bytes_ = 0;
+  std::erase_if(frames_, [this](const auto& item) {
+    if (item.second.generation + 2 >= generation_) return false;
+    bytes_ -= item.second.bytes;
+    return true;
+  });
+  if (bytes_ > max_bytes_) EvictOlderGenerations(max_bytes_ / 8 * 7);
 }
 
 }  // namespace ember

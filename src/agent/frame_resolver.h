@@ -15,10 +15,20 @@
 
 namespace ember {
 
+// Counters since the resolver was made.
+struct FrameResolverStats {
+  uint64_t hits = 0;     // frames found in the cache
+  uint64_t misses = 0;   // frames symbolized and added to it
+  uint64_t evicted = 0;  // frames dropped to stay within max_bytes
+};
+
 class FrameResolver {
  public:
-  // kernel_symbols may be null (kernel frames then keep their raw address as a name).
-  FrameResolver(ProcessTable* processes, ModuleCache* modules, const KernelSymbols* kernel_symbols);
+  // kernel_symbols may be null (kernel frames then keep their raw address as a name). max_bytes
+  // bounds the cached frames' estimated bytes (the hash node, the Frame, and the heap
+  // blocks of their strings and inlined functions), see NextGeneration.
+  FrameResolver(ProcessTable* processes, ModuleCache* modules, const KernelSymbols* kernel_symbols,
+                size_t max_bytes = size_t{64} << 20);
 
   // `caller` is true for every frame but the leaf: its address is a return address, so the call
   // instruction is the byte before it.
@@ -29,10 +39,16 @@ class FrameResolver {
   // A frame standing for something that is not code, e.g. "[truncated]".
   const Frame* Marker(absl::string_view name);
 
-  // Drops frames not used in the last two generations. Frames handed out stay valid until then,
-  // so call this only after the interval that used them has been written.
+  // Drops frames not used in the last two generations, then, above max_bytes, the least recently
+  // used ones. Frames handed out stay valid until then, so call this only after the interval
+  // that used them has been written. Between calls, a frame that would take the cache above
+  // max_bytes first evicts frames not used since the last call, oldest generation first, down to
+  // seven eighths of it; frames of the current generation stay (the interval holds them), so
+  // only they can take the cache above max_bytes, until the next call.
   void NextGeneration();
   size_t size() const { return frames_.size(); }
+  size_t bytes() const { return bytes_; }
+  const FrameResolverStats& stats() const { return stats_; }
 
  private:
   struct Key {
@@ -50,6 +66,7 @@ class FrameResolver {
   struct Entry {
     std::unique_ptr<Frame> frame;
     uint64_t generation = 0;
+    size_t bytes = 0;
   };
 
   const Frame* Remember(Key key, Frame frame);
@@ -57,12 +74,21 @@ class FrameResolver {
   // The perf map's frame for an address, or nullptr when the map does not name it.
   const Frame* Jit(Process* process, ProcessAddress address);
   Frame SymbolizeNative(Process* process, const MemoryMapping& mapping, FileOffset offset);
+  // Evicts frames of earlier generations, oldest first, until bytes_ is down to `target`.
+  void EvictOlderGenerations(size_t target);
+  // What a cached frame holds: the hash node with its key, the Frame, and the heap blocks of
+  // their strings and inlined functions.
+  static size_t EstimatedFrameBytes(const Key& key, const Frame& frame);
 
   ProcessTable* processes_;
   ModuleCache* modules_;
   const KernelSymbols* kernel_symbols_;
+  size_t max_bytes_;
   uint64_t generation_ = 0;
   std::unordered_map<Key, Entry, KeyHash> frames_;
+  size_t bytes_ = 0;          // EstimatedFrameBytes of every cached frame
+  size_t current_bytes_ = 0;  // of those used in the current generation
+  FrameResolverStats stats_;
 };
 
 }  // namespace ember

@@ -2,9 +2,11 @@
 #include "agent/options.h"
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -38,6 +40,31 @@ absl::Status ParseDurationFlag(absl::string_view flag, absl::string_view value, 
   return absl::OkStatus();
 }
 
+// A whole number from min to max, or a byte size from min to max.
+absl::Status ParseCountFlag(absl::string_view flag, absl::string_view value, size_t min, size_t max,
+                            size_t* out) {
+  size_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < min || n > max) {
+    return FlagError(flag, absl::StrCat("a whole number from ", min, " to ", max), value);
+  }
+  *out = n;
+  return absl::OkStatus();
+}
+
+absl::Status ParseBytesFlag(absl::string_view flag, absl::string_view value, size_t min,
+                            size_t* out) {
+  constexpr size_t kMax = size_t{1} << 40;
+  size_t n = 0;
+  if (!ParseByteSize(value, &n) || n < min || n > kMax) {
+    return FlagError(flag,
+                     absl::StrCat("a size in bytes from ", min,
+                                  " to 1TiB, such as 65536, 512KiB, 64MiB or 1GiB"),
+                     value);
+  }
+  *out = n;
+  return absl::OkStatus();
+}
+
 absl::Status ParseLogLevel(absl::string_view value, spdlog::level::level_enum* out) {
   static const std::map<absl::string_view, spdlog::level::level_enum> kLevels = {
       {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
@@ -52,6 +79,25 @@ absl::Status ParseLogLevel(absl::string_view value, spdlog::level::level_enum* o
 }
 
 }  // namespace
+
+bool ParseByteSize(absl::string_view text, size_t* bytes) {
+  size_t digits = 0;
+  while (digits < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[digits]))) {
+    ++digits;
+  }
+  uint64_t n = 0;
+  if (digits == 0 || !absl::SimpleAtoi(text.substr(0, digits), &n)) return false;
+  static const std::map<absl::string_view, int> kShifts = {
+      {"", 0},    {"B", 0},    {"K", 10}, {"Ki", 10}, {"KiB", 10}, {"M", 20},
+      {"Mi", 20}, {"MiB", 20}, {"G", 30}, {"Gi", 30}, {"GiB", 30}};
+  auto shift = kShifts.find(text.substr(digits));
+  if (shift == kShifts.end()) return false;
+  if (n > (std::numeric_limits<uint64_t>::max() >> shift->second)) return false;
+  n <<= shift->second;
+  if (n > std::numeric_limits<size_t>::max()) return false;
+  *bytes = static_cast<size_t>(n);
+  return true;
+}
 
 absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
   Options options;
@@ -113,6 +159,29 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          }
          options.metrics_address = std::string(v);
          return absl::OkStatus();
+       }},
+      {"max-processes",
+       [&](absl::string_view v) {
+         return ParseCountFlag("max-processes", v, 1, 1u << 22, &options.max_processes);
+       }},
+      {"max-symbol-cache-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("max-symbol-cache-bytes", v, size_t{1} << 20,
+                               &options.max_symbol_cache_bytes);
+       }},
+      {"max-perf-map-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("max-perf-map-bytes", v, size_t{4} << 10,
+                               &options.max_perf_map_bytes);
+       }},
+      {"otlp-max-queue-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("otlp-max-queue-bytes", v, size_t{64} << 10,
+                               &options.otlp_max_queue_bytes);
+       }},
+      {"max-pods",
+       [&](absl::string_view v) {
+         return ParseCountFlag("max-pods", v, 1, 1u << 20, &options.max_pods);
        }},
       // The --otlp-* values are checked with the environment's by ResolveExporterConfig. A
       // header's value may be a secret, so none of them is echoed back here.
@@ -243,6 +312,17 @@ Flags:
   --metrics-address A   where /metrics (Prometheus), /healthz and /readyz listen: IPv4:port or
                         [IPv6]:port (default 127.0.0.1:9464; 0.0.0.0:9464 for every address;
                         "" for none)
+
+Limits (when one is reached, the least recently used entries are evicted and counted in /metrics):
+  --max-processes N     processes tracked at once, 1 to 4194304 (default 4096)
+  --max-symbol-cache-bytes B
+                        symbols, DWARF line data and symbolized frames kept, at least 1MiB
+                        (default 256MiB; sizes take KiB, MiB, GiB suffixes)
+  --max-perf-map-bytes B
+                        JIT names read from one process's perf map, at least 4KiB (default 64MiB)
+  --max-pods N          Kubernetes pods cached, 1 to 1048576 (default 4096)
+  --otlp-max-queue-bytes B
+                        intervals waiting for the OTLP endpoint, at least 64KiB (default 64MiB)
 
 OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
   --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope

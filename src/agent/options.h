@@ -1,6 +1,7 @@
 // Command-line flags of ember-agent. A bad value is reported as one line naming the flag.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,9 +38,19 @@ struct Options {
   // Where the status endpoint (/metrics, /healthz, /readyz) listens: checked by
   // ParseListenAddress; empty: no endpoint.
   std::string metrics_address = "127.0.0.1:9464";
+  // Resource limits (README, "Bounded resources"); each has a metric that counts when it is hit.
+  size_t max_processes = 4096;                        // process table entries
+  size_t max_symbol_cache_bytes = size_t{256} << 20;  // ELF modules (3/4) and frames (1/4)
+  size_t max_perf_map_bytes = size_t{64} << 20;       // per process
+  size_t otlp_max_queue_bytes = size_t{64} << 20;     // serialized requests waiting to be sent
+  size_t max_pods = 4096;                             // Kubernetes pods cached
   bool help = false;
   bool version = false;
 };
+
+// "4096", "64KiB", "256MiB", "1GiB" (also K, M, G; binary multiples) into bytes; false when the
+// text is none of those or overflows.
+bool ParseByteSize(absl::string_view text, size_t* bytes);
 
 // args excludes the program name. The error message starts with the flag it is about.
 absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args);

@@ -80,19 +80,53 @@ FrameKind JitKindOf(const Process& process) {
 }
 
 ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh,
-                           std::chrono::milliseconds perf_map_min_refresh)
+                           std::chrono::milliseconds perf_map_min_refresh,
+                           ProcessTableLimits limits)
     : proc_root_(std::move(proc_root)),
       min_refresh_(min_refresh),
-      perf_map_min_refresh_(perf_map_min_refresh) {}
+      perf_map_min_refresh_(perf_map_min_refresh),
+      limits_(limits) {
+  limits_.max_processes = std::max<size_t>(limits_.max_processes, 1);
+}
+
+ProcessTable::~ProcessTable() = default;
 
 std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_root_, "/", pid); }
 
 Process* ProcessTable::Get(uint32_t pid) {
   auto it = processes_.find(pid);
-  if (it != processes_.end()) return it->second.get();
+  if (it != processes_.end()) {
+    it->second->last_used = ++tick_;
+    return it->second.get();
+  }
   std::unique_ptr<Process> process = Load(pid);
   if (process == nullptr) return nullptr;
+  if (processes_.size() >= limits_.max_processes) EvictLeastRecentlyUsed();
+  process->last_used = ++tick_;
   return processes_.emplace(pid, std::move(process)).first->second.get();
+}
+
+void ProcessTable::EvictLeastRecentlyUsed() {
+  const size_t target = limits_.max_processes - std::max<size_t>(limits_.max_processes / 64, 1);
+  if (processes_.size() <= target) return;
+  std::vector<std::pair<uint64_t, uint32_t>> by_use;  // (last_used, pid)
+  by_use.reserve(processes_.size());
+  for (const auto& [pid, process] : processes_) by_use.emplace_back(process->last_used, pid);
+  const size_t excess = processes_.size() - target;
+  std::nth_element(by_use.begin(), by_use.begin() + static_cast<ptrdiff_t>(excess - 1),
+                   by_use.end());
+  for (size_t i = 0; i < excess; ++i) {
+    auto it = processes_.find(by_use[i].second);
+    DropPerfMap(it->second.get());
+    processes_.erase(it);
+  }
+  stats_.evicted += excess;
+}
+
+void ProcessTable::DropPerfMap(Process* process) {
+  if (process->perf_map == nullptr) return;
+  perf_map_bytes_ -= process->perf_map->map().EstimatedBytes();
+  process->perf_map.reset();
 }
 
 std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
@@ -115,7 +149,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   }
   std::string executable_path = ReadExecutablePath(PidDir(process->pid));
   // An exec: the perf map and its runtime are the new program's, found again when needed.
-  if (executable_path != process->executable_path) process->perf_map.reset();
+  if (executable_path != process->executable_path) DropPerfMap(process);
   process->executable_path = std::move(executable_path);
   if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
   auto mappings = ParseProcMaps(text);
@@ -149,12 +183,18 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
     process->perf_map = std::make_unique<PerfMapFile>(
-        absl::StrCat(PidDir(process->pid), "/root", name), std::move(name));
+        absl::StrCat(PidDir(process->pid), "/root", name), std::move(name), limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
   }
   PerfMapFile& file = *process->perf_map;
   const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
+  const size_t bytes_before = file.map().EstimatedBytes();
+  const PerfMapStats stats_before = file.map().stats();
   const PerfMapFile::Result read = file.Refresh();
+  perf_map_bytes_ += file.map().EstimatedBytes();
+  perf_map_bytes_ -= bytes_before;
+  stats_.perf_map_entries_evicted += file.map().stats().evicted - stats_before.evicted;
+  stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
                  process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
@@ -171,6 +211,7 @@ int ProcessTable::DropExited() {
     if (alive) {
       ++it;
     } else {
+      DropPerfMap(it->second.get());
       it = processes_.erase(it);
       ++dropped;
     }

@@ -39,6 +39,7 @@ struct Process {
   std::unique_ptr<PerfMapFile> perf_map;
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
+  uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -50,14 +51,36 @@ uint64_t ParseStatStartTime(absl::string_view stat);
 // library it maps (node/libnode: kV8Js, java/libjvm: kJvm, dotnet/libcoreclr: kDotnet); else kJit.
 FrameKind JitKindOf(const Process& process);
 
+struct ProcessTableLimits {
+  // Processes held at once (--max-processes). A busy node runs a few thousand; the table holds
+  // only those sampled since they were last dropped, each a few KiB plus its perf map.
+  size_t max_processes = 4096;
+  PerfMapLimits perf_map = {};  // per process (--max-perf-map-bytes)
+};
+
+// Counters since the table was made.
+struct ProcessTableStats {
+  uint64_t evicted = 0;                   // processes dropped to stay within max_processes
+  uint64_t perf_map_entries_evicted = 0;  // perf map entries evicted at a process's limit
+  uint64_t perf_map_evictions = 0;        // times a process's perf map reached its limit
+};
+
 class ProcessTable {
  public:
   explicit ProcessTable(
       std::string proc_root = "/proc",
       std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500),
-      std::chrono::milliseconds perf_map_min_refresh = std::chrono::milliseconds(100));
+      std::chrono::milliseconds perf_map_min_refresh = std::chrono::milliseconds(100),
+      ProcessTableLimits limits = {});
+  ~ProcessTable();
+  ProcessTable(const ProcessTable&) = delete;
+  ProcessTable& operator=(const ProcessTable&) = delete;
 
   // The process, read from /proc on first sight; nullptr when it cannot be read (already gone).
+  // Reading a new one into a full table first evicts the least recently returned processes (a
+  // sixty-fourth of the table at a time, so that the scan is rare): a pointer returned before
+  // may dangle after the next Get of another pid. An evicted process that samples again is read
+  // again.
   Process* Get(uint32_t pid);
   // Re-reads the maps (and name) of a process that ran code at an address it does not know, at
   // most once per min_refresh so a stray address cannot turn every sample into a /proc read.
@@ -74,6 +97,10 @@ class ProcessTable {
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
   size_t size() const { return processes_.size(); }
+  const ProcessTableStats& stats() const { return stats_; }
+  // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
+  size_t perf_map_bytes() const { return perf_map_bytes_; }
+  const ProcessTableLimits& limits() const { return limits_; }
 
   // The path to open a mapped file through: map_files (works for deleted files and in other
   // mount namespaces) when it is readable, else the path under the process's root.
@@ -82,13 +109,20 @@ class ProcessTable {
  private:
   std::unique_ptr<Process> Load(uint32_t pid);
   bool ReadMaps(Process* process);
+  void EvictLeastRecentlyUsed();
+  // Forgets a process's perf map (its bytes leave perf_map_bytes_).
+  void DropPerfMap(Process* process);
   std::string PidDir(uint32_t pid) const;
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
   std::chrono::milliseconds perf_map_min_refresh_;
+  ProcessTableLimits limits_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
   uint64_t maps_versions_ = 0;
+  uint64_t tick_ = 0;
+  size_t perf_map_bytes_ = 0;
+  ProcessTableStats stats_;
 };
 
 // A process's executable mappings as the unwinder takes them, each with the path to open it by.

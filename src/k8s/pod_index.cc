@@ -7,7 +7,9 @@
 
 namespace ember {
 
-PodIndex::PodIndex(PodIndexLimits limits) : limits_(limits) {}
+PodIndex::PodIndex(PodIndexLimits limits) : limits_(limits) {
+  if (limits_.max_pods == 0) limits_.max_pods = 1;
+}
 
 void PodIndex::Replace(std::vector<PodInfo> pods) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -18,10 +20,7 @@ void PodIndex::Replace(std::vector<PodInfo> pods) {
     if (pod.uid.empty()) continue;
     // A uid twice in one list: the later object wins, as a later watch event would.
     UnindexLocked(pod.uid);
-    if (pods_.size() >= limits_.max_pods) {
-      ++stats_.pods_refused;
-      continue;
-    }
+    if (pods_.size() >= limits_.max_pods) EvictLeastRecentlyUsedLocked();
     IndexLocked(std::move(pod));
   }
 }
@@ -32,11 +31,20 @@ void PodIndex::Upsert(PodInfo pod) {
   // The old version's ids go first: a restarted container has a new id, and the old one must
   // not keep answering for it.
   UnindexLocked(pod.uid);
-  if (pods_.size() >= limits_.max_pods) {
-    ++stats_.pods_refused;
-    return;
-  }
+  if (pods_.size() >= limits_.max_pods) EvictLeastRecentlyUsedLocked();
   IndexLocked(std::move(pod));
+}
+
+void PodIndex::EvictLeastRecentlyUsedLocked() {
+  // A linear scan: it takes an index at its limit, which a healthy node never reaches.
+  auto oldest = pods_.end();
+  for (auto it = pods_.begin(); it != pods_.end(); ++it) {
+    if (oldest == pods_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
+  }
+  if (oldest == pods_.end()) return;
+  const std::string uid = oldest->first;
+  UnindexLocked(uid);
+  ++stats_.pods_evicted;
 }
 
 void PodIndex::Remove(const std::string& pod_uid) {
@@ -50,14 +58,16 @@ std::optional<ContainerMetadata> PodIndex::Lookup(absl::string_view container_id
   ++stats_.lookups;
   if (!container_id.empty()) {
     if (auto it = containers_.find(container_id); it != containers_.end()) {
-      const PodInfo& pod = pods_.at(it->second.first);
-      return ContainerMetadataOf(pod, pod.containers[it->second.second]);
+      const Stored& stored = pods_.at(it->second.first);
+      stored.last_used = ++tick_;
+      return ContainerMetadataOf(stored.pod, stored.pod.containers[it->second.second]);
     }
   }
   if (!pod_uid.empty()) {
     if (auto it = pods_.find(pod_uid); it != pods_.end()) {
       ++stats_.pod_fallbacks;
-      return ContainerMetadataOf(it->second, PodContainer{});
+      it->second.last_used = ++tick_;
+      return ContainerMetadataOf(it->second.pod, PodContainer{});
     }
   }
   ++stats_.lookup_misses;
@@ -80,13 +90,13 @@ void PodIndex::IndexLocked(PodInfo pod) {
     // one (its next event will drop the claim, and UnindexLocked leaves ours alone).
     if (!id.empty()) containers_.insert_or_assign(id, std::make_pair(uid, i));
   }
-  pods_.insert_or_assign(uid, std::move(pod));
+  pods_.insert_or_assign(uid, Stored{std::move(pod), ++tick_});
 }
 
 void PodIndex::UnindexLocked(const std::string& pod_uid) {
   auto it = pods_.find(pod_uid);
   if (it == pods_.end()) return;
-  for (const PodContainer& container : it->second.containers) {
+  for (const PodContainer& container : it->second.pod.containers) {
     if (container.container_id.empty()) continue;
     auto c = containers_.find(container.container_id);
     if (c != containers_.end() && c->second.first == pod_uid) containers_.erase(c);

@@ -76,6 +76,16 @@ bool IsCxx(Dwarf_Die* cu) {
 
 uint32_t LineNumber(int line) { return line > 0 ? static_cast<uint32_t>(line) : 0; }
 
+// A node of a std::unordered_map or set (next pointer, cached hash) and its bucket pointer; the
+// value's own size is added where it is known.
+constexpr size_t kNodeBytes = 3 * sizeof(void*) + sizeof(uint64_t);
+
+// Heap bytes of a string: none while it fits in the string itself.
+size_t HeapBytes(const std::string& text) {
+  static const size_t kInline = std::string().capacity();
+  return text.capacity() > kInline ? text.capacity() + 1 : 0;
+}
+
 }  // namespace
 
 DwarfLines::DwarfLines(Elf* elf) : dwarf_(dwarf_begin_elf(elf, DWARF_C_READ, nullptr)) {}
@@ -104,6 +114,7 @@ bool DwarfLines::FindCuByRanges(uint64_t address, uint64_t* cu_offset) {
     }
     std::sort(cu_ranges_.begin(), cu_ranges_.end(),
               [](const CuRange& a, const CuRange& b) { return a.low < b.low; });
+    bytes_ += cu_ranges_.capacity() * sizeof(CuRange);
   }
   auto it = std::upper_bound(cu_ranges_.begin(), cu_ranges_.end(), address,
                              [](uint64_t a, const CuRange& r) { return a < r.low; });
@@ -159,7 +170,9 @@ void DwarfLines::IndexScopeNames(Dwarf_Die* scope, const std::string& prefix, in
     if (tag == DW_TAG_subprogram) {
       if (!prefix.empty() && !dwarf_hasattr(&child, DW_AT_linkage_name) &&
           !dwarf_hasattr(&child, DW_AT_MIPS_linkage_name)) {
-        scope_of_.emplace(dwarf_dieoffset(&child), prefix);
+        if (scope_of_.emplace(dwarf_dieoffset(&child), prefix).second) {
+          bytes_ += kNodeBytes + sizeof(std::string) + HeapBytes(prefix);
+        }
       }
     } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
                tag == DW_TAG_structure_type || tag == DW_TAG_union_type) {
@@ -181,6 +194,12 @@ const DwarfLines::CuIndex& DwarfLines::IndexOf(Dwarf_Die* cu) {
     IndexFunctions(cu, false, 0, &it->second);
     std::sort(it->second.functions.begin(), it->second.functions.end(),
               [](const CuIndex::Function& a, const CuIndex::Function& b) { return a.low < b.low; });
+    bytes_ +=
+        kNodeBytes + sizeof(CuIndex) + it->second.functions.capacity() * sizeof(CuIndex::Function);
+    // The unit's line table, which the lookup that indexes it decodes (cached by libdw).
+    Dwarf_Lines* lines = nullptr;
+    size_t nlines = 0;
+    if (dwarf_getsrclines(cu, &lines, &nlines) == 0) bytes_ += nlines * kLineRowBytes;
   }
   return it->second;
 }
@@ -237,22 +256,22 @@ const std::string& DwarfLines::InlineName(Dwarf_Die* inlined) {
   if (origin == nullptr) origin = inlined;
   auto [it, inserted] = inline_names_.try_emplace(dwarf_dieoffset(origin));
   if (!inserted) return it->second;
+  it->second = NameOfOrigin(origin);
+  bytes_ += kNodeBytes + sizeof(std::string) + HeapBytes(it->second);
+  return it->second;
+}
 
+std::string DwarfLines::NameOfOrigin(Dwarf_Die* origin) {
+  Dwarf_Attribute attr;
   // The linkage name, found through the abstract origin and the declaration, demangles to the
   // same text as the symbol table's names.
   const char* linkage = dwarf_formstring(dwarf_attr_integrate(origin, DW_AT_linkage_name, &attr));
   if (linkage == nullptr) {
     linkage = dwarf_formstring(dwarf_attr_integrate(origin, DW_AT_MIPS_linkage_name, &attr));
   }
-  if (linkage != nullptr) {
-    it->second = Demangle(linkage);
-    return it->second;
-  }
+  if (linkage != nullptr) return Demangle(linkage);
   const char* name = dwarf_diename(origin);
-  if (name == nullptr) {
-    it->second = "[inlined]";
-    return it->second;
-  }
+  if (name == nullptr) return "[inlined]";
   // A C function, or a C++ one with internal linkage (static, or in an unnamed namespace): qualify
   // the latter with the namespaces and classes its declaration sits in.
   Dwarf_Die decl = *origin;
@@ -264,16 +283,16 @@ const std::string& DwarfLines::InlineName(Dwarf_Die* inlined) {
     }
     decl = next;
   }
-  it->second = name;
   Dwarf_Die decl_cu;
   if (dwarf_diecu(&decl, &decl_cu, nullptr, nullptr) != nullptr && IsCxx(&decl_cu)) {
     if (scope_names_indexed_.insert(dwarf_dieoffset(&decl_cu)).second) {
+      bytes_ += kNodeBytes;
       IndexScopeNames(&decl_cu, "", 0);
     }
     auto scope = scope_of_.find(dwarf_dieoffset(&decl));
-    if (scope != scope_of_.end()) it->second = scope->second + "::" + name;
+    if (scope != scope_of_.end()) return scope->second + "::" + name;
   }
-  return it->second;
+  return name;
 }
 
 void DwarfLines::Lookup(uint64_t address, SourceSymbol* symbol) {

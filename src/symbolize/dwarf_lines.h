@@ -30,6 +30,12 @@ class DwarfLines {
   // with; the inlined functions are listed innermost first. Leaves what it cannot find untouched.
   void Lookup(uint64_t address, SourceSymbol* symbol);
 
+  // What the lookups have cached so far, counted as they add it: this object's indexes and names
+  // (hash nodes, arrays, string blocks), plus kLineRowBytes per row of every line table libdw
+  // decoded for them (libdw keeps those until dwarf_end).
+  size_t EstimatedBytes() const { return bytes_; }
+  static constexpr size_t kLineRowBytes = 48;  // sizeof(struct Dwarf_Line_s) plus its array slot
+
  private:
   // The concrete functions of a compile unit, found by one walk over it, so that a lookup
   // descends only into the one function that holds the address, not the whole unit.
@@ -54,6 +60,7 @@ class DwarfLines {
   // The name an inlined_subroutine DIE's abstract origin gives its function, demangled, cached
   // per origin.
   const std::string& InlineName(Dwarf_Die* inlined);
+  std::string NameOfOrigin(Dwarf_Die* origin);
 
   Dwarf* dwarf_;
   bool cu_ranges_built_ = false;
@@ -70,6 +77,7 @@ class DwarfLines {
   std::unordered_map<uint64_t, std::string> scope_of_;      // by declaration DIE offset
   std::unordered_set<uint64_t> scope_names_indexed_;        // CU DIE offsets
   std::unordered_map<uint64_t, std::string> inline_names_;  // by abstract origin DIE offset
+  size_t bytes_ = sizeof(DwarfLines);
 };
 
 }  // namespace ember::internal

@@ -142,6 +142,15 @@ void ElfModule::LoadSymbols() const {
   }
 }
 
+size_t ElfModule::EstimatedBytes() const {
+  size_t bytes = sizeof(*this) + path_.capacity() + build_id_.capacity() +
+                 segments_.capacity() * sizeof(Segment) + kElfHandleBytes;
+  if (debug_file_ != nullptr) bytes += kElfHandleBytes;
+  if (symbols_ != nullptr) bytes += sizeof(*symbols_) + symbols_->EstimatedBytes();
+  if (lines_ != nullptr) bytes += lines_->EstimatedBytes();
+  return bytes;
+}
+
 std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
   if (!symbols_loaded_) LoadSymbols();
   const char* name = symbols_->Find(addr.value);

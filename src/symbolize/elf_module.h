@@ -79,6 +79,13 @@ class ElfModule {
   // symbol tables, and DWARF lookups fill per-compile-unit caches.
   std::optional<SourceSymbol> Symbolize(ElfAddress addr) const;
 
+  // Heap memory it holds, estimated: this object and its arrays, kElfHandleBytes per open file
+  // (libelf's descriptor and section headers), the symbol table's arrays once loaded, and what
+  // DWARF lookups have cached (DwarfLines). Section contents are read through libelf's mapping of
+  // the file (page cache the kernel can reclaim) and are not counted. O(1).
+  size_t EstimatedBytes() const;
+  static constexpr size_t kElfHandleBytes = 4096;
+
  private:
   struct Segment {
     uint64_t offset;
@@ -103,16 +110,29 @@ class ElfModule {
   mutable std::unique_ptr<internal::DwarfLines> lines_;
 };
 
-// Bounded cache of open modules keyed by file identity, shared across processes. Eviction happens
-// only in NextGeneration(), so a module pointer returned by Get() stays valid until then.
+// Counters since the cache was made.
+struct ModuleCacheStats {
+  uint64_t hits = 0;     // Get found the module (or its cached failure)
+  uint64_t misses = 0;   // Get opened it
+  uint64_t evicted = 0;  // modules dropped to stay within max_modules or max_bytes
+};
+
+// Bounded cache of open modules keyed by file identity, shared across processes, in module count
+// and in estimated bytes (ElfModule::EstimatedBytes). A module pointer returned by Get() stays
+// valid until the next Get() or NextGeneration(): a caller symbolizes with it at once.
 class ModuleCache {
  public:
-  explicit ModuleCache(size_t max_modules = 1024, ElfModuleOptions options = {});
+  explicit ModuleCache(size_t max_modules = 1024, ElfModuleOptions options = {},
+                       size_t max_bytes = size_t{192} << 20);
   ~ModuleCache();
 
   // Returns the cached module or opens it; nullptr when it cannot be opened (the failure is cached
   // too, so a broken file is not retried on every sample, and is logged once at warn).
-  // Marks the entry used in the current generation.
+  // Marks the entry used in the current generation. A module grows as it is symbolized with
+  // (symbols load on first use, DWARF lookups cache): the growth of the module returned last is
+  // counted at the next call, and then, when the cache holds more than max_bytes, the least
+  // recently used modules other than the one returned are evicted, down to seven eighths of it.
+  // So after every Get, bytes() <= max_bytes unless the returned module alone is bigger.
   ElfModule* Get(const FileIdentity& id, const std::string& open_path,
                  const std::string& display_path);
 
@@ -122,19 +142,37 @@ class ModuleCache {
   void NextGeneration(int keep_generations = 3);
 
   size_t size() const { return entries_.size(); }
+  // EstimatedBytes of every cached module (a failed open counts as kFailedEntryBytes), the
+  // growth of the one returned last included.
+  size_t bytes() const;
+  const ModuleCacheStats& stats() const { return stats_; }
+  static constexpr size_t kFailedEntryBytes = 128;
 
  private:
   struct Entry {
     std::unique_ptr<ElfModule> module;  // nullptr: opening failed
     uint64_t last_generation = 0;
     uint64_t last_use = 0;  // tick of the last Get(), for LRU order
+    size_t bytes = 0;       // as last counted
   };
+  using Map = std::unordered_map<FileIdentity, Entry, FileIdentityHash>;
+
+  static size_t BytesOf(const Entry& entry);
+  // Counts the growth of the module returned last.
+  void Reaccount();
+  // Evicts the least recently used entries other than `keep` while there are more than
+  // `max_entries` or more than `max_bytes` bytes.
+  void EvictLeastRecentlyUsed(size_t max_entries, size_t max_bytes, const Entry* keep);
 
   size_t max_modules_;
+  size_t max_bytes_;
   ElfModuleOptions options_;
   uint64_t generation_ = 0;
   uint64_t tick_ = 0;
-  std::unordered_map<FileIdentity, Entry, FileIdentityHash> entries_;
+  Map entries_;
+  Entry* last_ = nullptr;  // the entry Get returned last, while it is cached
+  size_t bytes_ = 0;       // sum of the entries' `bytes`
+  ModuleCacheStats stats_;
 };
 
 }  // namespace ember

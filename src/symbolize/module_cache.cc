@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "symbolize/elf_module.h"
@@ -19,18 +20,36 @@ size_t FileIdentityHash::operator()(const FileIdentity& id) const {
   return static_cast<size_t>(x);
 }
 
-ModuleCache::ModuleCache(size_t max_modules, ElfModuleOptions options)
-    : max_modules_(max_modules), options_(std::move(options)) {}
+ModuleCache::ModuleCache(size_t max_modules, ElfModuleOptions options, size_t max_bytes)
+    : max_modules_(max_modules), max_bytes_(max_bytes), options_(std::move(options)) {}
 
 ModuleCache::~ModuleCache() = default;
 
+size_t ModuleCache::BytesOf(const Entry& entry) {
+  return entry.module != nullptr ? entry.module->EstimatedBytes() : kFailedEntryBytes;
+}
+
+size_t ModuleCache::bytes() const {
+  return last_ != nullptr ? bytes_ - last_->bytes + BytesOf(*last_) : bytes_;
+}
+
+void ModuleCache::Reaccount() {
+  if (last_ == nullptr) return;
+  bytes_ -= last_->bytes;
+  last_->bytes = BytesOf(*last_);
+  bytes_ += last_->bytes;
+}
+
 ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path,
                             const std::string& display_path) {
+  Reaccount();
   auto [it, inserted] = entries_.try_emplace(id);
   Entry& entry = it->second;
   entry.last_generation = generation_;
   entry.last_use = ++tick_;
+  last_ = &entry;
   if (inserted) {
+    ++stats_.misses;
     absl::StatusOr<std::unique_ptr<ElfModule>> module =
         ElfModule::Open(open_path, display_path, options_);
     if (module.ok()) {
@@ -38,29 +57,52 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path
     } else {
       spdlog::warn("cannot symbolize {}: {}", display_path, module.status().ToString());
     }
+    entry.bytes = BytesOf(entry);
+    bytes_ += entry.bytes;
+  } else {
+    ++stats_.hits;
+  }
+  if (entries_.size() > max_modules_ || bytes_ > max_bytes_) {
+    // Down to seven eighths, so that a cache at its limit does not sort on every new module.
+    EvictLeastRecentlyUsed(max_modules_, max_bytes_ / 8 * 7, &entry);
   }
   return entry.module.get();
 }
 
+void ModuleCache::EvictLeastRecentlyUsed(size_t max_entries, size_t max_bytes, const Entry* keep) {
+  std::vector<std::pair<uint64_t, Map::iterator>> by_use;  // (last_use, entry)
+  by_use.reserve(entries_.size());
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (&it->second != keep) by_use.emplace_back(it->second.last_use, it);
+  }
+  std::sort(by_use.begin(), by_use.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [last_use, it] : by_use) {
+    if (entries_.size() <= max_entries && bytes_ <= max_bytes) break;
+    if (&it->second == last_) last_ = nullptr;
+    bytes_ -= it->second.bytes;
+    entries_.erase(it);
+    ++stats_.evicted;
+  }
+}
+
 void ModuleCache::NextGeneration(int keep_generations) {
+  Reaccount();
+  last_ = nullptr;
   ++generation_;
   uint64_t keep = keep_generations > 0 ? static_cast<uint64_t>(keep_generations) : 0;
   // Entries used in any of the last `keep` generations (the one just finished included) stay.
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (generation_ - it->second.last_generation > keep) {
+      bytes_ -= it->second.bytes;
       it = entries_.erase(it);
     } else {
       ++it;
     }
   }
-  if (entries_.size() <= max_modules_) return;
-  std::vector<std::pair<uint64_t, FileIdentity>> by_use;
-  by_use.reserve(entries_.size());
-  for (const auto& [id, entry] : entries_) by_use.emplace_back(entry.last_use, id);
-  size_t excess = entries_.size() - max_modules_;
-  std::nth_element(by_use.begin(), by_use.begin() + static_cast<ptrdiff_t>(excess), by_use.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < excess; ++i) entries_.erase(by_use[i].second);
+  if (entries_.size() > max_modules_ || bytes_ > max_bytes_) {
+    EvictLeastRecentlyUsed(max_modules_, max_bytes_, nullptr);
+  }
 }
 
 }  // namespace ember

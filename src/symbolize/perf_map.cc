@@ -79,7 +79,6 @@ void PerfMap::Reset() {
   partial_line_.clear();
   skipping_long_line_ = false;
   compacted_ = false;
-  stats_.capped = false;
   ++stats_.resets;
   NewVersion();
 }
@@ -133,22 +132,51 @@ void PerfMap::ParseLine(absl::string_view line) {
   Insert(start, start + size, rest);
 }
 
-void PerfMap::Insert(uint64_t start, uint64_t end, absl::string_view name) {
+size_t PerfMap::EstimatedBytes() const { return names_.size() + ranges_.size() * kEntryBytes; }
+
+bool PerfMap::Fits(size_t name_size) const {
   // Splitting an older entry in two is the most a new entry can add beyond itself.
-  bool fits = !stats_.capped && ranges_.size() + 2 <= limits_.max_entries;
-  if (fits && names_.size() + name.size() > limits_.max_name_bytes) {
+  return ranges_.size() + 2 <= limits_.max_entries &&
+         names_.size() + name_size <= limits_.max_name_bytes &&
+         EstimatedBytes() + name_size + 2 * kEntryBytes <= limits_.max_bytes;
+}
+
+void PerfMap::EvictOldest() {
+  std::vector<uint64_t> seqs;
+  seqs.reserve(ranges_.size());
+  for (const auto& [start, range] : ranges_) seqs.push_back(range.seq);
+  const auto middle = seqs.begin() + static_cast<ptrdiff_t>(seqs.size() / 2);
+  std::nth_element(seqs.begin(), middle, seqs.end());
+  // Entries older than the median go; with one entry left, it goes too.
+  const uint64_t cut = seqs.size() > 1 ? *middle : std::numeric_limits<uint64_t>::max();
+  const size_t before = ranges_.size();
+  std::erase_if(ranges_, [cut](const auto& item) { return item.second.seq < cut; });
+  // Pieces of one split entry share its seq: when they are the older half, they go together.
+  if (ranges_.size() == before) {
+    std::erase_if(ranges_, [cut](const auto& item) { return item.second.seq <= cut; });
+  }
+  stats_.evicted += before - ranges_.size();
+  ++stats_.evictions;
+  overlapped_ = true;  // addresses named before may be unnamed now: a new version
+  CompactNames();
+  compacted_ = false;
+}
+
+void PerfMap::Insert(uint64_t start, uint64_t end, absl::string_view name) {
+  if (!Fits(name.size())) {
+    // A name that could not fit even alone is refused; anything else makes room.
+    if (limits_.max_entries < 2 || name.size() > limits_.max_name_bytes ||
+        name.size() + 2 * kEntryBytes > limits_.max_bytes) {
+      ++stats_.dropped;
+      return;
+    }
     // Names of entries later ones covered whole are garbage. Compact only while that frees at
     // least half, so the work stays linear in what is appended.
     if (!compacted_) {
       CompactNames();
       compacted_ = names_.size() > limits_.max_name_bytes / 2;
     }
-    fits = names_.size() + name.size() <= limits_.max_name_bytes;
-  }
-  if (!fits) {
-    stats_.capped = true;
-    ++stats_.dropped;
-    return;
+    while (!Fits(name.size())) EvictOldest();
   }
 
   const auto name_offset = static_cast<uint32_t>(names_.size());
@@ -167,14 +195,14 @@ void PerfMap::Insert(uint64_t start, uint64_t end, absl::string_view name) {
     const Range old = it->second;
     it = ranges_.erase(it);
     if (old_start < start) {
-      ranges_.emplace_hint(it, old_start, Range{start, old.name_offset, old.name_size});
+      ranges_.emplace_hint(it, old_start, Range{start, old.seq, old.name_offset, old.name_size});
     }
     if (old.end > end) {
-      ranges_.emplace_hint(it, end, Range{old.end, old.name_offset, old.name_size});
+      ranges_.emplace_hint(it, end, Range{old.end, old.seq, old.name_offset, old.name_size});
       break;  // ranges never overlap, so nothing after this one reaches below `end`
     }
   }
-  ranges_.emplace(start, Range{end, name_offset, name_size});
+  ranges_.emplace(start, Range{end, next_seq_++, name_offset, name_size});
   ++stats_.entries;
 }
 
@@ -236,7 +264,7 @@ PerfMapFile::Result PerfMapFile::Refresh() {
     tail_.clear();
   }
 
-  const bool was_capped = map_.stats().capped;
+  const uint64_t evictions_before = map_.stats().evictions;
   uint64_t read = 0;
   const uint64_t stop = std::min<uint64_t>(size, offset_ + max_read_);
   std::vector<char> buffer(std::min<uint64_t>(kReadChunk, stop - offset_));
@@ -255,11 +283,11 @@ PerfMapFile::Result PerfMapFile::Refresh() {
       if (tail_.size() > kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
     }
   }
-  if (map_.stats().capped && !was_capped) {
+  if (evictions_before == 0 && map_.stats().evictions > 0) {
     spdlog::warn(
-        "{}: reached the perf map cap ({} entries, {} bytes of names); newer JIT code "
-        "stays unnamed",
-        path_, map_.size(), map_.name_bytes());
+        "{}: reached the perf map limit ({} entries, {} bytes); its oldest entries are evicted "
+        "to make room",
+        path_, map_.limits().max_entries, map_.limits().max_bytes);
   }
   if (reload) return Result::kReloaded;
   return read > 0 ? Result::kGrew : Result::kUnchanged;

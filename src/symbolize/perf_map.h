@@ -10,14 +10,21 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/string_view.h"
 
 namespace ember {
 
+// When an entry would not fit, the oldest half of the entries (by when their line was read) are
+// evicted: old JIT code is the likeliest to be gone, and a map that keeps growing keeps naming
+// its newest code instead of freezing at the cap.
 struct PerfMapLimits {
   size_t max_entries = size_t{1} << 20;      // address ranges held at once
   size_t max_name_bytes = size_t{64} << 20;  // name text held at once
+  // Estimated bytes held at once: name text plus kPerfMapEntryBytes per entry
+  // (--max-perf-map-bytes).
+  size_t max_bytes = size_t{64} << 20;
   // A longer line is skipped (and counted). Java signatures are long, but not this long.
   size_t max_line_bytes = size_t{16} << 10;
 };
@@ -27,9 +34,10 @@ struct PerfMapStats {
   uint64_t entries = 0;    // lines that became entries
   uint64_t bad_lines = 0;  // not "START SIZE NAME" in hex, zero size, START+SIZE overflows, no name
   uint64_t long_lines = 0;  // over max_line_bytes
-  uint64_t dropped = 0;     // good lines refused because a cap was reached
+  uint64_t dropped = 0;     // good lines refused because their name alone exceeds a limit
+  uint64_t evictions = 0;   // times a limit was reached and the oldest entries were evicted
+  uint64_t evicted = 0;     // entries evicted, in all
   uint64_t resets = 0;
-  bool capped = false;  // a cap was reached since the last Reset: newer entries are dropped
 };
 
 struct PerfMapSymbol {
@@ -66,18 +74,25 @@ class PerfMap {
   uint64_t version() const { return version_; }
   size_t size() const { return ranges_.size(); }
   size_t name_bytes() const { return names_.size(); }
+  // What the entries hold: name text plus a fixed estimate per entry (a std::map node).
+  size_t EstimatedBytes() const;
   const PerfMapStats& stats() const { return stats_; }
   const PerfMapLimits& limits() const { return limits_; }
 
  private:
   struct Range {
     uint64_t end = 0;
+    uint64_t seq = 0;          // order of the line it came from: eviction goes oldest first
     uint32_t name_offset = 0;  // into names_
     uint32_t name_size = 0;
   };
 
   void ParseLine(absl::string_view line);
   void Insert(uint64_t start, uint64_t end, absl::string_view name);
+  // Whether an entry named `name_size` bytes fits now (it may split an older one in two).
+  bool Fits(size_t name_size) const;
+  // Evicts the oldest half of the entries (all, when only one is left) and compacts the names.
+  void EvictOldest();
   // Rewrites names_ with only the names ranges still use.
   void CompactNames();
   void NewVersion();
@@ -91,7 +106,14 @@ class PerfMap {
   bool compacted_ = false;           // the last compaction left names_ over half full
   bool overlapped_ = false;          // an entry of this Append covered part of an older one
   uint64_t version_ = 0;
+  uint64_t next_seq_ = 0;
+
+ public:
+  // Estimated bytes of one entry: a red-black tree node's header plus its key and Range.
+  static constexpr size_t kEntryBytes = 32 + sizeof(std::pair<const uint64_t, Range>);
 };
+
+inline constexpr size_t kPerfMapEntryBytes = PerfMap::kEntryBytes;
 
 // A process's perf map file, read incrementally: each Refresh parses only the bytes appended
 // since the last one. A file that shrank, was replaced (other inode), or rewritten in place

@@ -1,6 +1,7 @@
 // Internal: the function symbols of one ELF file sorted by address, for address -> name lookup.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,10 @@ class SymbolTable {
   // next symbol or the end of its section.
   const char* Find(uint64_t address) const;
   bool empty() const { return sized_.empty() && labels_.empty(); }
+  // The two arrays; the names are in the file's mapping (page cache), not counted.
+  size_t EstimatedBytes() const {
+    return sized_.capacity() * sizeof(Sized) + labels_.capacity() * sizeof(Label);
+  }
 
  private:
   struct Sized {

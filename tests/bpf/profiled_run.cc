@@ -1,6 +1,7 @@
 // Runs fixtures under build/ember-agent (EMBER_AGENT_BIN) for the bpf tests.
 #include "profiled_run.h"
 
+#include <curl/curl.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,34 @@
 namespace ember::testing {
 
 using std::chrono::seconds;
+
+namespace {
+
+size_t AppendBody(char* data, size_t size, size_t count, void* out) {
+  static_cast<std::string*>(out)->append(data, size * count);
+  return size * count;
+}
+
+}  // namespace
+
+std::pair<long, std::string> HttpGet(const std::string& url) {
+  std::string body;
+  long status = 0;
+  CURL* curl = curl_easy_init();
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  return {status, body};
+}
+
+std::string StatusEndpoint(const std::string& log) {
+  std::smatch match;
+  std::regex line("status endpoint: (http://[0-9.]+:[0-9]+)/metrics");
+  return std::regex_search(log, match, line) ? match[1].str() : "";
+}
 
 std::string MakeTempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "ember-bpf-XXXXXX").string();

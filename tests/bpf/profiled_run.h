@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/pprof_reader.h"
@@ -56,6 +57,12 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
                            int stop_signal = SIGINT,
                            const std::vector<std::string>& extra_agent_args = {},
                            const AgentLaunch& launch = {});
+
+// GET url over loopback; the status code (0 when the request failed) and the body.
+std::pair<long, std::string> HttpGet(const std::string& url);
+
+// "http://127.0.0.1:PORT" from the agent's "status endpoint: http://..." log line; "" when none.
+std::string StatusEndpoint(const std::string& log);
 
 // The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);

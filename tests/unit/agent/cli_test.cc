@@ -8,7 +8,8 @@ namespace ember::testing {
 namespace {
 
 TEST(CliTest, BadFlagValueIsOneLineNamingTheFlagAndExitCode2) {
-  for (const char* arg : {"--sampling-hz=fast", "--pid=abc", "--duration=soon", "--bogus"}) {
+  for (const char* arg : {"--sampling-hz=fast", "--pid=abc", "--duration=soon", "--bogus",
+                          "--max-processes=0", "--max-symbol-cache-bytes=1x"}) {
     RunResult result = RunProgram({EMBER_AGENT_BIN, arg});
     EXPECT_EQ(result.exit_code, 2) << arg;
     EXPECT_EQ(result.output.rfind("ember-agent: ", 0), 0u) << result.output;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace ember_resolver_test {
@@ -142,6 +143,46 @@ TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
   const Frame* again = resolver.User(process, 0x7f0000000110, false);
   resolver.NextGeneration();
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false), again);
+}
+
+TEST_F(JitFrameTest, FrameCacheStaysWithinItsByteLimit) {
+  // 2000 JIT functions; each interval uses 100 new ones.
+  constexpr uint64_t kBase = 0x7f0000010000;
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    absl::StrAppendFormat(&text, "%x 10 JS:*function_%d /srv/app.js:%d:1\n", kBase + i * 0x10, i,
+                          i);
+  }
+  AppendToMap(text);
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  constexpr size_t kMaxBytes = 64 * 1024;
+  FrameResolver resolver(&processes, &modules, nullptr, kMaxBytes);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  auto name = [](int i) { return absl::StrFormat("JS:*function_%d /srv/app.js:%d:1", i, i); };
+  for (int interval = 0; interval < 20; ++interval) {
+    for (int i = interval * 100; i < (interval + 1) * 100; ++i) {
+      const Frame* frame = resolver.User(process, kBase + i * 0x10, /*caller=*/false);
+      ASSERT_EQ(frame->function, name(i));
+      ASSERT_LE(resolver.bytes(), kMaxBytes) << "frame " << i;
+    }
+    resolver.NextGeneration();
+    ASSERT_LE(resolver.bytes(), kMaxBytes);
+  }
+  EXPECT_EQ(resolver.stats().misses, 2000u);
+  EXPECT_EQ(resolver.stats().hits, 0u);
+  // Evicted before the generations alone would have dropped them (three intervals hold more
+  // than the limit).
+  EXPECT_GT(resolver.stats().evicted, 0u);
+  EXPECT_LT(resolver.size(), 300u);
+
+  // An evicted frame is symbolized again, the same; a recent one is a hit.
+  EXPECT_EQ(resolver.User(process, kBase, false)->function, name(0));
+  EXPECT_EQ(resolver.stats().misses, 2001u);
+  EXPECT_EQ(resolver.User(process, kBase, false)->function, name(0));
+  EXPECT_EQ(resolver.User(process, kBase + 1999 * 0x10, false)->function, name(1999));
+  EXPECT_EQ(resolver.stats().hits, 2u);
 }
 
 TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {

@@ -18,6 +18,41 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->stack_snapshot_bytes, 16384u);
   EXPECT_TRUE(options->pids.empty());
   EXPECT_EQ(options->metrics_address, "127.0.0.1:9464");
+  EXPECT_EQ(options->max_processes, 4096u);
+  EXPECT_EQ(options->max_symbol_cache_bytes, size_t{256} << 20);
+  EXPECT_EQ(options->max_perf_map_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->otlp_max_queue_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->max_pods, 4096u);
+}
+
+TEST(OptionsTest, LimitFlags) {
+  auto options =
+      Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB", "--max-perf-map-bytes=4096",
+             "--otlp-max-queue-bytes", "1G", "--max-pods", "100"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->max_processes, 4u);
+  EXPECT_EQ(options->max_symbol_cache_bytes, size_t{512} << 20);
+  EXPECT_EQ(options->max_perf_map_bytes, 4096u);
+  EXPECT_EQ(options->otlp_max_queue_bytes, size_t{1} << 30);
+  EXPECT_EQ(options->max_pods, 100u);
+}
+
+TEST(OptionsTest, ByteSizes) {
+  size_t bytes = 0;
+  EXPECT_TRUE(ParseByteSize("65536", &bytes));
+  EXPECT_EQ(bytes, 65536u);
+  EXPECT_TRUE(ParseByteSize("64KiB", &bytes));
+  EXPECT_EQ(bytes, 64u << 10);
+  EXPECT_TRUE(ParseByteSize("3Mi", &bytes));
+  EXPECT_EQ(bytes, 3u << 20);
+  EXPECT_TRUE(ParseByteSize("2GiB", &bytes));
+  EXPECT_EQ(bytes, size_t{2} << 30);
+  EXPECT_TRUE(ParseByteSize("7B", &bytes));
+  EXPECT_EQ(bytes, 7u);
+  for (const char* bad : {"", "MiB", "1.5MiB", "-1", "12 MiB", "1TB", "1kib", "0x10",
+                          "99999999999999999999", "17179869184GiB"}) {
+    EXPECT_FALSE(ParseByteSize(bad, &bytes)) << bad;
+  }
 }
 
 TEST(OptionsTest, MetricsAddress) {
@@ -101,6 +136,10 @@ TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"-h"})->help);
   EXPECT_TRUE(Parse({"--version"})->version);
   EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
+  for (const char* flag : {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes",
+                           "--max-pods", "--otlp-max-queue-bytes"}) {
+    EXPECT_NE(UsageText().find(flag), std::string::npos) << flag;
+  }
 }
 
 struct BadCase {
@@ -124,6 +163,19 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--stack-snapshot-bytes=-1"}, "--stack-snapshot-bytes: expected"},
       {{"--stack-snapshot-bytes=16K"}, "--stack-snapshot-bytes: expected"},
       {{"--output-dir="}, "--output-dir: expected"},
+      {{"--max-processes=0"}, "--max-processes: expected"},
+      {{"--max-processes=4194305"}, "--max-processes: expected"},
+      {{"--max-processes=many"}, "--max-processes: expected"},
+      {{"--max-symbol-cache-bytes=1KiB"}, "--max-symbol-cache-bytes: expected"},
+      {{"--max-symbol-cache-bytes=2TiB"}, "--max-symbol-cache-bytes: expected"},
+      {{"--max-symbol-cache-bytes=lots"}, "--max-symbol-cache-bytes: expected"},
+      {{"--max-perf-map-bytes=100"}, "--max-perf-map-bytes: expected"},
+      {{"--max-perf-map-bytes=-1"}, "--max-perf-map-bytes: expected"},
+      {{"--otlp-max-queue-bytes=1KiB"}, "--otlp-max-queue-bytes: expected"},
+      {{"--otlp-max-queue-bytes="}, "--otlp-max-queue-bytes: expected"},
+      {{"--max-pods=0"}, "--max-pods: expected"},
+      {{"--max-pods=1e3"}, "--max-pods: expected"},
+      {{"--max-pods"}, "--max-pods: missing value"},
       {{"--metrics-address=9464"}, "--metrics-address: expected"},
       {{"--metrics-address", "127.0.0.1:70000"}, "--metrics-address: expected"},
       {{"--metrics-address=::1:9464"}, "--metrics-address: expected"},

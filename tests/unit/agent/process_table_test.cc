@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace ember {
@@ -118,6 +120,84 @@ TEST(ProcessTableTest, ReloadIsNotRateLimitedAndFollowsTheExecutable) {
   std::filesystem::remove(root + "/4242/exe");  // a kernel thread has no executable
   ASSERT_TRUE(table.ReloadMaps(process));
   EXPECT_EQ(process->executable_path, "");
+  std::filesystem::remove_all(root);
+}
+
+// A /proc tree of processes 100 to 100 + count - 1, each with the fixture's maps, named "p<pid>".
+std::string MakeProcTree(const std::string& name, int count) {
+  std::string root = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(root);
+  for (int pid = 100; pid < 100 + count; ++pid) {
+    const std::string dir = root + "/" + std::to_string(pid);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/stat") << pid << " (p" << pid
+                                 << ") S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " << pid * 10
+                                 << " 0 0\n";
+    std::ofstream(dir + "/comm") << "p" << pid << "\n";
+    std::filesystem::copy_file(kProcRoot + "/4242/maps", dir + "/maps");
+  }
+  return root;
+}
+
+TEST(ProcessTableTest, MaxProcessesEvictsTheLeastRecentlyUsed) {
+  const std::string root = MakeProcTree("ember-proc-limit-test", 10);
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1),
+                     ProcessTableLimits{.max_processes = 4});
+  Process* hot = table.Get(100);
+  ASSERT_NE(hot, nullptr);
+  const uint64_t hot_version = hot->maps_version;
+  for (uint32_t pid = 101; pid < 110; ++pid) {
+    Process* process = table.Get(pid);
+    ASSERT_NE(process, nullptr);
+    EXPECT_EQ(process->name, absl::StrCat("p", pid));
+    EXPECT_LE(table.size(), 4u) << "after pid " << pid;
+    ASSERT_NE(table.Get(100), nullptr);  // sampled all along: never the least recently used
+  }
+  EXPECT_EQ(table.size(), 4u);
+  EXPECT_EQ(table.stats().evicted, 6u);  // 10 processes, 4 places
+  EXPECT_EQ(table.Get(100)->maps_version, hot_version) << "the hot process was read again";
+
+  // An evicted process sampled again is read again, whole.
+  Process* again = table.Get(101);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->name, "p101");
+  EXPECT_EQ(again->start_time, 1010u);
+  EXPECT_EQ(again->mappings.size(), 7u);
+  EXPECT_EQ(table.size(), 4u);
+  EXPECT_EQ(table.stats().evicted, 7u);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, PerfMapBytesAreBoundedPerProcessAndCounted) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-test", 2);
+  ProcessTableLimits limits;
+  limits.perf_map.max_bytes = 16 * 1024;
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
+  for (int pid : {100, 101}) {
+    std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
+    std::ofstream map(absl::StrCat(root, "/", pid, "/root/tmp/perf-", pid, ".map"));
+    for (int i = 0; i < 2000; ++i) map << absl::StrFormat("%x 10 jitted_function_%d\n", i * 16, i);
+  }
+  Process* first = table.Get(100);
+  Process* second = table.Get(101);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(first));
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  const PerfMap& map = first->perf_map->map();
+  EXPECT_LE(map.EstimatedBytes(), limits.perf_map.max_bytes);
+  EXPECT_EQ(table.perf_map_bytes(),
+            map.EstimatedBytes() + second->perf_map->map().EstimatedBytes());
+  EXPECT_EQ(table.stats().perf_map_entries_evicted,
+            map.stats().evicted + second->perf_map->map().stats().evicted);
+  EXPECT_GT(table.stats().perf_map_entries_evicted, 2000u);
+  EXPECT_EQ(map.Lookup(1999 * 16)->name, "jitted_function_1999");  // the newest stay named
+
+  // A process that goes takes its perf map's bytes with it.
+  const size_t second_bytes = second->perf_map->map().EstimatedBytes();
+  std::filesystem::remove_all(root + "/100");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), second_bytes);
   std::filesystem::remove_all(root);
 }
 

@@ -228,30 +228,42 @@ TEST(PodIndexTest, PodsWithoutUidAreIgnored) {
   EXPECT_EQ(index.stats().pods, 0u);
 }
 
-TEST(PodIndexTest, MaxPodsRefusesNewPodsButUpdatesKnownOnes) {
+TEST(PodIndexTest, MaxPodsEvictsTheLeastRecentlyUsedPod) {
   PodIndex index(PodIndexLimits{.max_pods = 2});
   index.Upsert(Pod("uid-1", "a", {{"app", Id(1)}}));
   index.Upsert(Pod("uid-2", "b", {{"app", Id(2)}}));
+  EXPECT_EQ(ContainerOf(index, Id(1)), "uid-1/app");  // uid-1 used after uid-2 was added
   index.Upsert(Pod("uid-3", "c", {{"app", Id(3)}}));
-  EXPECT_EQ(ContainerOf(index, Id(3)), "<none>");
-  EXPECT_EQ(index.stats().pods_refused, 1u);
+  EXPECT_EQ(ContainerOf(index, Id(3)), "uid-3/app");
+  EXPECT_EQ(ContainerOf(index, Id(2)), "<none>");  // the least recently used went
+  EXPECT_EQ(ContainerOf(index, Id(1)), "uid-1/app");
+  EXPECT_EQ(index.stats().pods_evicted, 1u);
   EXPECT_EQ(index.stats().pods, 2u);
   EXPECT_EQ(index.stats().containers, 2u);
 
-  // A known pod at the limit still gets its updates.
-  index.Upsert(Pod("uid-2", "b", {{"app", Id(22)}}));
-  EXPECT_EQ(ContainerOf(index, Id(22)), "uid-2/app");
-  EXPECT_EQ(ContainerOf(index, Id(2)), "<none>");
-  EXPECT_EQ(index.stats().pods_refused, 1u);
+  // A known pod at the limit gets its updates without evicting anything.
+  index.Upsert(Pod("uid-3", "c", {{"app", Id(33)}}));
+  EXPECT_EQ(ContainerOf(index, Id(33)), "uid-3/app");
+  EXPECT_EQ(ContainerOf(index, Id(3)), "<none>");
+  EXPECT_EQ(index.stats().pods_evicted, 1u);
 
-  // Room again after a deletion.
-  index.Remove("uid-1");
-  index.Upsert(Pod("uid-3", "c", {{"app", Id(3)}}));
-  EXPECT_EQ(ContainerOf(index, Id(3)), "uid-3/app");
+  // The evicted pod comes back with its next event, evicting the least recently used again.
+  index.Upsert(Pod("uid-2", "b", {{"app", Id(2)}}));
+  EXPECT_EQ(ContainerOf(index, Id(2)), "uid-2/app");
+  EXPECT_EQ(ContainerOf(index, Id(1)), "<none>");
+  EXPECT_EQ(index.stats().pods_evicted, 2u);
   EXPECT_EQ(index.stats().pods, 2u);
+
+  // Never above the limit, however many pods come.
+  for (int i = 100; i < 200; ++i) {
+    index.Upsert(Pod(absl::StrCat("uid-", i), "p", {{"app", Id(i)}}));
+    ASSERT_LE(index.stats().pods, 2u);
+  }
+  EXPECT_EQ(index.stats().pods_evicted, 102u);
+  EXPECT_EQ(ContainerOf(index, Id(199)), "uid-199/app");
 }
 
-TEST(PodIndexTest, MaxPodsOnReplace) {
+TEST(PodIndexTest, MaxPodsOnReplaceKeepsTheLastListed) {
   PodIndex index(PodIndexLimits{.max_pods = 3});
   std::vector<PodInfo> pods;
   for (int i = 0; i < 10; ++i) pods.push_back(Pod(absl::StrCat("uid-", i), "p", {{"app", Id(i)}}));
@@ -259,10 +271,10 @@ TEST(PodIndexTest, MaxPodsOnReplace) {
   PodIndexStats stats = index.stats();
   EXPECT_EQ(stats.pods, 3u);
   EXPECT_EQ(stats.containers, 3u);
-  EXPECT_EQ(stats.pods_refused, 7u);
-  EXPECT_EQ(ContainerOf(index, Id(0)), "uid-0/app");
-  EXPECT_EQ(ContainerOf(index, Id(2)), "uid-2/app");
-  EXPECT_EQ(ContainerOf(index, Id(3)), "<none>");
+  EXPECT_EQ(stats.pods_evicted, 7u);
+  EXPECT_EQ(ContainerOf(index, Id(6)), "<none>");
+  EXPECT_EQ(ContainerOf(index, Id(7)), "uid-7/app");
+  EXPECT_EQ(ContainerOf(index, Id(9)), "uid-9/app");
 }
 
 TEST(PodIndexTest, FixturePodListThroughParsePod) {

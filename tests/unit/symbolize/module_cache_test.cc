@@ -1,7 +1,9 @@
 // Tests of ModuleCache: identity keying, cached failures, generation and size eviction.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "symbolize/elf_module.h"
 
@@ -62,19 +64,88 @@ TEST(ModuleCacheTest, FailuresAreEvictedLikeModules) {
   EXPECT_NE(cache.Get({1, 9}, kProgram, kProgram), nullptr);  // retried after eviction
 }
 
-TEST(ModuleCacheTest, BoundEvictsLeastRecentlyUsedAtGenerationEnd) {
+TEST(ModuleCacheTest, CountBoundEvictsLeastRecentlyUsed) {
   ModuleCache cache(/*max_modules=*/2);
   ASSERT_NE(cache.Get({1, 1}, kProgram, kProgram), nullptr);
   ASSERT_NE(cache.Get({1, 2}, kLibrary, kLibrary), nullptr);
+  ASSERT_NE(cache.Get({1, 1}, kProgram, kProgram), nullptr);  // {1,2} is now least recent
   ASSERT_NE(cache.Get({1, 3}, kProgram, kProgram), nullptr);
-  ASSERT_NE(cache.Get({1, 2}, kLibrary, kLibrary), nullptr);  // {1,1} is now least recent
-  // Module pointers handed out this interval stay valid until NextGeneration.
-  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.stats().evicted, 1u);
   cache.NextGeneration();
   EXPECT_EQ(cache.size(), 2u);
-  EXPECT_NE(cache.Get({1, 2}, kMissing, kMissing), nullptr);
+  EXPECT_NE(cache.Get({1, 1}, kMissing, kMissing), nullptr);
   EXPECT_NE(cache.Get({1, 3}, kMissing, kMissing), nullptr);
-  EXPECT_EQ(cache.Get({1, 1}, kMissing, kMissing), nullptr);  // evicted, reopen fails
+  EXPECT_EQ(cache.Get({1, 2}, kMissing, kMissing), nullptr);  // evicted, reopen fails
+  EXPECT_EQ(cache.stats().hits, 3u);
+  EXPECT_EQ(cache.stats().misses, 4u);
+}
+
+// The first address of the fixture program that symbolizes with a source line.
+std::optional<std::pair<ElfAddress, SourceSymbol>> FirstSymbolizedAddress(const ElfModule& module) {
+  for (uint64_t address = 0x1000; address < 0x100000; address += 4) {
+    std::optional<SourceSymbol> symbol = module.Symbolize(ElfAddress{address});
+    if (symbol && symbol->line != 0) return std::make_pair(ElfAddress{address}, *symbol);
+  }
+  return std::nullopt;
+}
+
+TEST(ModuleCacheTest, ByteBoundHoldsWhileFedMoreThanItAndEvictedModulesComeBack) {
+  // One module's bytes with its symbols and some DWARF loaded.
+  ModuleCache probe;
+  ElfModule* one = probe.Get({9, 9}, kProgram, kProgram);
+  ASSERT_NE(one, nullptr);
+  const size_t unloaded = probe.bytes();
+  auto known = FirstSymbolizedAddress(*one);
+  ASSERT_TRUE(known.has_value()) << "the fixture program has no line information";
+  const size_t loaded = probe.bytes();
+  ASSERT_GT(loaded, unloaded) << "loading symbols and DWARF did not count";
+  EXPECT_GE(unloaded, ElfModule::kElfHandleBytes);
+
+  // Room for three and a half loaded modules.
+  const size_t max_bytes = loaded * 7 / 2;
+  ModuleCache cache(/*max_modules=*/1024, ElfModuleOptions{}, max_bytes);
+  for (uint64_t inode = 1; inode <= 20; ++inode) {
+    ElfModule* module = cache.Get({1, inode}, kProgram, kProgram);
+    ASSERT_NE(module, nullptr);
+    ASSERT_LE(cache.bytes(), max_bytes) << "after module " << inode;
+    ASSERT_TRUE(module->Symbolize(known->first).has_value());
+    FirstSymbolizedAddress(*module);  // the same DWARF the probe loaded
+  }
+  EXPECT_GT(cache.stats().evicted, 10u);
+  EXPECT_LE(cache.size(), 4u);
+  cache.NextGeneration();
+  EXPECT_LE(cache.bytes(), max_bytes);
+  EXPECT_EQ(cache.stats().misses, 20u);
+
+  // The first module was evicted: it is opened again, and names the address as before.
+  ElfModule* again = cache.Get({1, 1}, kProgram, kProgram);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(cache.stats().misses, 21u);
+  std::optional<SourceSymbol> symbol = again->Symbolize(known->first);
+  ASSERT_TRUE(symbol.has_value());
+  EXPECT_EQ(symbol->function, known->second.function);
+  EXPECT_EQ(symbol->source_file, known->second.source_file);
+  EXPECT_EQ(symbol->line, known->second.line);
+  // Growth counted at a hit is bounded too: three modules opened, then loaded one by one, each
+  // through a hit.
+  ASSERT_LT(3 * unloaded, loaded) << "the premise: three unloaded modules fit beside a loaded one";
+  const size_t small_max = loaded * 3 / 2;
+  ModuleCache hits(/*max_modules=*/1024, ElfModuleOptions{}, small_max);
+  for (uint64_t inode : {1, 2, 3}) ASSERT_NE(hits.Get({2, inode}, kProgram, kProgram), nullptr);
+  for (uint64_t inode : {1, 2, 3}) {
+    const uint64_t hits_before = hits.stats().hits;
+    ElfModule* module = hits.Get({2, inode}, kProgram, kProgram);
+    ASSERT_NE(module, nullptr);
+    EXPECT_EQ(hits.stats().hits, hits_before + 1) << inode;
+    ASSERT_LE(hits.bytes(), small_max) << "after a hit on module " << inode;
+    FirstSymbolizedAddress(*module);
+  }
+  EXPECT_GT(hits.stats().evicted, 0u);
+
+  // The most recent one is still there.
+  EXPECT_EQ(cache.Get({1, 20}, kMissing, kMissing) != nullptr, true);
+  EXPECT_EQ(cache.stats().hits, 1u);
 }
 
 TEST(FileIdentityTest, HashAndEquality) {

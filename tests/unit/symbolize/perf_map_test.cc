@@ -146,21 +146,46 @@ TEST(PerfMapTest, HugeLinesAreSkippedWithoutHoldingThem) {
   EXPECT_EQ(NameAt(map, 0x4000), "last");
 }
 
-TEST(PerfMapTest, EntryCapDropsNewerEntries) {
+TEST(PerfMapTest, EntryCapEvictsTheOldestEntries) {
   PerfMap map(PerfMapLimits{.max_entries = 100});
   std::string text;
   for (int i = 0; i < 1000; ++i) absl::StrAppendFormat(&text, "%x 10 f%d\n", 0x1000 + i * 0x10, i);
+  const uint64_t version = map.version();
   map.Append(text);
   EXPECT_LE(map.size(), 100u);
-  EXPECT_GE(map.size(), 90u);
-  EXPECT_TRUE(map.stats().capped);
-  EXPECT_EQ(map.stats().entries + map.stats().dropped, 1000u);
-  EXPECT_EQ(NameAt(map, 0x1000), "f0");
-  EXPECT_EQ(NameAt(map, 0x1000 + 999 * 0x10), "<none>");
-  map.Reset();  // a new file starts afresh
-  EXPECT_FALSE(map.stats().capped);
+  EXPECT_GE(map.size(), 50u);
+  EXPECT_GT(map.stats().evictions, 0u);
+  EXPECT_EQ(map.stats().entries, 1000u);
+  EXPECT_EQ(map.stats().dropped, 0u);
+  EXPECT_EQ(map.stats().entries - map.stats().evicted, map.size());
+  EXPECT_NE(map.version(), version);                    // names known before may be gone
+  EXPECT_EQ(NameAt(map, 0x1000), "<none>");             // the oldest went
+  EXPECT_EQ(NameAt(map, 0x1000 + 999 * 0x10), "f999");  // the newest is named
+  // An evicted address named again by a later line (the code was placed again) comes back.
   map.Append("1000 10 again\n");
   EXPECT_EQ(NameAt(map, 0x1000), "again");
+  map.Reset();
+  map.Append("1000 10 fresh\n");
+  EXPECT_EQ(NameAt(map, 0x1000), "fresh");
+}
+
+TEST(PerfMapTest, ByteLimitIsNeverExceeded) {
+  const PerfMapLimits limits{.max_bytes = 64 * 1024, .max_line_bytes = 128 * 1024};
+  PerfMap map(limits);
+  for (int i = 0; i < 20000; ++i) {
+    map.Append(absl::StrFormat("%x 10 LazyCompile:*function_%d /srv/app.js:%d:1\n",
+                               0x100000 + i * 0x10, i, i));
+    ASSERT_LE(map.EstimatedBytes(), limits.max_bytes) << "after line " << i;
+  }
+  EXPECT_EQ(map.EstimatedBytes(), map.name_bytes() + map.size() * kPerfMapEntryBytes);
+  EXPECT_GT(map.stats().evicted, 15000u);
+  EXPECT_EQ(NameAt(map, 0x100000 + 19999 * 0x10),
+            "LazyCompile:*function_19999 /srv/app.js:19999:1");
+  // A name that cannot fit even alone is refused and counted; the map keeps what it has.
+  const size_t size = map.size();
+  map.Append(absl::StrCat("1 10 ", std::string(64 * 1024, 'x'), "\n"));
+  EXPECT_EQ(map.stats().dropped, 1u);
+  EXPECT_EQ(map.size(), size);
 }
 
 TEST(PerfMapTest, NameCapCompactsNamesOfCoveredEntriesFirst) {
@@ -170,21 +195,21 @@ TEST(PerfMapTest, NameCapCompactsNamesOfCoveredEntriesFirst) {
   for (int round = 0; round < 1000; ++round) {
     map.Append(absl::StrFormat("1000 100 function_number_%08d\n", round));
   }
-  EXPECT_FALSE(map.stats().capped);
+  EXPECT_EQ(map.stats().evictions, 0u);
   EXPECT_EQ(map.stats().entries, 1000u);
   EXPECT_EQ(NameAt(map, 0x1000), "function_number_00000999");
   EXPECT_LE(map.name_bytes(), 4096u);
 
-  // Distinct live names past the cap are dropped, and counted.
+  // Distinct live names past the cap evict the oldest, and are counted.
   PerfMap full(PerfMapLimits{.max_name_bytes = 4096});
   for (int i = 0; i < 1000; ++i) {
     full.Append(absl::StrFormat("%x 10 function_number_%08d\n", 0x1000 + i * 0x10, i));
   }
-  EXPECT_TRUE(full.stats().capped);
-  EXPECT_GT(full.stats().dropped, 800u);
-  EXPECT_EQ(full.stats().entries + full.stats().dropped, 1000u);
+  EXPECT_GT(full.stats().evicted, 800u);
+  EXPECT_EQ(full.stats().entries, 1000u);
   EXPECT_LE(full.name_bytes(), 4096u);
-  EXPECT_EQ(NameAt(full, 0x1000), "function_number_00000000");
+  EXPECT_EQ(NameAt(full, 0x1000), "<none>");
+  EXPECT_EQ(NameAt(full, 0x1000 + 999 * 0x10), "function_number_00000999");
 }
 
 TEST(PerfMapTest, ResetForgetsEntriesAndUnfinishedLine) {
@@ -331,7 +356,7 @@ TEST_F(PerfMapFileTest, RefusesSymlinksAndNonRegularFiles) {
   EXPECT_EQ(directory.Refresh(), PerfMapFile::Result::kMissing);
 }
 
-TEST_F(PerfMapFileTest, HugeFileIsReadInSlicesAndCapped) {
+TEST_F(PerfMapFileTest, HugeFileIsReadInSlicesAndEvictsItsOldestEntries) {
   // 200k entries, 8 MB of text, against a cap of 50k entries and 1 MB read per refresh.
   std::string text;
   for (int i = 0; i < 200000; ++i) {
@@ -341,16 +366,17 @@ TEST_F(PerfMapFileTest, HugeFileIsReadInSlicesAndCapped) {
   Write(text);
   PerfMapFile file(path_, "m", PerfMapLimits{.max_entries = 50000}, size_t{1} << 20);
   file.Refresh();
-  const uint64_t first = file.map().stats().entries + file.map().stats().dropped;
+  const uint64_t first = file.map().stats().entries;
   EXPECT_GT(first, 0u);
   EXPECT_LT(first, 200000u);  // one slice only
   int refreshes = 1;
   while (file.Refresh() != PerfMapFile::Result::kUnchanged && refreshes < 100) ++refreshes;
   EXPECT_GE(refreshes, 8);
-  EXPECT_EQ(file.map().stats().entries + file.map().stats().dropped, 200000u);
-  EXPECT_TRUE(file.map().stats().capped);
+  EXPECT_EQ(file.map().stats().entries, 200000u);
+  EXPECT_GT(file.map().stats().evictions, 0u);
   EXPECT_LE(file.map().size(), 50000u);
-  EXPECT_EQ(NameAt(file.map(), 0x10000000), "LazyCompile:*function_0 /srv/app/file.js:0:1");
+  EXPECT_EQ(NameAt(file.map(), 0x10000000 + 199999 * 0x10),
+            "LazyCompile:*function_199999 /srv/app/file.js:199999:1");
   EXPECT_EQ(file.map().stats().bad_lines, 0u);  // slices cut lines, the parser joins them
 }
 

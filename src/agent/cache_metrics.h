@@ -1,0 +1,46 @@
+// The self-metrics of the agent's bounded caches: how much each holds, how often a limit evicted
+// entries, and symbol cache hits and misses. The caches belong to the sampling thread and keep
+// plain counters; Publish copies them into the registry once per export interval.
+#pragma once
+
+#include <cstdint>
+
+#include "agent/frame_resolver.h"
+#include "agent/process_table.h"
+#include "status/metrics_registry.h"
+#include "symbolize/elf_module.h"
+
+namespace ember {
+
+class CacheMetrics {
+ public:
+  // Registers every series in `registry`, which must outlive this object.
+  explicit CacheMetrics(MetricsRegistry& registry);
+
+  // Sets the gauges and adds to the counters what the caches counted since the last call.
+  void Publish(const ProcessTable& processes, const ModuleCache& modules,
+               const FrameResolver& frames);
+
+ private:
+  // A counter mirroring a total kept elsewhere.
+  struct Mirror {
+    Counter* metric = nullptr;
+    uint64_t published = 0;
+    void Publish(uint64_t total);
+  };
+
+  Gauge* processes_ = nullptr;
+  Mirror processes_evicted_;
+  Gauge* perf_map_bytes_ = nullptr;
+  Mirror perf_map_entries_evicted_;
+  Gauge* module_bytes_ = nullptr;
+  Gauge* frame_bytes_ = nullptr;
+  Mirror modules_evicted_;
+  Mirror frames_evicted_;
+  Mirror module_hits_;
+  Mirror module_misses_;
+  Mirror frame_hits_;
+  Mirror frame_misses_;
+};
+
+}  // namespace ember
