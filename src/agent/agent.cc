@@ -60,6 +60,11 @@ size_t FrameBudget(const Options& options) {
   return options.max_symbol_cache_bytes - ModuleBudget(options);
 }
 
+DwarfUnwinder::Limits UnwinderLimits(const Options& options) {
+  return {.max_processes = options.max_processes,
+          .max_row_cache_bytes = options.max_cfi_cache_bytes};
+}
+
 ProcessTableLimits ProcessLimits(const Options& options) {
   ProcessTableLimits limits{.max_processes = options.max_processes};
   // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
@@ -77,7 +82,8 @@ Agent::Agent(const Options& options)
                  ProcessLimits(options)),
       cgroups_(CgroupResolverOptionsForHost()),
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
-      frames_(&processes_, &modules_, nullptr, FrameBudget(options)) {
+      frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
+      unwinder_(UnwinderLimits(options)) {
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
     return metrics_.AddCounter(name, help, std::move(labels)).value();
@@ -614,7 +620,7 @@ void Agent::ExportInterval(absl::Time now, bool last) {
   processes_.DropExited();
   DropExitedPython();
   python_.NextGeneration();
-  cache_metrics_->Publish(processes_, modules_, frames_);
+  cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
   // What the caches freed goes back to the system rather than staying in the heap.
   malloc_trim(0);
 }

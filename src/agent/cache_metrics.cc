@@ -55,10 +55,29 @@ CacheMetrics::CacheMetrics(MetricsRegistry& registry) {
       counter(kLookups, kLookupsHelp, {{"cache", "elf_modules"}, {"result", "hit"}});
   module_misses_.metric =
       counter(kLookups, kLookupsHelp, {{"cache", "elf_modules"}, {"result", "miss"}});
+
+  cfi_bytes_ = gauge("ember_cfi_cache_bytes",
+                     "Estimated bytes of the call-frame rows cached for DWARF unwinding, every "
+                     "file together (--max-cfi-cache-bytes).");
+  cfi_rows_evicted_.metric =
+      counter("ember_cfi_cache_evictions_total",
+              "Call-frame rows dropped, biggest files first, to stay within "
+              "--max-cfi-cache-bytes (read again from the file when needed).");
+  constexpr absl::string_view kSteps = "ember_unwind_steps_total";
+  constexpr absl::string_view kStepsHelp =
+      "Frames stepped in DWARF unwinding, by how: a cached compact call-frame row, or libdwfl "
+      "(expressions, signal frames, code without CFI).";
+  compact_steps_.metric = counter(kSteps, kStepsHelp, {{"method", "compact_row"}});
+  libdwfl_steps_.metric = counter(kSteps, kStepsHelp, {{"method", "libdwfl"}});
 }
 
 void CacheMetrics::Publish(const ProcessTable& processes, const ModuleCache& modules,
-                           const FrameResolver& frames) {
+                           const FrameResolver& frames, const DwarfUnwinder& unwinder) {
+  cfi_bytes_->Set(static_cast<double>(unwinder.row_cache_bytes()));
+  cfi_rows_evicted_.Publish(unwinder.rows_evicted());
+  const ModuleCfi::RowStats steps = unwinder.row_stats();
+  compact_steps_.Publish(steps.compact_steps);
+  libdwfl_steps_.Publish(steps.libdwfl_steps);
   processes_->Set(static_cast<double>(processes.size()));
   processes_evicted_.Publish(processes.stats().evicted);
   perf_map_bytes_->Set(static_cast<double>(processes.perf_map_bytes()));

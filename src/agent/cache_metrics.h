@@ -9,6 +9,7 @@
 #include "agent/process_table.h"
 #include "status/metrics_registry.h"
 #include "symbolize/elf_module.h"
+#include "unwind/dwarf_unwinder.h"
 
 namespace ember {
 
@@ -19,7 +20,7 @@ class CacheMetrics {
 
   // Sets the gauges and adds to the counters what the caches counted since the last call.
   void Publish(const ProcessTable& processes, const ModuleCache& modules,
-               const FrameResolver& frames);
+               const FrameResolver& frames, const DwarfUnwinder& unwinder);
 
  private:
   // A counter mirroring a total kept elsewhere.
@@ -41,6 +42,10 @@ class CacheMetrics {
   Mirror module_misses_;
   Mirror frame_hits_;
   Mirror frame_misses_;
+  Gauge* cfi_bytes_ = nullptr;
+  Mirror cfi_rows_evicted_;
+  Mirror compact_steps_;
+  Mirror libdwfl_steps_;
 };
 
 }  // namespace ember

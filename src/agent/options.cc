@@ -169,6 +169,11 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return ParseBytesFlag("max-symbol-cache-bytes", v, size_t{1} << 20,
                                &options.max_symbol_cache_bytes);
        }},
+      {"max-cfi-cache-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("max-cfi-cache-bytes", v, size_t{1} << 20,
+                               &options.max_cfi_cache_bytes);
+       }},
       {"max-perf-map-bytes",
        [&](absl::string_view v) {
          return ParseBytesFlag("max-perf-map-bytes", v, size_t{4} << 10,
@@ -318,6 +323,9 @@ Limits (when one is reached, the least recently used entries are evicted and cou
   --max-symbol-cache-bytes B
                         symbols, DWARF line data and symbolized frames kept, at least 1MiB
                         (default 256MiB; sizes take KiB, MiB, GiB suffixes)
+  --max-cfi-cache-bytes B
+                        call-frame rows kept for DWARF unwinding, every file together, at least
+                        1MiB (default 64MiB)
   --max-perf-map-bytes B
                         JIT names read from one process's perf map, at least 4KiB (default 64MiB)
   --max-pods N          Kubernetes pods cached, 1 to 1048576 (default 4096)

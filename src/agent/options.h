@@ -42,6 +42,7 @@ struct Options {
   size_t max_processes = 4096;                        // process table entries
   size_t max_symbol_cache_bytes = size_t{256} << 20;  // ELF modules (3/4) and frames (1/4)
   size_t max_perf_map_bytes = size_t{64} << 20;       // per process
+  size_t max_cfi_cache_bytes = size_t{64} << 20;      // call-frame rows of every file
   size_t otlp_max_queue_bytes = size_t{64} << 20;     // serialized requests waiting to be sent
   size_t max_pods = 4096;                             // Kubernetes pods cached
   bool help = false;

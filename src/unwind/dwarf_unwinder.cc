@@ -177,7 +177,7 @@ void DwarfUnwinder::NextGeneration(int keep_generations) {
       ++it;
     }
   }
-  files_.NextGeneration();
+  files_.NextGeneration(/*keep_generations=*/3, limits_.max_row_cache_bytes);
 }
 
 }  // namespace ember

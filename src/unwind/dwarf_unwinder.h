@@ -68,6 +68,9 @@ class DwarfUnwinder {
     // Step frames by cached compact CFI rows where they allow (cfi_row.h); false: libdwfl only.
     bool compact_rows = true;
     size_t max_rows_per_file = ModuleCfi::kDefaultMaxRows;
+    // The row caches of every file together, checked once per generation: past it the biggest
+    // are emptied.
+    size_t max_row_cache_bytes = size_t{64} << 20;
   };
 
   DwarfUnwinder() : DwarfUnwinder(Limits{}) {}
@@ -95,6 +98,7 @@ class DwarfUnwinder {
   // How frames were stepped, over the files open now (a file's figures go with it).
   ModuleCfi::RowStats row_stats() const { return files_.row_stats(); }
   size_t row_cache_bytes() const { return files_.row_cache_bytes(); }
+  uint64_t rows_evicted() const { return files_.rows_evicted(); }
 
  private:
   struct AddressSpace;

@@ -5,8 +5,12 @@
 #include <elfutils/libdwfl.h>
 #include <libelf.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "spdlog/spdlog.h"
 
@@ -239,6 +243,14 @@ CfiRow ModuleCfi::ReadRow(uint64_t elf_pc) const {
   return CfiRow{};
 }
 
+size_t ModuleCfi::ClearRows() {
+  const size_t rows = rows_.size();
+  rows_ = decltype(rows_)();  // clear() may keep the table's memory
+  last_row_ = nullptr;
+  row_stats_.rows_cached = 0;
+  return rows;
+}
+
 size_t ModuleCfi::row_cache_bytes() const {
   return rows_.capacity() * (sizeof(std::pair<uint64_t, CfiRow>) + 1);
 }
@@ -272,15 +284,37 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Vdso() {
   return *vdso_;
 }
 
-void ModuleCfiCache::NextGeneration(int keep_generations) {
+namespace {
+void AddRowStats(const ModuleCfi::RowStats& from, ModuleCfi::RowStats& to) {
+  to.compact_steps += from.compact_steps;
+  to.libdwfl_steps += from.libdwfl_steps;
+  to.rows_read += from.rows_read;
+}
+}  // namespace
+
+void ModuleCfiCache::NextGeneration(int keep_generations, size_t max_row_bytes) {
   ++generation_;
   for (auto it = entries_.begin(); it != entries_.end();) {
     bool stale = generation_ - it->second.last_generation > static_cast<uint64_t>(keep_generations);
     if (stale && it->second.cfi.use_count() <= 1) {
+      if (it->second.cfi != nullptr) AddRowStats(it->second.cfi->row_stats(), retired_);
       it = entries_.erase(it);
     } else {
       ++it;
     }
+  }
+  size_t bytes = row_cache_bytes();
+  if (bytes <= max_row_bytes) return;
+  std::vector<std::pair<size_t, ModuleCfi*>> by_size;
+  for (auto& [file, entry] : entries_) {
+    if (entry.cfi != nullptr) by_size.emplace_back(entry.cfi->row_cache_bytes(), entry.cfi.get());
+  }
+  if (vdso_ && *vdso_ != nullptr) by_size.emplace_back((*vdso_)->row_cache_bytes(), vdso_->get());
+  std::sort(by_size.begin(), by_size.end(), std::greater<>());
+  for (auto& [module_bytes, module] : by_size) {
+    if (bytes <= max_row_bytes) break;
+    rows_evicted_ += module->ClearRows();
+    bytes -= std::min(bytes, module_bytes);
   }
 }
 
@@ -293,13 +327,10 @@ void ModuleCfiCache::ForEachModule(F f) const {
 }
 
 ModuleCfi::RowStats ModuleCfiCache::row_stats() const {
-  ModuleCfi::RowStats sum;
+  ModuleCfi::RowStats sum = retired_;
   ForEachModule([&sum](const ModuleCfi& module) {
-    const ModuleCfi::RowStats& stats = module.row_stats();
-    sum.compact_steps += stats.compact_steps;
-    sum.libdwfl_steps += stats.libdwfl_steps;
-    sum.rows_read += stats.rows_read;
-    sum.rows_cached += stats.rows_cached;
+    AddRowStats(module.row_stats(), sum);
+    sum.rows_cached += module.row_stats().rows_cached;
   });
   return sum;
 }

@@ -3,6 +3,7 @@
 // registers and stack memory served by Dwfl_Thread_Callbacks from a sample's snapshot.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -73,6 +74,8 @@ class ModuleCfi {
   const RowStats& row_stats() const { return row_stats_; }
   // Bytes the row cache holds, estimated from its entries and buckets.
   size_t row_cache_bytes() const;
+  // Empties the row cache; returns how many rows it held.
+  size_t ClearRows();
 
  private:
   friend struct CfiCallbacks;
@@ -117,11 +120,15 @@ class ModuleCfiCache {
   std::shared_ptr<ModuleCfi> Get(const FileIdentity& file, const std::string& open_path);
   // This process's vDSO: the kernel maps the same image into every process.
   std::shared_ptr<ModuleCfi> Vdso();
-  void NextGeneration(int keep_generations = 3);
+  // Drops modules unused for keep_generations generations, then, while the row caches together
+  // hold more than max_row_bytes, empties the biggest ones.
+  void NextGeneration(int keep_generations = 3, size_t max_row_bytes = SIZE_MAX);
   size_t size() const { return entries_.size(); }
-  // The row statistics of every open module, summed, and the bytes of their row caches.
+  // Row statistics since the cache was made (modules dropped since included; rows_cached is
+  // what the open modules hold now), and the bytes of the open modules' row caches.
   ModuleCfi::RowStats row_stats() const;
   size_t row_cache_bytes() const;
+  uint64_t rows_evicted() const { return rows_evicted_; }  // emptied to stay within the budget
 
  private:
   struct Entry {
@@ -133,6 +140,8 @@ class ModuleCfiCache {
 
   const bool compact_rows_;
   const size_t max_rows_;
+  ModuleCfi::RowStats retired_;  // what dropped modules counted
+  uint64_t rows_evicted_ = 0;
   uint64_t generation_ = 0;
   std::unordered_map<FileIdentity, Entry, FileIdentityHash> entries_;
   std::optional<std::shared_ptr<ModuleCfi>> vdso_;

@@ -50,9 +50,10 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   ProcessTable processes(root_, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
   ModuleCache modules;
   FrameResolver frames(&processes, &modules, nullptr);
+  DwarfUnwinder unwinder;
 
   // Before anything happened: every series is there, at zero.
-  metrics.Publish(processes, modules, frames);
+  metrics.Publish(processes, modules, frames, unwinder);
   auto empty = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(empty.ok()) << empty.status();
   for (const char* series :
@@ -64,7 +65,10 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
         "ember_symbol_cache_lookups_total{cache=\"frames\",result=\"hit\"}",
         "ember_symbol_cache_lookups_total{cache=\"frames\",result=\"miss\"}",
         "ember_symbol_cache_lookups_total{cache=\"elf_modules\",result=\"hit\"}",
-        "ember_symbol_cache_lookups_total{cache=\"elf_modules\",result=\"miss\"}"}) {
+        "ember_symbol_cache_lookups_total{cache=\"elf_modules\",result=\"miss\"}",
+        "ember_cfi_cache_bytes", "ember_cfi_cache_evictions_total",
+        "ember_unwind_steps_total{method=\"compact_row\"}",
+        "ember_unwind_steps_total{method=\"libdwfl\"}"}) {
     EXPECT_EQ(Sample(*empty, series), 0) << series;
   }
   EXPECT_EQ(empty->types.at("ember_symbol_cache_bytes"), "gauge");
@@ -78,7 +82,7 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   ASSERT_EQ(frames.User(jit, 0x10000 + 998 * 16, false)->function, "jitted_998");
   ASSERT_NE(processes.Get(101), nullptr);
   ASSERT_NE(processes.Get(102), nullptr);
-  metrics.Publish(processes, modules, frames);
+  metrics.Publish(processes, modules, frames, unwinder);
   auto after = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Sample(*after, "ember_processes_tracked"), 2);
@@ -95,7 +99,7 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   EXPECT_GT(frames.bytes(), 0u);
 
   // Counters only add what is new at the next publication.
-  metrics.Publish(processes, modules, frames);
+  metrics.Publish(processes, modules, frames, unwinder);
   auto again = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(Sample(*again, "ember_processes_evicted_total"), 1);

@@ -28,13 +28,14 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
 TEST(OptionsTest, LimitFlags) {
   auto options =
       Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB", "--max-perf-map-bytes=4096",
-             "--otlp-max-queue-bytes", "1G", "--max-pods", "100"});
+             "--otlp-max-queue-bytes", "1G", "--max-pods", "100", "--max-cfi-cache-bytes=2MiB"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->max_processes, 4u);
   EXPECT_EQ(options->max_symbol_cache_bytes, size_t{512} << 20);
   EXPECT_EQ(options->max_perf_map_bytes, 4096u);
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{1} << 30);
   EXPECT_EQ(options->max_pods, 100u);
+  EXPECT_EQ(options->max_cfi_cache_bytes, size_t{2} << 20);
 }
 
 TEST(OptionsTest, ByteSizes) {
@@ -137,7 +138,7 @@ TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"--version"})->version);
   EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
   for (const char* flag : {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes",
-                           "--max-pods", "--otlp-max-queue-bytes"}) {
+                           "--max-pods", "--otlp-max-queue-bytes", "--max-cfi-cache-bytes"}) {
     EXPECT_NE(UsageText().find(flag), std::string::npos) << flag;
   }
 }
@@ -170,6 +171,7 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--max-symbol-cache-bytes=2TiB"}, "--max-symbol-cache-bytes: expected"},
       {{"--max-symbol-cache-bytes=lots"}, "--max-symbol-cache-bytes: expected"},
       {{"--max-perf-map-bytes=100"}, "--max-perf-map-bytes: expected"},
+      {{"--max-cfi-cache-bytes=1KiB"}, "--max-cfi-cache-bytes: expected"},
       {{"--max-perf-map-bytes=-1"}, "--max-perf-map-bytes: expected"},
       {{"--otlp-max-queue-bytes=1KiB"}, "--otlp-max-queue-bytes: expected"},
       {{"--otlp-max-queue-bytes="}, "--otlp-max-queue-bytes: expected"},

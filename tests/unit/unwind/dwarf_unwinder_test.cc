@@ -867,6 +867,26 @@ TEST_F(DwarfUnwinderSelfTest, RowCacheStaysWithinItsLimit) {
   EXPECT_GT(stats.compact_steps, 0u);
 }
 
+// Past the byte budget of every file's rows together, a generation step empties the biggest:
+// the rows are read again when needed, the counts of steps stay, and unwinds do not change.
+TEST_F(DwarfUnwinderSelfTest, RowCachesTogetherStayWithinTheirByteBudget) {
+  DwarfUnwinder unwinder(DwarfUnwinder::Limits{.max_row_cache_bytes = 1});
+  DwarfUnwinder libdwfl_only(DwarfUnwinder::Limits{.compact_rows = false});
+  const UnwindResult expected = UnwindOwn(libdwfl_only, WholeStackOf(*chain_));
+  ExpectSameUnwind(UnwindOwn(unwinder, WholeStackOf(*chain_)), expected, "before");
+  const ModuleCfi::RowStats before = unwinder.row_stats();
+  ASSERT_GT(before.rows_cached, 0u);
+  ASSERT_GT(unwinder.row_cache_bytes(), 1u);
+
+  unwinder.NextGeneration();
+  EXPECT_EQ(unwinder.row_cache_bytes(), 0u);
+  EXPECT_EQ(unwinder.rows_evicted(), before.rows_cached);
+  EXPECT_EQ(unwinder.row_stats().compact_steps, before.compact_steps);
+
+  ExpectSameUnwind(UnwindOwn(unwinder, WholeStackOf(*chain_)), expected, "after");
+  EXPECT_GT(unwinder.row_stats().rows_read, before.rows_read);
+}
+
 }  // namespace
 }  // namespace unwind_test
 }  // namespace ember
