@@ -13,8 +13,8 @@
 
 namespace ember {
 
-ElfImage::ElfImage(std::unique_ptr<internal::ElfFile> file, Elf* elf)
-    : file_(std::move(file)), elf_(elf) {}
+ElfImage::ElfImage(std::string path, std::unique_ptr<internal::ElfFile> file, Elf* elf)
+    : path_(std::move(path)), file_(std::move(file)), elf_(elf) {}
 
 ElfImage::~ElfImage() {
   if (file_ == nullptr) elf_end(elf_);  // the vDSO's handle is ours; ElfFile ends its own
@@ -24,7 +24,7 @@ absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::Open(const std::string& path
   auto file = internal::ElfFile::Open(path);
   if (!file.ok()) return file.status();
   Elf* elf = (*file)->elf();
-  std::shared_ptr<ElfImage> image(new ElfImage(std::move(file).value(), elf));
+  std::shared_ptr<ElfImage> image(new ElfImage(path, std::move(file).value(), elf));
   if (absl::Status status = image->ReadSegments(); !status.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", status.message()));
   }
@@ -42,7 +42,7 @@ absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::OpenOwnVdso() {
   // libelf only reads the image: the kernel keeps it mapped for the life of the process.
   Elf* elf = elf_memory(const_cast<char*>(reinterpret_cast<const char*>(ehdr)), size);
   if (elf == nullptr) return absl::DataLossError(absl::StrCat("vDSO: ", elf_errmsg(-1)));
-  std::shared_ptr<ElfImage> image(new ElfImage(nullptr, elf));
+  std::shared_ptr<ElfImage> image(new ElfImage("[vdso]", nullptr, elf));
   if (absl::Status status = image->ReadSegments(); !status.ok()) {
     return absl::DataLossError(absl::StrCat("vDSO: ", status.message()));
   }

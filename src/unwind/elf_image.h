@@ -39,6 +39,7 @@ class ElfImage {
   // The libelf handle. libelf reference-counts it: elf_begin(-1, ELF_C_READ_MMAP, elf()) gives
   // another owner a handle that stays valid after this image is gone.
   Elf* elf() const { return elf_; }
+  const std::string& path() const { return path_; }  // as opened, or "[vdso]"
 
   // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
   // loadable segment holds that offset.
@@ -50,9 +51,10 @@ class ElfImage {
   struct Segment {
     uint64_t offset, vaddr, file_size, mem_size, align;
   };
-  ElfImage(std::unique_ptr<internal::ElfFile> file, Elf* elf);
+  ElfImage(std::string path, std::unique_ptr<internal::ElfFile> file, Elf* elf);
   absl::Status ReadSegments();
 
+  std::string path_;
   std::unique_ptr<internal::ElfFile> file_;  // null for the vDSO
   Elf* elf_;
   std::vector<Segment> segments_;  // PT_LOAD, in file order

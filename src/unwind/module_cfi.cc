@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "spdlog/spdlog.h"
+#include "symbolize/sigbus_guard.h"
 
 namespace ember {
 
@@ -136,14 +137,22 @@ ModuleCfi::ModuleCfi(std::shared_ptr<ElfImage> image, bool compact_rows, size_t 
     : image_(std::move(image)), compact_rows_(compact_rows), max_rows_(max_rows) {}
 
 ModuleCfi::~ModuleCfi() {
-  if (dwfl_ != nullptr) dwfl_end(dwfl_);  // ends its own reference to the image's ELF handle
+  if (dwfl_ == nullptr) return;
+  if (file_changed_) {
+    // After a fault libdwfl's state cannot be trusted even to be freed: it stays allocated.
+    internal::KeepAbandoned(dwfl_);
+    return;
+  }
+  dwfl_end(dwfl_);  // ends its own reference to the image's ELF handle
 }
 
 bool ModuleCfi::Open() {
   if (opened_) return dwfl_ != nullptr;
   opened_ = true;
-  Dwfl* dwfl = dwfl_begin(&kDwflCallbacks);
-  if (dwfl == nullptr) return false;
+  // Held at once, so that what a faulted read below leaves is still reachable.
+  dwfl_ = dwfl_begin(&kDwflCallbacks);
+  if (dwfl_ == nullptr) return false;
+  Dwfl* dwfl = dwfl_;
   // The file alone, at its own ELF addresses: every process that maps it can share it.
   ModulePlacement at = image_->AtElfAddresses();
   dwfl_report_begin(dwfl);
@@ -158,9 +167,9 @@ bool ModuleCfi::Open() {
       !dwfl_attach_state(dwfl, image_->elf(), kAnyThread, &kThreadCallbacks, this)) {
     spdlog::debug("no CFI session: {}", dwfl_errmsg(-1));
     dwfl_end(dwfl);
+    dwfl_ = nullptr;
     return false;
   }
-  dwfl_ = dwfl;
   module_ = module;
   elf_low_ = at.low;
   elf_high_ = at.high;
@@ -170,7 +179,21 @@ bool ModuleCfi::Open() {
 void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
                      const StackMemory& stack, StepResult& result) {
   result.Reset();
-  if (!frame.Has(kCfiRegisterCount - 1) || !Open()) return;
+  if (file_changed_ || !frame.Has(kCfiRegisterCount - 1)) return;
+  // The file's CFI is read through its mapping, which faults (SIGBUS) where the file was
+  // truncated since it was opened: such a module steps nothing any more.
+  if (!internal::RunCatchingSigbus(
+          [&] { StepInFile(frame, bias, is_return_address, stack, result); })) {
+    file_changed_ = true;
+    result.Reset();
+    spdlog::warn("{}: the file changed under the agent; frames in it no longer unwind",
+                 image_->path());
+  }
+}
+
+void ModuleCfi::StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+                           const StackMemory& stack, StepResult& result) {
+  if (!Open()) return;
   const uint64_t lookup_pc =
       frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
   if (compact_rows_) {
@@ -260,7 +283,9 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
   auto [it, inserted] = entries_.try_emplace(file);
   it->second.last_generation = generation_;
   if (inserted) {
-    auto image = ElfImage::Open(open_path);
+    absl::StatusOr<std::shared_ptr<ElfImage>> image =
+        absl::DataLossError("the file changed while its headers were read");
+    internal::RunCatchingSigbus([&] { image = ElfImage::Open(open_path); });
     if (image.ok()) {
       it->second.cfi =
           std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_);

@@ -64,6 +64,7 @@ class ModuleCfi {
             const StackMemory& stack, StepResult& result);
 
   const ElfImage& image() const { return *image_; }
+  bool file_changed() const { return file_changed_; }
 
   struct RowStats {
     uint64_t compact_steps = 0;  // frames stepped by a cached compact row
@@ -81,6 +82,8 @@ class ModuleCfi {
   friend struct CfiCallbacks;
   struct StepState;
   bool Open();
+  void StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+                  const StackMemory& stack, StepResult& result);
   // The row for ELF address `elf_pc` (cached), with `compact` false when there is none. Valid
   // until the next call.
   const CfiRow& RowAt(uint64_t elf_pc);
@@ -98,8 +101,9 @@ class ModuleCfi {
   Dwfl_Module* module_ = nullptr;
   uint64_t elf_low_ = 0;  // the file's ELF address range
   uint64_t elf_high_ = 0;
-  bool opened_ = false;                         // Open() was tried
-  StepState* step_ = nullptr;                   // the step in progress, for the callbacks
+  bool opened_ = false;        // Open() was tried
+  bool file_changed_ = false;  // a read of the file faulted: it was truncated under the agent
+  StepState* step_ = nullptr;  // the step in progress, for the callbacks
   absl::flat_hash_map<uint64_t, CfiRow> rows_;  // by ELF lookup address
   // The last row found: a step looks its caller's row up, which the next step needs again.
   uint64_t last_pc_ = 0;
