@@ -3,13 +3,10 @@
 // the protocol's rough edges at the agent (a malformed line, 410 Expired, a dropped stream, a
 // rotated token, a 401). The container's samples end with the right pod attributes on their
 // OTLP resources and as pprof labels, and sampling never stops meanwhile.
-#include <curl/curl.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -59,32 +56,6 @@ nlohmann::json CheckoutPod(const std::string& uid, const std::string& container_
     pod["metadata"]["annotations"] = {{"resource.opentelemetry.io/service.name", service}};
   }
   return pod;
-}
-
-size_t AppendBody(char* data, size_t size, size_t count, void* out) {
-  static_cast<std::string*>(out)->append(data, size * count);
-  return size * count;
-}
-
-// GET url over loopback; the status code (0 when the request failed) and the body.
-std::pair<long, std::string> HttpGet(const std::string& url) {
-  std::string body;
-  long status = 0;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_cleanup(curl);
-  return {status, body};
-}
-
-// "http://127.0.0.1:PORT" from the agent's "status endpoint: http://..." log line.
-std::string StatusEndpoint(const std::string& log) {
-  std::smatch match;
-  std::regex line("status endpoint: (http://[0-9.]+:[0-9]+)/metrics");
-  return std::regex_search(log, match, line) ? match[1].str() : "";
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
