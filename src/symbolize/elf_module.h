@@ -79,6 +79,11 @@ class ElfModule {
   // symbol tables, and DWARF lookups fill per-compile-unit caches.
   std::optional<SourceSymbol> Symbolize(ElfAddress addr) const;
 
+  // True once a read of the file's mapping faulted (SIGBUS: the file was truncated after it was
+  // opened, e.g. overwritten in place). Symbolize then returns nullopt for good, and the module's
+  // libelf and libdw state is leaked rather than freed.
+  bool file_changed() const { return file_changed_; }
+
  private:
   struct Segment {
     uint64_t offset;
@@ -101,6 +106,7 @@ class ElfModule {
   mutable std::unique_ptr<internal::ElfFile> debug_file_;
   mutable std::unique_ptr<internal::SymbolTable> symbols_;
   mutable std::unique_ptr<internal::DwarfLines> lines_;
+  mutable bool file_changed_ = false;
 };
 
 // Bounded cache of open modules keyed by file identity, shared across processes. Eviction happens

@@ -1,0 +1,54 @@
+// RunCatchingSigbus: a process-wide SIGBUS handler that jumps back to the guarded read of the
+// faulting thread, or hands the signal to whatever handled it before.
+#include "symbolize/sigbus_guard.h"
+
+#include <setjmp.h>
+#include <signal.h>
+
+#include <mutex>
+
+namespace ember::internal {
+namespace {
+
+thread_local sigjmp_buf* t_guard = nullptr;
+struct sigaction g_previous = {};
+
+void OnSigbus(int signal, siginfo_t* info, void* context) {
+  if (t_guard != nullptr) siglongjmp(*t_guard, 1);
+  // Not a guarded read: put back the handler we replaced. Returning re-runs the faulting access,
+  // which then gets that handler (by default, the end of the process with a core dump).
+  sigaction(SIGBUS, &g_previous, nullptr);
+  (void)signal;
+  (void)info;
+  (void)context;
+}
+
+void InstallHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action = {};
+    action.sa_sigaction = OnSigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &g_previous);
+  });
+}
+
+}  // namespace
+
+bool RunCatchingSigbus(absl::FunctionRef<void()> read) {
+  InstallHandler();
+  sigjmp_buf guard;
+  sigjmp_buf* const outer = t_guard;
+  // savemask=1: the jump out of the handler also unblocks SIGBUS again.
+  if (sigsetjmp(guard, 1) != 0) {
+    t_guard = outer;
+    return false;
+  }
+  t_guard = &guard;
+  read();
+  t_guard = outer;
+  return true;
+}
+
+}  // namespace ember::internal
