@@ -15,6 +15,15 @@
 
 namespace ember {
 
+// User frames that could not be named, by why. Counted when a location is symbolized (once per
+// location and cache generation), an address in no mapping each time it is seen.
+struct SymbolizationFailures {
+  uint64_t unmapped = 0;         // in no mapping of the process, even after re-reading its maps
+  uint64_t unreadable_file = 0;  // the mapped file could not be opened as ELF (gone, cut, corrupt)
+  uint64_t no_symbol = 0;        // the file is read, but no symbol covers the address
+  uint64_t file_changed = 0;     // the file was truncated after it was opened (ElfModule)
+};
+
 class FrameResolver {
  public:
   // kernel_symbols may be null (kernel frames then keep their raw address as a name).
@@ -33,6 +42,7 @@ class FrameResolver {
   // so call this only after the interval that used them has been written.
   void NextGeneration();
   size_t size() const { return frames_.size(); }
+  const SymbolizationFailures& failures() const { return failures_; }
 
  private:
   struct Key {
@@ -63,6 +73,7 @@ class FrameResolver {
   const KernelSymbols* kernel_symbols_;
   uint64_t generation_ = 0;
   std::unordered_map<Key, Entry, KeyHash> frames_;
+  SymbolizationFailures failures_;
 };
 
 }  // namespace ember

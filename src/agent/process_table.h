@@ -26,6 +26,10 @@ struct Process {
   // thread, or no permission).
   std::string executable_path;
   uint64_t start_time = 0;  // /proc/PID/stat field 22: tells a reused pid from the old process
+  // Where its maps, exe and root were read: /proc/PID, or /proc/PID/task/TID of a live thread
+  // when /proc/PID/maps reads empty or fails (the thread-group leader exited while other threads
+  // run on; its maps, exe and root went with it).
+  std::string proc_dir;
   std::vector<MemoryMapping> mappings;  // executable mappings, ascending
   std::chrono::steady_clock::time_point maps_read_at;
   // Unique across the table and over time: changes with every re-read of the maps.
@@ -49,6 +53,12 @@ uint64_t ParseStatStartTime(absl::string_view stat);
 // The runtime whose JIT writes a process's perf map, told by its executable's name or the runtime
 // library it maps (node/libnode: kV8Js, java/libjvm: kJvm, dotnet/libcoreclr: kDotnet); else kJit.
 FrameKind JitKindOf(const Process& process);
+
+// /proc reads that failed for a sampled process, so its samples lost their user frames.
+struct ProcReadFailures {
+  uint64_t stat = 0;  // no /proc/PID/stat at first sight: the process exited (or is hidden)
+  uint64_t maps = 0;  // neither /proc/PID/maps nor any of its threads' maps could be read
+};
 
 class ProcessTable {
  public:
@@ -74,6 +84,7 @@ class ProcessTable {
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
   size_t size() const { return processes_.size(); }
+  const ProcReadFailures& read_failures() const { return read_failures_; }
 
   // The path to open a mapped file through: map_files (works for deleted files and in other
   // mount namespaces) when it is readable, else the path under the process's root.
@@ -89,6 +100,7 @@ class ProcessTable {
   std::chrono::milliseconds perf_map_min_refresh_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
   uint64_t maps_versions_ = 0;
+  ProcReadFailures read_failures_;
 };
 
 // A process's executable mappings as the unwinder takes them, each with the path to open it by.
