@@ -24,6 +24,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "profiled_run.h"
 #include "support/pprof_reader.h"
@@ -238,7 +240,7 @@ TEST(HostileHostTest, FilesReplacedDeletedTruncatedOrOverwrittenUnderRunningProc
     const int64_t total = Total(samples);
     const int64_t named =
         CountSamples(samples, [](const NamedSample& s) { return HasFunction(s, "run_phases"); });
-    EXPECT_GE(total, 50) << log;
+    EXPECT_GE(total, 20) << log;
     EXPECT_GE(static_cast<double>(named), 0.9 * static_cast<double>(total))
         << named << " of " << total << " samples of pid " << p->pid() << " name run_phases";
   }
@@ -491,6 +493,39 @@ TEST(HostileHostTest, OddOrHiddenProcEntries) {
   EXPECT_GE(static_cast<double>(marked), 0.9 * static_cast<double>(hidden_total))
       << marked << " of " << hidden_total;
   EXPECT_GE(Moved(before, after, "ember_proc_read_failures_total{file=\"stat\"}"), 1) << after;
+}
+
+// The host's clocks cannot be stepped on a shared machine (wall-clock steps are tested at the unit
+// level with made-up readings: tests/unit/agent/interval_clock_test.cc), but a time namespace
+// moves the agent's monotonic and boot clocks 31 years away from the kernel's, which stamps the
+// samples: nothing may mix the two.
+TEST(HostileHostTest, AgentInATimeNamespaceWithItsMonotonicClockOffset) {
+  TempDir out;
+  ASSERT_FALSE(out.path().empty());
+  Subprocess steady({kPhases, "30"});
+  constexpr int kDuration = 4;
+  const absl::Time started = absl::Now();
+  HostileAgent agent(out.path(), kDuration,
+                     {"/usr/bin/unshare", "--time", "--fork", "--monotonic", "1000000000",
+                      "--boottime", "1000000000"});
+  ASSERT_TRUE(agent.ready) << agent.process->output();
+  steady.WriteStdin("g");
+  EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
+  const absl::Time ended = absl::Now();
+  const std::string& log = agent.process->output();
+
+  ExpectSampledEveryInterval(out.path(), steady.pid(), kDuration, log);
+  std::vector<std::string> files = PprofFilesIn(out.path());
+  EXPECT_LE(files.size(), static_cast<size_t>(kDuration + 1)) << log;
+  for (const std::string& file : files) {
+    auto profile = ReadPprofFile(file);
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    const absl::Time start = absl::FromUnixNanos(profile->time_nanos());
+    EXPECT_GE(start, started - absl::Seconds(30)) << file;
+    EXPECT_LE(start, ended) << file;
+    EXPECT_LE(profile->duration_nanos(), 2'000'000'000) << file;
+    EXPECT_GE(profile->duration_nanos(), 0) << file;
+  }
 }
 
 }  // namespace
