@@ -175,8 +175,9 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
       ns_pid = NamespacePid(status, process->pid);
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
-    process->perf_map = std::make_unique<PerfMapFile>(
-        absl::StrCat(PidDir(process->pid), "/root", name), std::move(name));
+    const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
+    process->perf_map =
+        std::make_unique<PerfMapFile>(absl::StrCat(dir, "/root", name), std::move(name));
     process->jit_kind = JitKindOf(*process);
   }
   PerfMapFile& file = *process->perf_map;

