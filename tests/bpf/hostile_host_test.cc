@@ -472,8 +472,9 @@ TEST(HostileHostTest, OddOrHiddenProcEntries) {
   ASSERT_FALSE(dir.path().empty() || out.path().empty());
   std::filesystem::create_directory(dir / "empty");
   Subprocess steady({kPhases, "30"});
-  // Its main thread exits at once; its worker spins on for 7 s.
-  Subprocess leader_exited({kLeaderExit, "7"});
+  // Its main thread exits at once; its worker spins on (killed when the test ends), however long
+  // the agent takes to start on a loaded machine.
+  Subprocess leader_exited({kLeaderExit, "60"});
   ASSERT_TRUE(leader_exited.WaitForOutput("leader exits", seconds(10)));
   // Hidden from the agent by bind mounts in the agent's own mount namespace (as a rootkit, or a
   // hardening tool, hides them): one process whole, and one process's maps.
