@@ -165,6 +165,11 @@ TEST(ProcessTableTest, LeaderThatExitedIsReadThroughALiveThread) {
   EXPECT_EQ(table.OpenPath(*process, process->mappings[0]),
             pid_dir + "/task/4244/root/usr/bin/phases");
   EXPECT_EQ(table.read_failures().maps, 0u);
+  // Its JIT code's perf map is in the live thread's root too.
+  WriteText(pid_dir + "/task/4244/root/tmp/perf-4243.map", "7f0000001000 100 jitted_function\n");
+  EXPECT_TRUE(table.RefreshPerfMap(process));
+  ASSERT_NE(process->perf_map, nullptr);
+  EXPECT_EQ(process->perf_map->map().size(), 1u);
   std::filesystem::remove_all(root);
 }
 
