@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -212,6 +213,7 @@ TEST(HostileHostTest, FilesReplacedDeletedTruncatedOrOverwrittenUnderRunningProc
   std::filesystem::resize_file(cut, loaded_end);  // cut before any process maps it
 
   Subprocess steady({kPhases, "30"});
+  steady.WriteStdin("g");  // running before the agent starts, so in its first interval too
   Subprocess renamed_run({renamed, "30"});
   Subprocess deleted_run({deleted, "30"});
   // Each spins in spin_lib_first until told the file changed, then 4 s in spin_lib_second: code
@@ -226,8 +228,7 @@ TEST(HostileHostTest, FilesReplacedDeletedTruncatedOrOverwrittenUnderRunningProc
   constexpr int kDuration = 16;
   HostileAgent agent(out.path(), kDuration);
   ASSERT_TRUE(agent.ready) << agent.process->output();
-  for (Subprocess* p :
-       {&steady, &renamed_run, &deleted_run, &truncated_run, &overwritten_run, &cut_run}) {
+  for (Subprocess* p : {&renamed_run, &deleted_run, &truncated_run, &overwritten_run, &cut_run}) {
     p->WriteStdin("g");
   }
   // Every file about to change has been opened and symbolized once its code is named in a
@@ -317,10 +318,10 @@ TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   const std::string exec_target = CopyExecutable(kPhases, dir / "phases-exec");
   std::ofstream(dir / "go") << "g";
   Subprocess steady({kPhases, "30"});
+  steady.WriteStdin("g");  // running before the agent starts, so in its first interval too
   constexpr int kDuration = 8;
   HostileAgent agent(out.path(), kDuration);
   ASSERT_TRUE(agent.ready) << agent.process->output();
-  steady.WriteStdin("g");
   const std::string before = agent.Metrics();
   // Fast churn: three short-lived processes per round (a subshell, date, true), for 5 s.
   Subprocess churn(
@@ -330,10 +331,18 @@ TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   Subprocess execer({"/bin/sh", "-c",
                      "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec \"$0\" 3 < \"$1\"",
                      exec_target, dir / "go"});
+  // The same, into a program with the same name: busybox as "sh", so only the maps tell.
+  std::filesystem::create_symlink("/bin/busybox", dir / "sh");
+  Subprocess same_name_execer(
+      {"/bin/sh", "-c",
+       "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec \"$0\" -c 'i=0; while [ $i -lt "
+       "400000 ]; do i=$((i+1)); done'",
+       dir / "sh"});
   EXPECT_EQ(churn.Wait(seconds(20)), 0) << churn.output();
   const std::string after = agent.Metrics();
   EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
   EXPECT_EQ(execer.Wait(seconds(10)), 0) << execer.output();
+  EXPECT_EQ(same_name_execer.Wait(seconds(10)), 0) << same_name_execer.output();
   const std::string& log = agent.process->output();
 
   ExpectSampledEveryInterval(out.path(), steady.pid(), kDuration, log);
@@ -353,6 +362,25 @@ TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   for (const NamedSample& s : as_phases) {
     EXPECT_EQ(s.process, "phases-exec");
   }
+  // dash, then busybox, under one name: each stack is one program's, never a mix.
+  const auto in_module = [](const NamedSample& s, const std::string& name) {
+    return std::any_of(s.modules.begin(), s.modules.end(),
+                       [&](const std::string& m) { return absl::EndsWith(m, "/" + name); });
+  };
+  std::vector<NamedSample> same_name = SamplesOf(out.path(), same_name_execer.pid());
+  const int64_t in_dash =
+      CountSamples(same_name, [&](const NamedSample& s) { return in_module(s, "dash"); });
+  const int64_t in_busybox =
+      CountSamples(same_name, [&](const NamedSample& s) { return in_module(s, "busybox"); });
+  const int64_t mixed = CountSamples(same_name, [&](const NamedSample& s) {
+    return in_module(s, "dash") && in_module(s, "busybox");
+  });
+  std::printf("same-name exec: %lld samples in dash, %lld in busybox, %lld of %lld mixed\n",
+              static_cast<long long>(in_dash), static_cast<long long>(in_busybox),
+              static_cast<long long>(mixed), static_cast<long long>(Total(same_name)));
+  EXPECT_GT(in_dash, 0) << log;
+  EXPECT_GT(in_busybox, 0) << log;
+  EXPECT_EQ(mixed, 0);
   // Processes gone before the agent read their /proc entry: counted, and their samples kept
   // under a marker with the thread name the kernel gave.
   EXPECT_GE(Moved(before, after, "ember_proc_read_failures_total{file=\"stat\"}"), 1) << after;
@@ -423,6 +451,7 @@ TEST(HostileHostTest, CgroupsRemovedUnderProfiledProcesses) {
   const std::string id_a(64, 'a'), id_b(64, 'b'), id_c(64, 'c');
   const std::string a = cgroups.Make(id_a), b = cgroups.Make(id_b), c = cgroups.Make(id_c);
   Subprocess steady({kPhases, "30"});
+  steady.WriteStdin("g");  // running before the agent starts, so in its first interval too
   // `moved` starts in A, moves to B, then A is removed; `ended` exits, then C is removed.
   Subprocess moved(kBusyShell);
   Subprocess ended(kBusyShell);
@@ -431,7 +460,6 @@ TEST(HostileHostTest, CgroupsRemovedUnderProfiledProcesses) {
   constexpr int kDuration = 8;
   HostileAgent agent(out.path(), kDuration);
   ASSERT_TRUE(agent.ready) << agent.process->output();
-  steady.WriteStdin("g");
   std::this_thread::sleep_for(seconds(3));
   ASSERT_TRUE(MoveTo(b, moved.pid()));
   EXPECT_EQ(rmdir(a.c_str()), 0) << "rmdir " << a;
@@ -472,6 +500,7 @@ TEST(HostileHostTest, OddOrHiddenProcEntries) {
   ASSERT_FALSE(dir.path().empty() || out.path().empty());
   std::filesystem::create_directory(dir / "empty");
   Subprocess steady({kPhases, "30"});
+  steady.WriteStdin("g");  // running before the agent starts, so in its first interval too
   // Its main thread exits at once; its worker spins on (killed when the test ends), however long
   // the agent takes to start on a loaded machine.
   Subprocess leader_exited({kLeaderExit, "60"});
@@ -489,7 +518,6 @@ TEST(HostileHostTest, OddOrHiddenProcEntries) {
       out.path(), kDuration,
       {"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", mounts, "sh"});
   ASSERT_TRUE(agent.ready) << agent.process->output();
-  steady.WriteStdin("g");
   maps_hidden.WriteStdin("g");
   const std::string before = agent.Metrics();
   std::this_thread::sleep_for(seconds(4));
@@ -530,13 +558,13 @@ TEST(HostileHostTest, AgentInATimeNamespaceWithItsMonotonicClockOffset) {
   TempDir out;
   ASSERT_FALSE(out.path().empty());
   Subprocess steady({kPhases, "30"});
+  steady.WriteStdin("g");  // running before the agent starts, so in its first interval too
   constexpr int kDuration = 4;
   const absl::Time started = absl::Now();
   HostileAgent agent(out.path(), kDuration,
                      {"/usr/bin/unshare", "--time", "--fork", "--monotonic", "1000000000",
                       "--boottime", "1000000000"});
   ASSERT_TRUE(agent.ready) << agent.process->output();
-  steady.WriteStdin("g");
   EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
   const absl::Time ended = absl::Now();
   const std::string& log = agent.process->output();
