@@ -118,19 +118,25 @@ bool HasFunction(const NamedSample& sample, const std::string& function) {
          sample.functions.end();
 }
 
-// Per pprof file (one per interval, in time order), the samples of `pid`.
+// Per pprof file (one per interval, in time order), the samples of `pid`. Ordered by the
+// profiles' start times, not by file name: two intervals written within one wall-clock second
+// are named cpu-<second>.pb.gz and cpu-<second>-2.pb.gz, which sorts first.
 std::vector<std::vector<NamedSample>> SamplesPerInterval(const std::string& dir, int64_t pid) {
-  std::vector<std::vector<NamedSample>> intervals;
+  std::vector<std::pair<int64_t, std::vector<NamedSample>>> intervals;
   for (const std::string& file : PprofFilesIn(dir)) {
     auto profile = ReadPprofFile(file);
     EXPECT_TRUE(profile.ok()) << file << ": " << profile.status();
-    intervals.emplace_back();
     if (!profile.ok()) continue;
+    intervals.emplace_back(profile->time_nanos(), std::vector<NamedSample>());
     for (NamedSample& s : NamedSamples(*profile)) {
-      if (s.pid == pid) intervals.back().push_back(std::move(s));
+      if (s.pid == pid) intervals.back().second.push_back(std::move(s));
     }
   }
-  return intervals;
+  std::sort(intervals.begin(), intervals.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<NamedSample>> samples;
+  for (auto& [start, interval] : intervals) samples.push_back(std::move(interval));
+  return samples;
 }
 
 // The steady fixture's phases are named in every interval the agent wrote (the last one, cut by
