@@ -525,8 +525,10 @@ std::string Agent::NextPprofPath(absl::Time now) const {
                                   absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
   std::string path = stem + ".pb.gz";
   std::error_code error;
+  // A second interval written within the same second (the loop catching up after a slow write):
+  // "_2" sorts after ".pb.gz", so the files list in the order they were written.
   for (int n = 2; std::filesystem::exists(path, error); ++n) {
-    path = absl::StrCat(stem, "-", n, ".pb.gz");
+    path = absl::StrCat(stem, "_", n, ".pb.gz");
   }
   return path;
 }

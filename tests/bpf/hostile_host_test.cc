@@ -119,8 +119,7 @@ bool HasFunction(const NamedSample& sample, const std::string& function) {
 }
 
 // Per pprof file (one per interval, in time order), the samples of `pid`. Ordered by the
-// profiles' start times, not by file name: two intervals written within one wall-clock second
-// are named cpu-<second>.pb.gz and cpu-<second>-2.pb.gz, which sorts first.
+// profiles' start times (ExpectSampledEveryInterval checks that the names sort the same way).
 std::vector<std::vector<NamedSample>> SamplesPerInterval(const std::string& dir, int64_t pid) {
   std::vector<std::pair<int64_t, std::vector<NamedSample>>> intervals;
   for (const std::string& file : PprofFilesIn(dir)) {
@@ -145,6 +144,14 @@ std::vector<std::vector<NamedSample>> SamplesPerInterval(const std::string& dir,
 // symbolization of every process may take that long).
 void ExpectSampledEveryInterval(const std::string& dir, int64_t steady_pid, int duration_s,
                                 const std::string& log) {
+  // Intervals written within one second (a slow write caught up) are listed in time order too.
+  int64_t previous_start = 0;
+  for (const std::string& file : PprofFilesIn(dir)) {
+    auto profile = ReadPprofFile(file);
+    if (!profile.ok()) continue;
+    EXPECT_GE(profile->time_nanos(), previous_start) << file << " sorts before an earlier interval";
+    previous_start = profile->time_nanos();
+  }
   std::vector<std::vector<NamedSample>> intervals = SamplesPerInterval(dir, steady_pid);
   EXPECT_GE(intervals.size(), static_cast<size_t>(duration_s / 2)) << log;
   for (size_t i = 0; i + 1 < intervals.size(); ++i) {
