@@ -102,6 +102,22 @@ Agent::Agent(const Options& options)
   write_failures_metric_ = counter("ember_output_write_failures_total",
                                    "Failed writes of pprof files or the flame graph.");
   cache_metrics_ = std::make_unique<CacheMetrics>(metrics_);
+  constexpr absl::string_view kUnnamed = "ember_symbolization_failures_total";
+  constexpr absl::string_view kUnnamedHelp =
+      "User frames that could not be named, by reason: address in no mapping, file unreadable as "
+      "ELF, no symbol covering it, file truncated after it was opened. Counted per location "
+      "symbolized (once per cache generation), unmapped addresses per frame.";
+  unmapped_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unmapped"}});
+  unreadable_file_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unreadable_file"}});
+  no_symbol_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "no_symbol"}});
+  file_changed_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "file_changed"}});
+  constexpr absl::string_view kProcFailures = "ember_proc_read_failures_total";
+  constexpr absl::string_view kProcFailuresHelp =
+      "Reads of /proc/PID files of sampled processes that failed: stat (the process exited or is "
+      "hidden; its samples get [process exited]), maps (its own and its threads'), cgroup.";
+  stat_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "stat"}});
+  maps_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "maps"}});
+  cgroup_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "cgroup"}});
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
@@ -175,7 +191,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     agent->resources_ = agent->MakeResourceContext();
     spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
-  agent->interval_start_ = absl::Now();
+  agent->interval_start_ = ClockReading::Now();
   if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
   RETURN_IF_ERROR(agent->SetUpStatusEndpoint());
   return agent;
@@ -557,18 +573,32 @@ std::string Agent::NextPprofPath(absl::Time now) const {
                                   absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
   std::string path = stem + ".pb.gz";
   std::error_code error;
+  // A second interval written within the same second (the loop catching up after a slow write):
+  // "_2" sorts after ".pb.gz", so the files list in the order they were written.
   for (int n = 2; std::filesystem::exists(path, error); ++n) {
-    path = absl::StrCat(stem, "-", n, ".pb.gz");
+    path = absl::StrCat(stem, "_", n, ".pb.gz");
   }
   return path;
 }
 
-void Agent::ExportInterval(absl::Time now, bool last) {
+void Agent::SyncFailureMetrics() {
+  const auto sync = [](Counter* counter, uint64_t total) {
+    if (total > counter->Value()) counter->Increment(total - counter->Value());
+  };
+  const SymbolizationFailures& frames = frames_.failures();
+  sync(unmapped_metric_, frames.unmapped);
+  sync(unreadable_file_metric_, frames.unreadable_file);
+  sync(no_symbol_metric_, frames.no_symbol);
+  sync(file_changed_metric_, frames.file_changed);
+  sync(stat_read_failures_metric_, processes_.read_failures().stat);
+  sync(maps_read_failures_metric_, processes_.read_failures().maps);
+  sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);
+}
+
+void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
-  IntervalProfile profile =
-      aggregator_.TakeInterval(absl::ToUnixNanos(interval_start_),
-                               absl::ToInt64Nanoseconds(now - interval_start_), period_ns);
-  interval_start_ = now;
+  IntervalProfile profile = aggregator_.TakeInterval(
+      absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
   if (write_local_) LabelProcesses(&profile);
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
@@ -626,27 +656,26 @@ void Agent::ExportInterval(absl::Time now, bool last) {
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = options_.duration == absl::ZeroDuration() ? absl::InfiniteFuture()
-                                                                        : start + options_.duration;
-  absl::Time next_export = start + options_.export_interval;
+  IntervalClock clock(interval_start_, std::chrono::steady_clock::now(), options_.export_interval,
+                      options_.duration);
   while (!stop.load()) {
     loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
-    absl::Time now = absl::Now();
-    if (now >= deadline) break;
-    if (now >= next_export) {
-      ExportInterval(now, /*last=*/false);
-      next_export += options_.export_interval;
-      if (next_export <= now) next_export = now + options_.export_interval;
+    SyncFailureMetrics();
+    const ClockReading now = ClockReading::Now();
+    if (clock.Done(now.steady)) break;
+    if (clock.ExportDue(now.steady)) {
+      ExportInterval(clock.EndInterval(now), now.wall, /*last=*/false);
+      continue;
     }
-    absl::Duration wait = std::min(next_export, deadline) - now;
-    int wait_ms = static_cast<int>(
-        std::clamp<int64_t>(absl::ToInt64Milliseconds(wait), 0,
-                            seen_first_sample_ ? kMaxPollMs : kMaxPollMsBeforeFirstSample));
-    RETURN_IF_ERROR(profiler_->Poll(wait_ms).status());
+    const auto wait = clock.WaitFor(
+        now.steady,
+        std::chrono::milliseconds(seen_first_sample_ ? kMaxPollMs : kMaxPollMsBeforeFirstSample));
+    RETURN_IF_ERROR(profiler_->Poll(static_cast<int>(wait.count())).status());
   }
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
-  ExportInterval(absl::Now(), /*last=*/true);
+  const ClockReading end = ClockReading::Now();
+  ExportInterval(clock.EndInterval(end), end.wall, /*last=*/true);
+  SyncFailureMetrics();
   if (pod_watcher_ != nullptr) pod_watcher_->Stop();
 
   BpfStats stats = profiler_->ReadStats();

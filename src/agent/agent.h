@@ -16,6 +16,7 @@
 #include "agent/bpf_profiler.h"
 #include "agent/cache_metrics.h"
 #include "agent/frame_resolver.h"
+#include "agent/interval_clock.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
 #include "k8s/cgroup_resolver.h"
@@ -60,8 +61,11 @@ class Agent {
   // Stops walking the Python frames of processes that exited (or whose pid was reused).
   void DropExitedPython();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
-  // `last`: the final interval, at exit.
-  void ExportInterval(absl::Time now, bool last);
+  // `now` (wall clock) names the file; `last`: the final interval, at exit.
+  void ExportInterval(IntervalSpan span, absl::Time now, bool last);
+  // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
+  // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
+  void SyncFailureMetrics();
   // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
   // process's MetadataOf.
   ResourceContext MakeResourceContext();
@@ -102,7 +106,7 @@ class Agent {
   bool write_local_ = true;                    // pprof files and the flame graph
   ExporterStats exporter_reported_;            // counters already logged
 
-  absl::Time interval_start_;
+  ClockReading interval_start_;  // when the first interval began
   bool seen_first_sample_ = false;
   uint64_t ring_buffer_full_reported_ = 0;
   std::vector<const Frame*> stack_;  // reused per sample
@@ -132,6 +136,14 @@ class Agent {
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
+  // Frames left unnamed by reason (SymbolizationFailures), and /proc reads that failed by file.
+  Counter* unmapped_metric_ = nullptr;
+  Counter* unreadable_file_metric_ = nullptr;
+  Counter* no_symbol_metric_ = nullptr;
+  Counter* file_changed_metric_ = nullptr;
+  Counter* stat_read_failures_metric_ = nullptr;
+  Counter* maps_read_failures_metric_ = nullptr;
+  Counter* cgroup_read_failures_metric_ = nullptr;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   std::unique_ptr<StatusServer> status_server_;  // after everything its handlers read

@@ -139,7 +139,10 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
     if (MayHoldJitCode(mapping)) {
       if (const Frame* frame = Jit(process, address)) return frame;
     }
-    if (mapping == nullptr) return Marker("[unknown]");
+    if (mapping == nullptr) {
+      ++failures_.unmapped;
+      return Marker("[unknown]");
+    }
     // [vdso], and code no perf map names: named after the mapping.
     return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
   }
@@ -177,6 +180,7 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
   frame.address = offset.value;
   ElfModule* module =
       modules_->Get(mapping.file, processes_->OpenPath(*process, mapping), mapping.path);
+  if (module == nullptr) ++failures_.unreadable_file;
   if (module != nullptr) {
     frame.build_id = module->build_id();
     if (std::optional<ElfAddress> elf_address = module->ToElfAddress(offset)) {
@@ -190,6 +194,9 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
     }
   }
   // Never drop a frame we cannot name: keep where it is.
+  if (frame.function.empty() && module != nullptr) {
+    ++(module->file_changed() ? failures_.file_changed : failures_.no_symbol);
+  }
   if (frame.function.empty()) {
     frame.function = absl::StrFormat("%s+0x%x", Basename(mapping.path), frame.address);
   }

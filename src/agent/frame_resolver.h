@@ -22,6 +22,15 @@ struct FrameResolverStats {
   uint64_t evicted = 0;  // frames dropped to stay within max_bytes
 };
 
+// User frames that could not be named, by why. Counted when a location is symbolized (once per
+// location and cache generation), an address in no mapping each time it is seen.
+struct SymbolizationFailures {
+  uint64_t unmapped = 0;         // in no mapping of the process, even after re-reading its maps
+  uint64_t unreadable_file = 0;  // the mapped file could not be opened as ELF (gone, cut, corrupt)
+  uint64_t no_symbol = 0;        // the file is read, but no symbol covers the address
+  uint64_t file_changed = 0;     // the file was truncated after it was opened (ElfModule)
+};
+
 class FrameResolver {
  public:
   // kernel_symbols may be null (kernel frames then keep their raw address as a name). max_bytes
@@ -49,6 +58,7 @@ class FrameResolver {
   size_t size() const { return frames_.size(); }
   size_t bytes() const { return bytes_; }
   const FrameResolverStats& stats() const { return stats_; }
+  const SymbolizationFailures& failures() const { return failures_; }
 
  private:
   struct Key {
@@ -89,6 +99,7 @@ class FrameResolver {
   size_t bytes_ = 0;          // EstimatedFrameBytes of every cached frame
   size_t current_bytes_ = 0;  // of those used in the current generation
   FrameResolverStats stats_;
+  SymbolizationFailures failures_;
 };
 
 }  // namespace ember

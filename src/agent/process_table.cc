@@ -4,8 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -14,18 +13,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/read_file.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {
 namespace {
 
+// A read that fails part-way (the process exits meanwhile: ESRCH) is a failure, not a short file.
 bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  *out = std::move(buffer).str();
-  return !in.bad();
+  std::optional<std::string> text = ReadWholeFile(path);
+  if (!text) return false;
+  *out = std::move(*text);
+  return true;
 }
 
 // The target of DIR/exe, as the kernel shows it but without " (deleted)"; "" when unreadable.
@@ -133,7 +132,10 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
   auto process = std::make_unique<Process>();
   process->pid = pid;
   std::string text;
-  if (!ReadFile(absl::StrCat(PidDir(pid), "/stat"), &text)) return nullptr;
+  if (!ReadFile(absl::StrCat(PidDir(pid), "/stat"), &text)) {
+    ++read_failures_.stat;
+    return nullptr;
+  }
   process->start_time = ParseStatStartTime(text);
   if (!ReadMaps(process.get())) return nullptr;
   return process;
@@ -142,18 +144,43 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
 bool ProcessTable::ReadMaps(Process* process) {
   process->maps_read_at = std::chrono::steady_clock::now();
   process->maps_version = ++maps_versions_;
+  const std::string pid_dir = PidDir(process->pid);
   std::string text;
   // Read with the maps: an exec replaces both, and unknown addresses are how we notice one.
-  if (ReadFile(absl::StrCat(PidDir(process->pid), "/comm"), &text)) {
+  if (ReadFile(absl::StrCat(pid_dir, "/comm"), &text)) {
     process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
   }
-  std::string executable_path = ReadExecutablePath(PidDir(process->pid));
+  std::string maps;
+  std::string dir = pid_dir;
+  bool read = ReadFile(pid_dir + "/maps", &maps);
+  if (!read || maps.empty()) {
+    // A process whose main thread exited reads as empty here (so does a kernel thread, which has
+    // no other thread to ask): a live thread's view of the same address space is under task/.
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(pid_dir + "/task", error), end; !error && it != end;
+         it.increment(error)) {
+      std::string task_maps;
+      std::string task_dir = it->path().string();
+      if (ReadFile(task_dir + "/maps", &task_maps) && !task_maps.empty()) {
+        read = true;
+        maps = std::move(task_maps);
+        dir = std::move(task_dir);
+        break;
+      }
+    }
+  }
+  process->proc_dir = dir;
+  std::string executable_path = ReadExecutablePath(dir);
   // An exec: the perf map and its runtime are the new program's, found again when needed.
   if (executable_path != process->executable_path) DropPerfMap(process);
   process->executable_path = std::move(executable_path);
-  if (!ReadFile(absl::StrCat(PidDir(process->pid), "/maps"), &text)) return false;
-  auto mappings = ParseProcMaps(text);
+  if (!read) {
+    ++read_failures_.maps;
+    return false;
+  }
+  auto mappings = ParseProcMaps(maps);
   if (!mappings.ok()) {
+    ++read_failures_.maps;
     spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
     return false;
   }
@@ -182,8 +209,9 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
       ns_pid = NamespacePid(status, process->pid);
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
-    process->perf_map = std::make_unique<PerfMapFile>(
-        absl::StrCat(PidDir(process->pid), "/root", name), std::move(name), limits_.perf_map);
+    const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
+    process->perf_map = std::make_unique<PerfMapFile>(absl::StrCat(dir, "/root", name),
+                                                      std::move(name), limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
   }
   PerfMapFile& file = *process->perf_map;
@@ -223,7 +251,8 @@ std::string ProcessTable::OpenPath(const Process& process, const MemoryMapping& 
   std::string map_file =
       absl::StrFormat("%s/map_files/%x-%x", PidDir(process.pid), mapping.start, mapping.end);
   if (access(map_file.c_str(), R_OK) == 0) return map_file;
-  return absl::StrCat(PidDir(process.pid), "/root", mapping.path);
+  const std::string& dir = process.proc_dir.empty() ? PidDir(process.pid) : process.proc_dir;
+  return absl::StrCat(dir, "/root", mapping.path);
 }
 
 std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const Process& process) {

@@ -26,6 +26,10 @@ struct Process {
   // thread, or no permission).
   std::string executable_path;
   uint64_t start_time = 0;  // /proc/PID/stat field 22: tells a reused pid from the old process
+  // Where its maps, exe and root were read: /proc/PID, or /proc/PID/task/TID of a live thread
+  // when /proc/PID/maps reads empty or fails (the thread-group leader exited while other threads
+  // run on; its maps, exe and root went with it).
+  std::string proc_dir;
   std::vector<MemoryMapping> mappings;  // executable mappings, ascending
   std::chrono::steady_clock::time_point maps_read_at;
   // Unique across the table and over time: changes with every re-read of the maps.
@@ -65,6 +69,12 @@ struct ProcessTableStats {
   uint64_t perf_map_evictions = 0;        // times a process's perf map reached its limit
 };
 
+// /proc reads that failed for a sampled process, so its samples lost their user frames.
+struct ProcReadFailures {
+  uint64_t stat = 0;  // no /proc/PID/stat at first sight: the process exited (or is hidden)
+  uint64_t maps = 0;  // neither /proc/PID/maps nor any of its threads' maps could be read
+};
+
 class ProcessTable {
  public:
   explicit ProcessTable(
@@ -101,6 +111,7 @@ class ProcessTable {
   // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
   size_t perf_map_bytes() const { return perf_map_bytes_; }
   const ProcessTableLimits& limits() const { return limits_; }
+  const ProcReadFailures& read_failures() const { return read_failures_; }
 
   // The path to open a mapped file through: map_files (works for deleted files and in other
   // mount namespaces) when it is readable, else the path under the process's root.
@@ -123,6 +134,7 @@ class ProcessTable {
   uint64_t tick_ = 0;
   size_t perf_map_bytes_ = 0;
   ProcessTableStats stats_;
+  ProcReadFailures read_failures_;
 };
 
 // A process's executable mappings as the unwinder takes them, each with the path to open it by.

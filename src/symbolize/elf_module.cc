@@ -6,11 +6,15 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include <cstring>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
+#include "symbolize/sigbus_guard.h"
 #include "symbolize/symbol_table.h"
 
 namespace ember {
@@ -97,6 +101,15 @@ ElfModule::ElfModule(std::string path, ElfModuleOptions options,
     : path_(std::move(path)), options_(std::move(options)), file_(std::move(file)) {}
 
 ElfModule::~ElfModule() {
+  if (file_changed_) {
+    // A read faulted part-way through libelf or libdw: their state cannot be trusted even to be
+    // freed. Kept, once per such file.
+    internal::KeepAbandoned(lines_.release());
+    internal::KeepAbandoned(symbols_.release());
+    internal::KeepAbandoned(debug_file_.release());
+    internal::KeepAbandoned(file_.release());
+    return;
+  }
   // DWARF and symbol names read from the files' mappings: drop them before the files.
   lines_.reset();
   symbols_.reset();
@@ -152,12 +165,32 @@ size_t ElfModule::EstimatedBytes() const {
 }
 
 std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
-  if (!symbols_loaded_) LoadSymbols();
-  const char* name = symbols_->Find(addr.value);
+  if (file_changed_) return std::nullopt;
+  // Symbol names and DWARF are read from the files' mappings, which fault where the file was
+  // truncated since it was opened: such a module is done with, and its frames stay unnamed.
+  const char* name = nullptr;
+  size_t name_length = 0;
+  bool read = internal::RunCatchingSigbus([&] {
+    if (!symbols_loaded_) LoadSymbols();
+    name = symbols_->Find(addr.value);
+    if (name != nullptr) name_length = strlen(name);
+  });
+  if (!read) {
+    file_changed_ = true;
+    return std::nullopt;
+  }
   if (name == nullptr) return std::nullopt;
+  std::string mangled(name_length, '\0');
   SourceSymbol symbol;
-  symbol.function = Demangle(name);
-  if (lines_ != nullptr) lines_->Lookup(addr.value, &symbol);
+  read = internal::RunCatchingSigbus([&] {
+    memcpy(mangled.data(), name, name_length);
+    if (lines_ != nullptr) lines_->Lookup(addr.value, &symbol);
+  });
+  if (!read) {
+    file_changed_ = true;
+    return std::nullopt;
+  }
+  symbol.function = Demangle(mangled);
   return symbol;
 }
 

@@ -85,6 +85,10 @@ class ElfModule {
   // the file (page cache the kernel can reclaim) and are not counted. O(1).
   size_t EstimatedBytes() const;
   static constexpr size_t kElfHandleBytes = 4096;
+  // True once a read of the file's mapping faulted (SIGBUS: the file was truncated after it was
+  // opened, e.g. overwritten in place). Symbolize then returns nullopt for good, and the module's
+  // libelf and libdw state is leaked rather than freed.
+  bool file_changed() const { return file_changed_; }
 
  private:
   struct Segment {
@@ -108,6 +112,7 @@ class ElfModule {
   mutable std::unique_ptr<internal::ElfFile> debug_file_;
   mutable std::unique_ptr<internal::SymbolTable> symbols_;
   mutable std::unique_ptr<internal::DwarfLines> lines_;
+  mutable bool file_changed_ = false;
 };
 
 // Counters since the cache was made.

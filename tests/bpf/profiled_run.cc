@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -21,34 +22,6 @@
 namespace ember::testing {
 
 using std::chrono::seconds;
-
-namespace {
-
-size_t AppendBody(char* data, size_t size, size_t count, void* out) {
-  static_cast<std::string*>(out)->append(data, size * count);
-  return size * count;
-}
-
-}  // namespace
-
-std::pair<long, std::string> HttpGet(const std::string& url) {
-  std::string body;
-  long status = 0;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_cleanup(curl);
-  return {status, body};
-}
-
-std::string StatusEndpoint(const std::string& log) {
-  std::smatch match;
-  std::regex line("status endpoint: (http://[0-9.]+:[0-9]+)/metrics");
-  return std::regex_search(log, match, line) ? match[1].str() : "";
-}
 
 std::string MakeTempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "ember-bpf-XXXXXX").string();
@@ -109,6 +82,44 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
   run.agent_log = agent.output();
   return run;
+}
+
+namespace {
+size_t AppendBody(char* data, size_t size, size_t count, void* out) {
+  static_cast<std::string*>(out)->append(data, size * count);
+  return size * count;
+}
+}  // namespace
+
+std::pair<long, std::string> HttpGet(const std::string& url) {
+  std::string body;
+  long status = 0;
+  CURL* curl = curl_easy_init();
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  return {status, body};
+}
+
+std::string StatusEndpoint(const std::string& agent_log) {
+  std::smatch match;
+  std::regex line("status endpoint: (http://[0-9.]+:[0-9]+)/metrics");
+  return std::regex_search(agent_log, match, line) ? match[1].str() : "";
+}
+
+std::optional<double> MetricValue(const std::string& page, const std::string& series) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::strtod(line.c_str() + series.size() + 1, nullptr);
+    }
+  }
+  return std::nullopt;
 }
 
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -58,11 +59,16 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
                            const std::vector<std::string>& extra_agent_args = {},
                            const AgentLaunch& launch = {});
 
-// GET url over loopback; the status code (0 when the request failed) and the body.
+// GET url over loopback, bounded by 5 s: the status code (0 when the request failed) and the
+// body.
 std::pair<long, std::string> HttpGet(const std::string& url);
 
-// "http://127.0.0.1:PORT" from the agent's "status endpoint: http://..." log line; "" when none.
-std::string StatusEndpoint(const std::string& log);
+// "http://127.0.0.1:PORT" from the agent's "status endpoint: http://..." log line; "" if none.
+std::string StatusEndpoint(const std::string& agent_log);
+
+// The value of one series of a Prometheus text page, named as rendered with its labels (e.g.
+// `ember_samples_total` or `ember_proc_read_failures_total{file="stat"}`); nullopt when absent.
+std::optional<double> MetricValue(const std::string& page, const std::string& series);
 
 // The fixtures' own accounting: the "name cpu_ns" lines they print at the end.
 std::map<std::string, double> MeasuredCpuNs(const std::string& fixture_output);

@@ -210,3 +210,73 @@ TEST(ProcessTableTest, StatStartTimeSurvivesOddCommNames) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Hostile host (issue 8): a process whose main thread exited while another thread runs on. Its
+// /proc/PID/maps reads empty and its exe and root are gone; its thread's task/TID has them.
+TEST(ProcessTableTest, LeaderThatExitedIsReadThroughALiveThread) {
+  std::string root = CopyProcTree("ember-proc-leader-test");
+  const std::string pid_dir = root + "/4243";
+  WriteText(pid_dir + "/stat", ReadText(root + "/4242/stat"));
+  WriteText(pid_dir + "/comm", "phases\n");
+  WriteText(pid_dir + "/maps", "");
+  WriteText(pid_dir + "/task/4243/maps", "");  // the zombie leader
+  WriteText(pid_dir + "/task/4244/maps", ReadText(root + "/4242/maps"));
+  std::filesystem::create_symlink("/usr/bin/phases", pid_dir + "/task/4244/exe");
+
+  ProcessTable table(root);
+  Process* process = table.Get(4243);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->mappings.size(), 7u);
+  EXPECT_EQ(process->executable_path, "/usr/bin/phases");
+  EXPECT_EQ(process->proc_dir, pid_dir + "/task/4244");
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]),
+            pid_dir + "/task/4244/root/usr/bin/phases");
+  EXPECT_EQ(table.read_failures().maps, 0u);
+  // Its JIT code's perf map is in the live thread's root too.
+  WriteText(pid_dir + "/task/4244/root/tmp/perf-4243.map", "7f0000001000 100 jitted_function\n");
+  EXPECT_TRUE(table.RefreshPerfMap(process));
+  ASSERT_NE(process->perf_map, nullptr);
+  EXPECT_EQ(process->perf_map->map().size(), 1u);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, KernelThreadHasNoMappingsAndIsNoFailure) {
+  std::string root = CopyProcTree("ember-proc-kthread-test");
+  WriteText(root + "/4245/stat", ReadText(root + "/4242/stat"));
+  WriteText(root + "/4245/comm", "kworker/0:1\n");
+  WriteText(root + "/4245/maps", "");
+  WriteText(root + "/4245/task/4245/maps", "");
+  ProcessTable table(root);
+  Process* process = table.Get(4245);
+  ASSERT_NE(process, nullptr);
+  EXPECT_TRUE(process->mappings.empty());
+  EXPECT_EQ(table.read_failures().maps, 0u);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, UnreadableStatAndMapsAreCounted) {
+  std::string root = CopyProcTree("ember-proc-unreadable-test");
+  WriteText(root + "/4246/stat", ReadText(root + "/4242/stat"));  // no maps, no task/
+  ProcessTable table(root);
+  EXPECT_EQ(table.Get(4246), nullptr);
+  EXPECT_EQ(table.read_failures().maps, 1u);
+  EXPECT_EQ(table.Get(4247), nullptr);  // no /proc entry at all: exited, or hidden
+  EXPECT_EQ(table.read_failures().stat, 1u);
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace ember

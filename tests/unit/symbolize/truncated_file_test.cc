@@ -1,0 +1,144 @@
+// A mapped file truncated under the symbolizer (issue 8, hostile host): reads of the cut-off
+// pages fault with SIGBUS, which must cost the module's names, never the agent.
+#include <elf.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "symbolize/elf_module.h"
+#include "symbolize/sigbus_guard.h"
+
+namespace ember {
+namespace {
+
+// tests/fixtures/profiled/spin_lib.so: its symbol table and DWARF lie pages past its last loaded
+// segment.
+const std::string kSpinLib = EMBER_SPIN_LIB;
+
+std::string TempCopy(const std::string& from, const std::string& name) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ember-trunc-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) return "";
+  std::string to = pattern + "/" + name;
+  std::filesystem::copy_file(from, to);
+  return to;
+}
+
+// The end of the last PT_LOAD segment's bytes in the file, rounded up to a page: what a process
+// needs of a library to run it.
+uint64_t LoadedEnd(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Elf64_Ehdr ehdr{};
+  in.read(reinterpret_cast<char*>(&ehdr), sizeof(ehdr));
+  uint64_t end = 0;
+  for (int i = 0; i < ehdr.e_phnum; ++i) {
+    Elf64_Phdr phdr{};
+    in.seekg(static_cast<std::streamoff>(ehdr.e_phoff + uint64_t{ehdr.e_phentsize} * i));
+    in.read(reinterpret_cast<char*>(&phdr), sizeof(phdr));
+    if (phdr.p_type == PT_LOAD) end = std::max<uint64_t>(end, phdr.p_offset + phdr.p_filesz);
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return (end + page - 1) / page * page;
+}
+
+// The address nm gives `symbol` in `path`; 0 when it has none.
+uint64_t NmAddress(const std::string& path, const std::string& symbol) {
+  std::string command = std::string(EMBER_NM) + " --defined-only '" + path + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return 0;
+  char line[512];
+  uint64_t address = 0;
+  while (fgets(line, sizeof(line), pipe) != nullptr) {
+    std::istringstream fields(line);
+    std::string value, type, name;
+    if (fields >> value >> type >> name && name == symbol)
+      address = std::stoull(value, nullptr, 16);
+  }
+  pclose(pipe);
+  return address;
+}
+
+TEST(SigbusGuardTest, AFaultInAGuardedReadOfATruncatedMappingIsReported) {
+  std::string path = TempCopy(kSpinLib, "mapped");
+  ASSERT_FALSE(path.empty());
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto* bytes =
+      static_cast<volatile const char*>(mmap(nullptr, 4 * page, PROT_READ, MAP_PRIVATE, fd, 0));
+  close(fd);
+  ASSERT_NE(bytes, MAP_FAILED);
+  char first = 0;
+  EXPECT_TRUE(internal::RunCatchingSigbus([&] { first = bytes[3 * page]; }));
+  std::filesystem::resize_file(path, page);
+  EXPECT_TRUE(internal::RunCatchingSigbus([&] { first = bytes[0]; }));
+  EXPECT_EQ(first, ELFMAG[0]);
+  EXPECT_FALSE(internal::RunCatchingSigbus([&] { first = bytes[3 * page]; }));
+  // Guards nest, and each read after a fault is guarded afresh.
+  bool inner = true;
+  EXPECT_TRUE(internal::RunCatchingSigbus(
+      [&] { inner = internal::RunCatchingSigbus([&] { first = bytes[2 * page]; }); }));
+  EXPECT_FALSE(inner);
+  EXPECT_FALSE(internal::RunCatchingSigbus([&] { first = bytes[3 * page]; }));
+  munmap(const_cast<char*>(bytes), 4 * page);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST(SigbusGuardTest, AFaultOutsideAGuardedReadStillEndsTheProcess) {
+  std::string path = TempCopy(kSpinLib, "mapped");
+  ASSERT_FALSE(path.empty());
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // Killed by SIGBUS; under ASan, its own SIGBUS report and exit.
+  EXPECT_DEATH(
+      {
+        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        auto* bytes = static_cast<volatile const char*>(
+            mmap(nullptr, 4 * page, PROT_READ, MAP_PRIVATE, fd, 0));
+        internal::RunCatchingSigbus([&] {});  // the handler is installed
+        truncate(path.c_str(), static_cast<off_t>(page));
+        char byte = bytes[3 * page];
+        std::exit(byte);
+      },
+      "");
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST(TruncatedFileTest, ALibraryCutToItsLoadedSegmentsLosesItsNamesNotTheAgent) {
+  std::string path = TempCopy(kSpinLib, "spin-truncated.so");
+  ASSERT_FALSE(path.empty());
+  const uint64_t first = NmAddress(path, "spin_lib_first");
+  const uint64_t second = NmAddress(path, "spin_lib_second");
+  ASSERT_NE(first, 0u);
+  ASSERT_NE(second, 0u);
+  auto module = ElfModule::Open(path, path);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::optional<SourceSymbol> named = (*module)->Symbolize(ElfAddress{first});
+  ASSERT_TRUE(named.has_value());
+  EXPECT_EQ(named->function, "spin_lib_first");
+  EXPECT_FALSE((*module)->file_changed());
+
+  const uint64_t loaded_end = LoadedEnd(path);
+  ASSERT_LT(loaded_end, std::filesystem::file_size(path));
+  std::filesystem::resize_file(path, loaded_end);
+  EXPECT_EQ((*module)->Symbolize(ElfAddress{second}), std::nullopt);
+  EXPECT_TRUE((*module)->file_changed());
+  EXPECT_EQ((*module)->Symbolize(ElfAddress{first}), std::nullopt);
+  module->reset();  // leaks what the fault left behind instead of freeing it
+
+  // Opened after the cut, the file is refused up front with a clear error.
+  auto reopened = ElfModule::Open(path, path);
+  EXPECT_FALSE(reopened.ok());
+  EXPECT_NE(reopened.status().message().find("past the end of the file"), std::string::npos)
+      << reopened.status();
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+}  // namespace
+}  // namespace ember
