@@ -186,7 +186,8 @@ TEST(ExporterConfigTest, DescriptionNeverContainsSecrets) {
                              "env-s3cret", "env%2Ds3cret", "general-t0ken", "client-key.pem"}) {
     EXPECT_EQ(text.find(secret), std::string::npos) << secret << " in: " << text;
   }
-  EXPECT_NE(text.find("https://<redacted>@collector.example:4318/otlp?<redacted>"), std::string::npos)
+  EXPECT_NE(text.find("https://<redacted>@collector.example:4318/otlp?<redacted>"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("authorization=<redacted>"), std::string::npos) << text;
   EXPECT_NE(text.find("TLS"), std::string::npos) << text;
