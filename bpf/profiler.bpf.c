@@ -529,7 +529,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   // when the buffer is filling up: a wake-up per sample would cost more than the sample.
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
-                                                                            : BPF_RB_NO_WAKEUP;
+                                                                             : BPF_RB_NO_WAKEUP;
   if (bpf_ringbuf_output(&samples, buf, size, wakeup) == 0) {
     stats__add(EMBER_STAT_SAMPLES);
   } else {

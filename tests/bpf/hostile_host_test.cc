@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "profiled_run.h"
+#include "support/elf_layout.h"
 #include "support/pprof_reader.h"
 #include "support/subprocess.h"
 
@@ -65,23 +66,6 @@ std::string CopyExecutable(const std::string& from, const std::string& to) {
   std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
   std::filesystem::permissions(to, std::filesystem::perms::owner_all);
   return to;
-}
-
-// The end of the last PT_LOAD segment's bytes, rounded up to a page: all a process needs of a
-// library once it is loaded. spin_lib.so keeps its symbols and DWARF after that.
-uint64_t LoadedEnd(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  Elf64_Ehdr ehdr{};
-  in.read(reinterpret_cast<char*>(&ehdr), sizeof(ehdr));
-  uint64_t end = 0;
-  for (int i = 0; i < ehdr.e_phnum; ++i) {
-    Elf64_Phdr phdr{};
-    in.seekg(static_cast<std::streamoff>(ehdr.e_phoff + uint64_t{ehdr.e_phentsize} * i));
-    in.read(reinterpret_cast<char*>(&phdr), sizeof(phdr));
-    if (phdr.p_type == PT_LOAD) end = std::max<uint64_t>(end, phdr.p_offset + phdr.p_filesz);
-  }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  return (end + page - 1) / page * page;
 }
 
 // ember-agent on every process, sampling at 99 Hz with 1 s intervals for `duration_s`, started

@@ -15,6 +15,7 @@
 
 #include "symbolize/elf_module.h"
 #include "symbolize/sigbus_guard.h"
+#include "support/elf_layout.h"
 
 namespace ember {
 namespace {
@@ -29,23 +30,6 @@ std::string TempCopy(const std::string& from, const std::string& name) {
   std::string to = pattern + "/" + name;
   std::filesystem::copy_file(from, to);
   return to;
-}
-
-// The end of the last PT_LOAD segment's bytes in the file, rounded up to a page: what a process
-// needs of a library to run it.
-uint64_t LoadedEnd(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  Elf64_Ehdr ehdr{};
-  in.read(reinterpret_cast<char*>(&ehdr), sizeof(ehdr));
-  uint64_t end = 0;
-  for (int i = 0; i < ehdr.e_phnum; ++i) {
-    Elf64_Phdr phdr{};
-    in.seekg(static_cast<std::streamoff>(ehdr.e_phoff + uint64_t{ehdr.e_phentsize} * i));
-    in.read(reinterpret_cast<char*>(&phdr), sizeof(phdr));
-    if (phdr.p_type == PT_LOAD) end = std::max<uint64_t>(end, phdr.p_offset + phdr.p_filesz);
-  }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  return (end + page - 1) / page * page;
 }
 
 // The address nm gives `symbol` in `path`; 0 when it has none.
@@ -124,7 +108,7 @@ TEST(TruncatedFileTest, ALibraryCutToItsLoadedSegmentsLosesItsNamesNotTheAgent) 
   EXPECT_EQ(named->function, "spin_lib_first");
   EXPECT_FALSE((*module)->file_changed());
 
-  const uint64_t loaded_end = LoadedEnd(path);
+  const uint64_t loaded_end = testing::LoadedEnd(path);
   ASSERT_LT(loaded_end, std::filesystem::file_size(path));
   std::filesystem::resize_file(path, loaded_end);
   EXPECT_EQ((*module)->Symbolize(ElfAddress{second}), std::nullopt);
