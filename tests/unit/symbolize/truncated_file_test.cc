@@ -13,9 +13,9 @@
 #include <sstream>
 #include <string>
 
+#include "support/elf_layout.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/sigbus_guard.h"
-#include "support/elf_layout.h"
 
 namespace ember {
 namespace {
