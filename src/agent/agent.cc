@@ -34,7 +34,7 @@ constexpr int kMaxPollMsBeforeFirstSample = 100;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
-constexpr absl::Duration kFlameGraphRewrite = absl::Seconds(60);
+constexpr std::chrono::seconds kFlameGraphRewrite{60};
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -620,8 +620,11 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   }
   // The page holds every interval so far, so writing it costs the whole graph (up to 200,000
   // nodes), not this interval: it is rewritten at most once a minute, and at the end.
-  if (flame_graph_changed_ && (last || now - flame_graph_written_at_ >= kFlameGraphRewrite)) {
-    const auto started = std::chrono::steady_clock::now();
+  // Timed on the steady clock, like the export schedule: a wall clock step must not stop it.
+  const auto started = std::chrono::steady_clock::now();
+  if (flame_graph_changed_ &&
+      (last || !flame_graph_written_at_.has_value() ||
+       started - *flame_graph_written_at_ >= kFlameGraphRewrite)) {
     if (absl::Status status =
             flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
         !status.ok()) {
@@ -632,7 +635,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
                     MillisecondsSince(started));
     }
     flame_graph_changed_ = false;
-    flame_graph_written_at_ = now;
+    flame_graph_written_at_ = started;
   }
   ReportExporter();
   BpfStats stats = profiler_->ReadStats();

@@ -99,7 +99,7 @@ class Agent {
   Aggregator aggregator_;
   FlameGraph flame_graph_;
   bool flame_graph_changed_ = false;  // intervals were added since the page was last written
-  absl::Time flame_graph_written_at_ = absl::InfinitePast();
+  std::optional<std::chrono::steady_clock::time_point> flame_graph_written_at_;
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples

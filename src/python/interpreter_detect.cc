@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/sigbus_guard.h"
 
 namespace ember::python {
 namespace {
@@ -254,18 +255,7 @@ absl::Status ApplyDebugOffsets313(Elf* elf, uint64_t file_size, const Symbol& ru
   return absl::OkStatus();
 }
 
-}  // namespace
-
-bool LooksLikeInterpreterPath(const std::string& path) {
-  return VersionFromFileName(path, nullptr).has_value();
-}
-
-absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<ElfHandle>> handle = ElfHandle::Open(path);
-  if (!handle.ok()) return handle.status();
-  Elf* elf = (*handle)->elf();
-  uint64_t file_size = (*handle)->size();
-
+InterpreterInfo InspectOpenElf(const std::string& path, Elf* elf, uint64_t file_size) {
   InterpreterInfo info;
   info.path = path;
   Symbols symbols;
@@ -341,6 +331,34 @@ absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
     }
   }
   info.outcome = DetectOutcome::kSupported;
+  return info;
+}
+
+}  // namespace
+
+bool LooksLikeInterpreterPath(const std::string& path) {
+  return VersionFromFileName(path, nullptr).has_value();
+}
+
+absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
+  // Everything below reads through the file's mapping, which faults (SIGBUS) if the file is
+  // truncated meanwhile (replaced in place under the process). Then the file is not inspected,
+  // and its handle is kept, never used again.
+  absl::StatusOr<std::unique_ptr<ElfHandle>> handle =
+      absl::DataLossError(absl::StrCat(path, ": the file changed while it was read"));
+  absl::StatusOr<InterpreterInfo> info = handle.status();
+  bool read = internal::RunCatchingSigbus([&] {
+    handle = ElfHandle::Open(path);
+    if (!handle.ok()) {
+      info = handle.status();
+      return;
+    }
+    info = InspectOpenElf(path, (*handle)->elf(), (*handle)->size());
+  });
+  if (!read) {
+    if (handle.ok()) internal::KeepAbandoned(handle->release());
+    return absl::DataLossError(absl::StrCat(path, ": the file changed while it was read"));
+  }
   return info;
 }
 

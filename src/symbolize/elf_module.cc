@@ -14,7 +14,7 @@
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
-#include "symbolize/sigbus_guard.h"
+#include "common/sigbus_guard.h"
 #include "symbolize/symbol_table.h"
 
 namespace ember {
@@ -77,22 +77,39 @@ std::unique_ptr<ElfFile> FindDebugFile(const ElfFile& main, const std::string& d
 absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& open_path,
                                                            const std::string& display_path,
                                                            const ElfModuleOptions& options) {
-  absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(open_path);
+  // The headers and notes are read through the file's mapping, which faults (SIGBUS) if the file
+  // is truncated while they are read: that file is then not symbolized, and what the read left
+  // behind is kept, never used again.
+  absl::StatusOr<std::unique_ptr<ElfFile>> file =
+      absl::DataLossError("the file changed while its headers were read");
+  std::vector<Segment> segments;
+  std::string build_id;
+  bool read = internal::RunCatchingSigbus([&] {
+    file = ElfFile::Open(open_path);
+    if (!file.ok()) return;
+    Elf* elf = (*file)->elf();
+    size_t phnum = 0;
+    if (elf_getphdrnum(elf, &phnum) == 0) {
+      for (size_t i = 0; i < phnum; ++i) {
+        GElf_Phdr phdr;
+        if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr ||
+            phdr.p_type != PT_LOAD) {
+          continue;
+        }
+        segments.push_back(
+            {phdr.p_offset, phdr.p_filesz, phdr.p_vaddr, (phdr.p_flags & PF_X) != 0});
+      }
+    }
+    build_id = (*file)->BuildId();
+  });
+  if (!read) {
+    if (file.ok()) internal::KeepAbandoned(file->release());
+    return absl::DataLossError(open_path + ": the file changed while its headers were read");
+  }
   if (!file.ok()) return file.status();
   std::unique_ptr<ElfModule> module(new ElfModule(display_path, options, std::move(*file)));
-  Elf* elf = module->file_->elf();
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-        continue;
-      }
-      module->segments_.push_back(
-          {phdr.p_offset, phdr.p_filesz, phdr.p_vaddr, (phdr.p_flags & PF_X) != 0});
-    }
-  }
-  module->build_id_ = module->file_->BuildId();
+  module->segments_ = std::move(segments);
+  module->build_id_ = std::move(build_id);
   return module;
 }
 

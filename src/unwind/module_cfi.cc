@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "spdlog/spdlog.h"
-#include "symbolize/sigbus_guard.h"
+#include "common/sigbus_guard.h"
 
 namespace ember {
 

@@ -15,7 +15,7 @@
 
 #include "support/elf_layout.h"
 #include "symbolize/elf_module.h"
-#include "symbolize/sigbus_guard.h"
+#include "common/sigbus_guard.h"
 
 namespace ember {
 namespace {

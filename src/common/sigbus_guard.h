@@ -1,6 +1,7 @@
 // Reads of a file through mmap fault with SIGBUS where the file was truncated after it was mapped
-// (a library replaced in place, or cut short, under the process that runs it). The symbolizer
-// reads symbol names and DWARF straight from such mappings, so it runs them under this guard.
+// (a library replaced in place, or cut short, under the process that runs it). The symbolizer,
+// the unwinder and interpreter detection read ELF, symbols and DWARF straight from such mappings,
+// so they run those reads under this guard.
 #pragma once
 
 #include "absl/functional/function_ref.h"
