@@ -46,7 +46,9 @@
 #   each work 2 ms a second, and about 40 processes a second start and exit (a
 #   quarter of them each in a new cgroup under the cgroup v2 mount), exporting every 5 s to a local
 #   OTLP http/protobuf listener that is up 20 s and down 20 s; every 10 s it prints Ember's RSS,
-#   peak RSS, open fds and ember_processes_tracked (from its /metrics).
+#   anonymous and file-backed RSS, peak RSS, its heap (allocated and held free by malloc), its symbol
+#   and CFI cache bytes, flame graph nodes (thousands), open fds and ember_processes_tracked (from
+#   its /metrics and /proc).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 # Under set -e a failing command ends the script: say which, rather than end silently.
@@ -404,6 +406,11 @@ every_run() {
         $9 ? sprintf("%.0f", $9 / 1024) : "-", $12, $14, $16, $15 }' "$results"
 }
 
+# The sum of the /metrics series matching $1 (read from stdin), in MB; "-" when there are none.
+metric_mb() {
+  awk -v pattern="$1" '$0 ~ pattern { n += $NF; found = 1 } END { if (found) printf "%.1f", n / 1048576; else print "-" }'
+}
+
 soak() {
   local minutes=$1 metrics_port otlp_port dir=$tmp/soak
   mkdir -p "$dir"
@@ -485,9 +492,13 @@ EOF
     "~40 short-lived processes/s (a quarter in new cgroups)"
   # RSS is split into anonymous memory and file pages (mapped ELF images, shared with the page
   # cache), since the agent maps the files it unwinds and symbolizes.
-  printf '%8s %9s %9s %9s %9s %5s %9s %10s %10s %s\n' elapsed rss_MB anon_MB file_MB hwm_MB fds \
-    tracked exports_ok exports_bad load
+  # The agent's heap (allocated, and held free by malloc) and its bounded caches, from /metrics,
+  # tell which part of anonymous memory grows.
+  printf '%8s %9s %9s %9s %9s %8s %8s %8s %8s %7s %5s %9s %10s %10s %s\n' elapsed rss_MB \
+    anon_MB file_MB hwm_MB heap_MB hfree_MB sym_MB cfi_MB fg_knodes fds tracked exports_ok \
+    exports_bad load
   local t0=$SECONDS end=$((SECONDS + minutes * 60)) metrics tracked ok failed rss anon file hwm fds
+  local heap heap_free symbols cfi flame_nodes
   local samples_file=$dir/samples.tsv
   while ((SECONDS < end)); do
     sleep 10
@@ -503,23 +514,30 @@ EOF
     anon=$(awk '/^RssAnon/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
     file=$(awk '/^RssFile/ { printf "%.1f", $2 / 1024 }' /proc/"$agent_pid"/status)
     fds=$(ls /proc/"$agent_pid"/fd | wc -l)
-    printf '%7ds %9s %9s %9s %9s %5s %9s %10s %10s %s\n' $((SECONDS - t0)) "$rss" "$anon" "$file" \
-      "$hwm" "$fds" \
+    heap=$(metric_mb '^ember_heap_allocated_bytes ' <<<"$metrics")
+    heap_free=$(metric_mb '^ember_heap_free_bytes ' <<<"$metrics")
+    symbols=$(metric_mb '^ember_symbol_cache_bytes' <<<"$metrics")
+    cfi=$(metric_mb '^ember_cfi_cache_bytes ' <<<"$metrics")
+    flame_nodes=$(awk '/^ember_flame_graph_nodes / { printf "%.1f", $2 / 1000 }' <<<"$metrics")
+    printf '%7ds %9s %9s %9s %9s %8s %8s %8s %8s %7s %5s %9s %10s %10s %s\n' $((SECONDS - t0)) \
+      "$rss" "$anon" "$file" "$hwm" "$heap" "$heap_free" "$symbols" "$cfi" "${flame_nodes:--}" "$fds" \
       "${tracked:--}" "$ok" "$failed" "$(loadavg)" | tee -a "$samples_file"
   done
   stop "$churn_pid" TERM 10
   grep '^ember_otlp\|^ember_processes' <<<"$metrics" | sed 's/^/  /' || true
   echo "  churn: $(awk 'END { print NR }' "$dir/churn.log") error lines;" \
     "flapping listener: $(grep -c up "$dir/flap.log") up phases"
-  # Flat once warm: the last third against the middle third.
+  # Flat once warm: the last third against the middle third (maxima of each).
   awk -v n="$(wc -l <"$samples_file")" '
-    { rss[NR] = $2; fds[NR] = $6; tr[NR] = $7 }
+    { rss[NR] = $2; anon[NR] = $3; heap[NR] = $6; fds[NR] = $11; tr[NR] = $12 }
+    function max_of(v, from, to,   i, m) { m = v[from]; for (i = from; i < to; i++) if (v[i] > m) m = v[i]; return m }
     END {
       if (n < 3) { print "  too short to tell flat from growing"; exit }
       a = int(n / 3) + 1; b = int(2 * n / 3) + 1
-      for (i = a; i < b; i++) { if (rss[i] > mr) mr = rss[i]; if (fds[i] > mf) mf = fds[i]; if (tr[i] > mt) mt = tr[i] }
-      for (i = b; i <= n; i++) { if (rss[i] > lr) lr = rss[i]; if (fds[i] > lf) lf = fds[i]; if (tr[i] > lt) lt = tr[i] }
-      printf "  warm (middle third) max vs last third max: RSS %.1f -> %.1f MB, fds %d -> %d, tracked %d -> %d\n", mr, lr, mf, lf, mt, lt
+      printf "  warm (middle third) max vs last third max: RSS %.1f -> %.1f MB, anonymous %.1f -> %.1f MB, heap allocated %.1f -> %.1f MB, fds %d -> %d, tracked %d -> %d\n",
+        max_of(rss, a, b), max_of(rss, b, n + 1), max_of(anon, a, b), max_of(anon, b, n + 1),
+        max_of(heap, a, b), max_of(heap, b, n + 1), max_of(fds, a, b), max_of(fds, b, n + 1),
+        max_of(tr, a, b), max_of(tr, b, n + 1)
     }' "$samples_file"
   stop "$agent_pid" TERM 30
   # The agent's most frequent warnings and errors, numbers masked so that alike lines count as one.

@@ -2,7 +2,7 @@
 # README command 2 (and CI): installs what is missing, builds, and runs every test: the `unit`
 # tier and the `bpf` tier, which needs root and loads real BPF programs; then the `unit` tier again
 # under AddressSanitizer and UndefinedBehaviorSanitizer, and each fuzz target for 20 s
-# (scripts/sanitize-and-fuzz.sh).
+# (scripts/sanitize-and-fuzz.sh), which also runs part of the `bpf` tier against the sanitized agent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

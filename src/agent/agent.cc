@@ -21,6 +21,7 @@
 #include "output/pprof_writer.h"
 #include "python/frame_splice.h"
 #include "spdlog/spdlog.h"
+#include "status/heap_metrics.h"
 #include "status/process_metrics.h"
 
 namespace ember {
@@ -101,6 +102,12 @@ Agent::Agent(const Options& options)
       counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
   write_failures_metric_ = counter("ember_output_write_failures_total",
                                    "Failed writes of pprof files or the flame graph.");
+  flame_graph_nodes_metric_ =
+      metrics_
+          .AddGauge("ember_flame_graph_nodes",
+                    "Call-tree nodes of flamegraph.html, which holds every interval of the run "
+                    "(bounded at 200,000).")
+          .value();
   cache_metrics_ = std::make_unique<CacheMetrics>(metrics_);
   constexpr absl::string_view kUnnamed = "ember_symbolization_failures_total";
   constexpr absl::string_view kUnnamedHelp =
@@ -229,6 +236,7 @@ absl::Status Agent::SetUpKubernetes() {
 
 absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddProcessMetrics(metrics_));
+  RETURN_IF_ERROR(AddHeapMetrics(metrics_));
   {
     // The BPF program's counters, read when scraped.
     BpfProfiler* profiler = profiler_.get();
@@ -617,6 +625,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
     }
     flame_graph_.Add(profile);
     flame_graph_changed_ = true;
+    flame_graph_nodes_metric_->Set(static_cast<double>(flame_graph_.nodes()));
   }
   // The page holds every interval so far, so writing it costs the whole graph (up to 200,000
   // nodes), not this interval: it is rewritten at most once a minute, and at the end.

@@ -135,6 +135,7 @@ class Agent {
   Counter* unwound_failed_metric_ = nullptr;
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
+  Gauge* flame_graph_nodes_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
   // Frames left unnamed by reason (SymbolizationFailures), and /proc reads that failed by file.
   Counter* unmapped_metric_ = nullptr;
