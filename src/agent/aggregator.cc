@@ -1,15 +1,34 @@
 // Interval aggregation of symbolized stacks.
 #include "agent/aggregator.h"
 
+#include <algorithm>
+
+#include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace ember {
 
+size_t Aggregator::KeyHash::operator()(const KeyView& key) const {
+  return absl::HashOf(key.pid, key.process, key.thread,
+                      absl::Span<const Frame* const>(key.frames.data(), key.frames.size()));
+}
+
+bool Aggregator::KeyEq::operator()(const KeyView& a, const KeyView& b) const {
+  return a.pid == b.pid && a.process == b.process && a.thread == b.thread &&
+         std::equal(a.frames.begin(), a.frames.end(), b.frames.begin(), b.frames.end());
+}
+
 void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view thread,
                      std::span<const Frame* const> frames) {
-  Key key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}};
-  ++counts_[std::move(key)];
   ++total_samples_;
+  const KeyView view{pid, process, thread, frames};
+  if (auto it = counts_.find(view); it != counts_.end()) {
+    ++it->second;
+    return;
+  }
+  counts_.emplace(Key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}},
+                  1);
 }
 
 IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration_ns,
@@ -26,7 +45,11 @@ IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration
                                           .frames = key.frames,
                                           .count = count});
   }
+  // The next interval will see about as many stacks: keep the table's size rather than grow it
+  // again from empty (clear() frees a big table).
+  const size_t stacks = counts_.size();
   counts_.clear();
+  counts_.reserve(stacks);
   total_samples_ = 0;
   return profile;
 }

@@ -29,13 +29,28 @@ class Aggregator {
     std::string process;
     std::string thread;
     std::vector<const Frame*> frames;
-    bool operator==(const Key&) const = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& key) {
-      return H::combine(std::move(h), key.pid, key.process, key.thread, key.frames);
-    }
   };
-  absl::flat_hash_map<Key, int64_t> counts_;
+  // A sample's key as it arrives: looked up without copying it, copied only when new.
+  struct KeyView {
+    uint32_t pid = 0;
+    absl::string_view process;
+    absl::string_view thread;
+    std::span<const Frame* const> frames;
+  };
+  static KeyView ViewOf(const Key& key) { return {key.pid, key.process, key.thread, key.frames}; }
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(const KeyView& key) const;
+    size_t operator()(const Key& key) const { return (*this)(ViewOf(key)); }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    bool operator()(const KeyView& a, const KeyView& b) const;
+    bool operator()(const Key& a, const Key& b) const { return (*this)(ViewOf(a), ViewOf(b)); }
+    bool operator()(const Key& a, const KeyView& b) const { return (*this)(ViewOf(a), b); }
+    bool operator()(const KeyView& a, const Key& b) const { return (*this)(a, ViewOf(b)); }
+  };
+  absl::flat_hash_map<Key, int64_t, KeyHash, KeyEq> counts_;
   int64_t total_samples_ = 0;
 };
 

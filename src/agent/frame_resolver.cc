@@ -178,8 +178,8 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
   Frame frame;
   frame.module = mapping.path;
   frame.address = offset.value;
-  ElfModule* module =
-      modules_->Get(mapping.file, processes_->OpenPath(*process, mapping), mapping.path);
+  ElfModule* module = modules_->Get(
+      mapping.file, [&] { return processes_->OpenPath(*process, mapping); }, mapping.path);
   if (module == nullptr) ++failures_.unreadable_file;
   if (module != nullptr) {
     frame.build_id = module->build_id();

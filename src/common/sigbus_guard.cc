@@ -29,7 +29,10 @@ void InstallHandler() {
   std::call_once(once, [] {
     struct sigaction action = {};
     action.sa_sigaction = OnSigbus;
-    action.sa_flags = SA_SIGINFO;
+    // SA_NODEFER: SIGBUS stays unblocked while the handler runs, so jumping out of it leaves the
+    // thread's signal mask as it was, and the guard need not save and restore the mask: that
+    // (sigsetjmp's savemask) is a system call on every guarded read, a tenth of the agent's CPU.
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&action.sa_mask);
     sigaction(SIGBUS, &action, &g_previous);
   });
@@ -41,8 +44,9 @@ bool RunCatchingSigbus(absl::FunctionRef<void()> read) {
   InstallHandler();
   sigjmp_buf guard;
   sigjmp_buf* const outer = t_guard;
-  // savemask=1: the jump out of the handler also unblocks SIGBUS again.
-  if (sigsetjmp(guard, 1) != 0) {
+  // savemask=0: the handler runs with SIGBUS unblocked (SA_NODEFER), so there is no mask to put
+  // back after the jump.
+  if (sigsetjmp(guard, 0) != 0) {
     t_guard = outer;
     return false;
   }

@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 
+#include <cstddef>
 #include <optional>
 
 #include "common/status_macros.h"
@@ -17,7 +18,9 @@
 #define EMBER_HEAP_FROM_SANITIZER 1
 #endif
 #ifdef EMBER_HEAP_FROM_SANITIZER
-#include <sanitizer/allocator_interface.h>
+// From the sanitizer runtime's allocator interface (GCC ships no header for it).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+extern "C" size_t __sanitizer_get_free_bytes();
 #endif
 
 namespace ember {

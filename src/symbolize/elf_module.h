@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/profile.h"
 #include "symbolize/address.h"
@@ -139,6 +140,10 @@ class ModuleCache {
   // recently used modules other than the one returned are evicted, down to seven eighths of it.
   // So after every Get, bytes() <= max_bytes unless the returned module alone is bigger.
   ElfModule* Get(const FileIdentity& id, const std::string& open_path,
+                 const std::string& display_path);
+  // The same, with the path to open made only when the module is not cached (finding a path
+  // that opens may take a system call).
+  ElfModule* Get(const FileIdentity& id, absl::FunctionRef<std::string()> open_path,
                  const std::string& display_path);
 
   // Starts a new generation and drops entries not used in the last `keep_generations`

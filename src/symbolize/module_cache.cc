@@ -42,6 +42,11 @@ void ModuleCache::Reaccount() {
 
 ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path,
                             const std::string& display_path) {
+  return Get(id, [&open_path] { return open_path; }, display_path);
+}
+
+ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::string()> open_path,
+                            const std::string& display_path) {
   Reaccount();
   auto [it, inserted] = entries_.try_emplace(id);
   Entry& entry = it->second;
@@ -51,7 +56,7 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path
   if (inserted) {
     ++stats_.misses;
     absl::StatusOr<std::unique_ptr<ElfModule>> module =
-        ElfModule::Open(open_path, display_path, options_);
+        ElfModule::Open(open_path(), display_path, options_);
     if (module.ok()) {
       entry.module = std::move(*module);
     } else {
