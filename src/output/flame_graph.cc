@@ -122,27 +122,69 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     name_ids_of.emplace(key, known->second);
     return known->second;
   };
+  // Stacks in order of their process, then their frames outermost first: each then shares the
+  // longest possible prefix of nodes with the one before, whose nodes only need the count added
+  // (no lookups), and only the rest of the stack is looked up.
+  std::vector<Path> paths;
+  paths.reserve(profile.samples.size());
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
-    total_samples_ += s.count;
-    cpu_ns_ += s.count * profile.period_ns;
-    nodes_[0].samples += s.count;
-    std::string pid_name;
-    absl::string_view process = s.process;
-    if (process.empty()) process = pid_name = absl::StrCat("pid ", s.pid);
-    uint32_t node = AddToChild(0, process, kNoName, NodeType::kProcess, s.count);
-    // Frames are leaf first; the tree grows from the outermost caller down.
-    for (auto it = s.frames.rbegin(); it != s.frames.rend() && node != kFolded; ++it) {
-      if (*it == nullptr) continue;
-      const Frame& frame = **it;
+    Path& path = paths.emplace_back();
+    path.sample = &s;
+    if (s.process.empty()) path.pid_name = absl::StrCat("pid ", s.pid);
+    path.frames.reserve(s.frames.size());
+    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
+      if (*it != nullptr) path.frames.push_back(*it);
+    }
+  }
+  std::sort(paths.begin(), paths.end(), [](const Path& a, const Path& b) {
+    if (a.process() != b.process()) return a.process() < b.process();
+    return std::lexicographical_compare(a.frames.begin(), a.frames.end(), b.frames.begin(),
+                                        b.frames.end(), std::less<const Frame*>());
+  });
+
+  // The nodes the previous stack went through below its process node, and after how many of
+  // them each of its frames (with its inlined functions) ended.
+  std::vector<uint32_t> nodes_on_path;
+  std::vector<size_t> frame_ends;
+  const Path* previous = nullptr;
+  for (const Path& path : paths) {
+    const int64_t count = path.sample->count;
+    total_samples_ += count;
+    cpu_ns_ += count * profile.period_ns;
+    nodes_[0].samples += count;
+    size_t shared = 0;  // frames shared with the previous stack, all of whose nodes exist
+    if (previous != nullptr && previous->process() == path.process()) {
+      const size_t limit = std::min(frame_ends.size(), path.frames.size());
+      while (shared < limit && path.frames[shared] == previous->frames[shared]) ++shared;
+      const size_t node_end = shared == 0 ? 1 : frame_ends[shared - 1];
+      for (size_t i = 0; i < node_end; ++i) nodes_[nodes_on_path[i]].samples += count;
+      nodes_on_path.resize(node_end);
+      frame_ends.resize(shared);
+    } else {
+      nodes_on_path.clear();
+      frame_ends.clear();
+      const uint32_t process = AddToChild(0, path.process(), kNoName, NodeType::kProcess, count);
+      previous = nullptr;
+      if (process == kFolded) continue;
+      nodes_on_path.push_back(process);
+    }
+    previous = &path;
+    uint32_t node = nodes_on_path.back();
+    for (size_t i = shared; i < path.frames.size() && node != kFolded; ++i) {
+      const Frame& frame = *path.frames[i];
       const absl::string_view name = frame.function.empty() ? absl::string_view("[unknown]")
                                                             : absl::string_view(frame.function);
-      node = AddToChild(node, name, name_id_of(&frame, name), TypeOf(frame), s.count);
+      node = AddToChild(node, name, name_id_of(&frame, name), TypeOf(frame), count);
+      if (node != kFolded) nodes_on_path.push_back(node);
       // Inlined functions are listed innermost first; the tree grows outermost first here too.
       for (auto in = frame.inlined.rbegin(); in != frame.inlined.rend() && node != kFolded; ++in) {
         node = AddToChild(node, in->function, name_id_of(&*in, in->function), NodeType::kInlined,
-                          s.count);
+                          count);
+        if (node != kFolded) nodes_on_path.push_back(node);
       }
+      // A frame counts as on the path only with all its nodes: one folded away ends the path.
+      if (node != kFolded) frame_ends.push_back(nodes_on_path.size());
     }
   }
 }

@@ -79,6 +79,16 @@ class FlameGraph {
     }
   };
 
+  // One stack of an interval, outermost frame first, as Add merges it.
+  struct Path {
+    const StackSample* sample = nullptr;
+    std::string pid_name;  // "pid N", for a sample without a process name
+    std::vector<const Frame*> frames;
+    absl::string_view process() const {
+      return sample->process.empty() ? absl::string_view(pid_name) : sample->process;
+    }
+  };
+
   // Adds `count` to the child of `parent` named `name` (whose id is `name_id`, or kNoName when
   // not known yet), creating it if the bound allows. Returns the child, or kFolded if the count
   // went to the parent's "[other]" leaf instead.

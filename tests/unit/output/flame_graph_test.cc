@@ -3,6 +3,8 @@
 #include "output/flame_graph.h"
 
 #include <chrono>
+#include <map>
+#include <random>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/subprocess.h"
@@ -161,6 +164,57 @@ TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
   EXPECT_EQ(graph.SamplesAt({"app", "main", "[other]"}), 3 * (1000 - 17) + 1);
   EXPECT_LE(graph.node_count(), 2 * kMaxNodes);
   EXPECT_THAT(graph.ToJson(), Not(HasSubstr("deep")));
+}
+
+// Stacks that share their outer frames share nodes: each node must count exactly the samples of
+// the stacks through it, whatever order the stacks come in and whichever prefix they share.
+TEST(FlameGraphTest, EveryPrefixCountsTheSamplesOfTheStacksThroughIt) {
+  std::mt19937 random(7);
+  std::vector<Frame> pool;
+  for (int i = 0; i < 6; ++i) pool.push_back(Native(absl::StrCat("f", i)));
+  pool[2].inlined = {{.function = "inner2"}, {.function = "outer2"}};  // innermost first
+  const std::vector<std::string> processes = {"app", "db", ""};  // "" is named "pid N"
+  std::map<std::vector<std::string>, int64_t> expected;  // path from the process down -> samples
+  FlameGraph graph;
+  FlameGraph bounded(30);
+  int64_t total = 0;
+  for (int interval = 0; interval < 5; ++interval) {
+    std::vector<StackSample> samples;
+    for (int i = 0; i < 200; ++i) {
+      StackSample s;
+      s.pid = 40 + static_cast<uint32_t>(random() % 3);
+      s.process = processes[s.pid - 40];
+      s.count = 1 + static_cast<int64_t>(random() % 4);
+      const size_t depth = 1 + random() % 8;
+      for (size_t d = 0; d < depth; ++d) s.frames.push_back(&pool[random() % pool.size()]);
+      if (random() % 10 == 0) s.frames.insert(s.frames.begin() + 1, nullptr);  // skipped
+      std::vector<std::string> path = {s.process.empty() ? absl::StrCat("pid ", s.pid) : s.process};
+      expected[path] += s.count;
+      for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
+        if (*it == nullptr) continue;
+        path.push_back((*it)->function);
+        expected[path] += s.count;
+        for (auto in = (*it)->inlined.rbegin(); in != (*it)->inlined.rend(); ++in) {
+          path.push_back(in->function);
+          expected[path] += s.count;
+        }
+      }
+      total += s.count;
+      samples.push_back(std::move(s));
+    }
+    graph.Add(Interval(samples));
+    bounded.Add(Interval(std::move(samples)));
+  }
+  EXPECT_EQ(graph.total_samples(), total);
+  for (const auto& [path, samples] : expected) {
+    EXPECT_EQ(graph.SamplesAt(path), samples) << absl::StrJoin(path, ";");
+    // Under the bound a node may have been made after samples through it were folded away.
+    const int64_t in_bounded = bounded.SamplesAt(path);
+    EXPECT_TRUE(in_bounded == -1 || (in_bounded > 0 && in_bounded <= samples))
+        << absl::StrJoin(path, ";") << ": " << in_bounded << " of " << samples;
+  }
+  EXPECT_EQ(bounded.total_samples(), total);
+  EXPECT_LE(bounded.node_count(), 2 * 30u);
 }
 
 TEST(FlameGraphTest, JsonEscapesHostileNames) {
