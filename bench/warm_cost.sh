@@ -1,14 +1,52 @@
 #!/usr/bin/env bash
-# Ember's warm, steady-state cost per sample (issue 7's target is stated "caches warm"), which
-# bench/overhead.sh's short runs mix with first-time work (opening and symbolizing every binary,
-# the final export). Runs bench/overhead_work on every CPU under ember-agent and reads the agent's
-# own /metrics twice, after a warm-up and just before the end, and its BPF program's run time from
-# bpf_stats at the same two points: the difference over the samples taken in between. Needs root.
+# Warm, steady-state cost per sample (issue 7's target is stated "caches warm") of Ember or of a
+# peer, which bench/overhead.sh's short runs mix with first-time and end-of-run work. Runs
+# bench/overhead_work on every CPU under the profiler and reads the profiler's cost at two moments,
+# after a warm-up and 2 s before the end: the difference over the samples taken in between.
+# Needs root.
 #
-#   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 10] [--hz 99] [--pid-only]
+#   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 10] [--hz 99]
+#                      [--profiler ember|perf-fp|perf-dwarf|bpftrace] [--pid-only]
 #
-# --pid-only profiles only the workload's processes (--pid), leaving out whatever else runs.
-# Prints one line: samples, agent CPU and BPF time per 1000 samples, RSS.
+# The profilers, system-wide at --hz, run as bench/overhead.sh runs them:
+#   ember       build/ember-agent --sampling-hz HZ --duration SECONDS (the default)
+#   perf-fp     perf record -a -g -e cpu-clock -c 1e9/HZ -o TMP/perf.data
+#   perf-dwarf  the same with --call-graph dwarf,65528
+#   bpftrace    bpftrace -e 'profile:hz:HZ { @[ustack, kstack] = count(); }'
+# --pid-only (ember only) profiles only the workload's processes (--pid).
+#
+# How each figure is read:
+# - ember: its own /metrics (process_cpu_seconds_total, ember_samples_total,
+#   process_resident_memory_bytes) and its BPF programs' run time (kernel.bpf_stats: run_time_ns of
+#   the program ids in /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember unwinds,
+#   symbolizes and aggregates as it goes, so its window holds all of its per-sample work.
+# - A peer's CPU in the window: the profiler process's user+sys at the two moments, from its
+#   process CPU clock (clock_getcpuclockid(): every thread, exited ones too, in ns; the sum that
+#   /proc/PID/stat's utime+stime give in ticks of 10 ms); for bpftrace plus its BPF programs' run
+#   time in the window, read as for Ember (they run in the sampled task's interrupt and are charged
+#   to that task, not to bpftrace).
+# - A peer's samples in the window: bpftrace's, the difference of its programs' bpf_stats run_cnt
+#   (every firing, on idle CPUs too: nothing tells those apart; and profile:hz asks the kernel for
+#   a frequency, not perf's fixed period, so its rate can stray a little from HZ).
+#   perf's are counted afterwards in perf.data: at each moment the script execs a marker (a symlink
+#   to true named wcmarkPID-0 or -1), whose PERF_RECORD_COMM perf -a records in its own clock, and
+#   `perf script -F pid,time --show-task-events` counts the samples between the two markers, so no
+#   clock has to be converted. Samples of idle CPUs (pid 0) are left out, as bench/overhead.sh
+#   leaves them out, because Ember takes none; the line says how many there were.
+# - The work a peer defers to the end, reported apart: for perf, perf record's CPU after its SIGINT
+#   (it reads perf.data again for build ids) plus the CPU of bench/overhead.sh's `perf script -F
+#   comm,pid,ip,sym` over the whole perf.data (where perf symbolizes and, for dwarf, unwinds); for
+#   bpftrace, its CPU after SIGINT (it symbolizes and prints its map then). CPU after the signal is
+#   wait4() rusage (/usr/bin/time, truncated to 10 ms) less the CPU clock just before the signal.
+#   Per 1000 samples of the whole run (perf: every non-idle sample in perf.data; bpftrace: run_cnt
+#   at the signal). In-window plus end-of-run per 1000 is what a sample costs all told.
+# - RSS: ember's current RSS at the second moment (its /metrics); a peer's VmHWM at the second
+#   moment and at exit (rusage maxrss), and perf script's.
+# System-wide, the deferred work grows with the other processes and binaries sampled (perf script
+# and bpftrace symbolize per process, perf-dwarf unwinds them too): measure on a quiet machine.
+# Not counted for perf: the kernel's work per sample in the sampled task's interrupt (walking frame
+# pointers; for dwarf, copying up to 64 KiB of stack), for which there is no bpf_stats.
+# Prints one line: samples, CPU per 1000 samples, RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,78 +55,139 @@ seconds=60
 warmup=10
 hz=99
 pid_only=0
+profiler=ember
+bad() {
+  echo "warm_cost: $*" >&2
+  exit 2
+}
+die() {
+  echo "warm_cost: $*" >&2
+  exit 1
+}
+need_value() { [[ $# -ge 2 && -n $2 ]] || bad "$1 needs a value"; }
 while (($#)); do
   case $1 in
-    --build-dir) build_dir=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --hz) hz=$2; shift 2 ;;
+    --build-dir) need_value "$@"; build_dir=$2; shift 2 ;;
+    --seconds) need_value "$@"; seconds=$2; shift 2 ;;
+    --warmup) need_value "$@"; warmup=$2; shift 2 ;;
+    --hz) need_value "$@"; hz=$2; shift 2 ;;
+    --profiler) need_value "$@"; profiler=$2; shift 2 ;;
     --pid-only) pid_only=1; shift ;;
-    *) echo "warm_cost: unknown argument '$1'" >&2; exit 2 ;;
+    *) bad "unknown argument '$1'" ;;
   esac
 done
 for value in "$seconds" "$warmup" "$hz"; do
-  [[ $value =~ ^[0-9]+$ ]] || { echo "warm_cost: '$value' is not a whole number" >&2; exit 2; }
+  [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
-((seconds > warmup + 5)) || { echo "warm_cost: --seconds must exceed --warmup by 5" >&2; exit 2; }
-[[ $(id -u) == 0 ]] || { echo "warm_cost: needs root (BPF, bpf_stats)" >&2; exit 1; }
+((seconds > warmup + 5)) || bad "--seconds must exceed --warmup by 5"
+((hz > 0)) || bad "--hz must be at least 1"
+case $profiler in
+  ember | perf-fp | perf-dwarf | bpftrace) ;;
+  *) bad "unknown profiler '$profiler' (ember, perf-fp, perf-dwarf or bpftrace)" ;;
+esac
+((pid_only == 0)) || [[ $profiler == ember ]] || bad "--pid-only is for --profiler ember only"
+[[ $(id -u) == 0 ]] || { echo "warm_cost: needs root (BPF, perf -a, bpf_stats)" >&2; exit 1; }
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
 for f in "$agent" "$workload"; do
   [[ -x $f ]] || { echo "warm_cost: $f missing: cmake --build $build_dir" >&2; exit 1; }
 done
+need() { command -v "$1" >/dev/null || die "$1 not found: apt-get install $2"; }
+need bpftool bpftool
+case $profiler in
+  perf-*) need perf linux-perf; need /usr/bin/time time ;;
+  bpftrace) need bpftrace bpftrace; need /usr/bin/time time ;;
+esac
 
 tmp=$(mktemp -d)
 started=()
 units=0
+# sleep that a signal to this script interrupts (bash runs traps only between commands).
+sleep_pid=""
+pause() {
+  sleep "$1" &
+  sleep_pid=$!
+  wait "$sleep_pid"
+}
+# Running: neither gone nor a zombie.
+running() { [[ $(sed 's/.*) //' /proc/"$1"/stat 2>/dev/null | cut -d' ' -f1) == [^Z]* ]]; }
 cleanup() {
+  local pid i left
+  [[ -z $sleep_pid ]] || kill "$sleep_pid" 2>/dev/null || true
   for pid in "${started[@]}"; do kill "$pid" 2>/dev/null || true; done
   pkill -f "overhead_work $units\$" 2>/dev/null || true
+  # A peer writes out its data on SIGTERM: up to 10 s before the kill.
+  for ((i = 0; i < 100; i++)); do
+    left=0
+    for pid in "${started[@]}"; do running "$pid" && left=1; done
+    ((left)) || break
+    sleep 0.1
+  done
+  for pid in "${started[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   sysctl -qw kernel.bpf_stats_enabled="$stats_before" || true
   rm -rf "$tmp"
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+# Another program's clean-up can turn bpf_stats off under this run: then the BPF figures are low.
+stats_check() {
+  [[ $(sysctl -n kernel.bpf_stats_enabled) == 1 ]] ||
+    echo "warm_cost: kernel.bpf_stats_enabled was turned off during the run: BPF time is low" >&2
+}
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 sysctl -qw kernel.bpf_stats_enabled=1
 
 # The workload: about 2 s of units a second more than the run needs, so it outlasts the agent.
 units=$("$workload" --calibrate 1 | tail -1)
 units=$((units * (seconds + 5)))
 exec 3> >("$workload" "$units" > "$tmp/workload.out" 2>&1)
-started+=($!)
+workload_pid=$!
+started+=("$workload_pid")
 printf g >&3
 sleep 0.5
-pid_args=()
-if ((pid_only)); then
-  parent=$(pgrep -f -o "overhead_work $units")
-  for child in $(pgrep -P "$parent"); do pid_args+=(--pid "$child"); done
-fi
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$agent" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out" \
-  --metrics-address "127.0.0.1:$port" "${pid_args[@]}" > "$tmp/agent.log" 2>&1 &
-agent_pid=$!
-started+=("$agent_pid")
 
-# samples, agent CPU seconds, RSS bytes, and the agent's BPF run time in ns, at this moment.
-reading() {
-  local metrics ids bpf_ns
-  metrics=$(curl -s --max-time 2 "http://127.0.0.1:$port/metrics")
-  ids=$(grep -h prog_id /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u)
-  bpf_ns=0
-  for id in $ids; do
-    bpf_ns=$((bpf_ns + $(bpftool prog show id "$id" -j | python3 -c \
-      'import json, sys; print(json.load(sys.stdin).get("run_time_ns", 0))')))
+# Sums of run_time_ns and run_cnt over the BPF programs PID holds.
+bpf_stats() {
+  local id ns=0 cnt=0 a b
+  for id in $(grep -h prog_id /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u); do
+    read -r a b < <(bpftool prog show id "$id" -j | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+print(p.get("run_time_ns", 0), p.get("run_cnt", 0))')
+    ns=$((ns + a))
+    cnt=$((cnt + b))
   done
-  awk -v bpf="$bpf_ns" '/^ember_samples_total / { s = $2 } /^process_cpu_seconds_total / { c = $2 }
-    /^process_resident_memory_bytes / { r = $2 } END { print s, c, r, bpf }' <<<"$metrics"
+  echo "$ns $cnt"
 }
-sleep "$warmup"
-read -r s0 c0 r0 b0 < <(reading)
-sleep $((seconds - warmup - 2))
-read -r s1 c1 r1 b1 < <(reading)
-wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
-python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$hz" "$pid_only" <<'EOF'
+
+if [[ $profiler == ember ]]; then
+  pid_args=()
+  if ((pid_only)); then
+    parent=$(pgrep -f -o "overhead_work $units")
+    for child in $(pgrep -P "$parent"); do pid_args+=(--pid "$child"); done
+  fi
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$agent" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out" \
+    --metrics-address "127.0.0.1:$port" "${pid_args[@]}" > "$tmp/agent.log" 2>&1 &
+  agent_pid=$!
+  started+=("$agent_pid")
+
+  # samples, agent CPU seconds, RSS bytes, and the agent's BPF run time in ns, at this moment.
+  reading() {
+    local metrics bpf_ns cnt
+    metrics=$(curl -s --max-time 2 "http://127.0.0.1:$port/metrics")
+    read -r bpf_ns cnt < <(bpf_stats "$agent_pid")
+    awk -v bpf="$bpf_ns" '/^ember_samples_total / { s = $2 } /^process_cpu_seconds_total / { c = $2 }
+      /^process_resident_memory_bytes / { r = $2 } END { print s, c, r, bpf }' <<<"$metrics"
+  }
+  pause "$warmup"
+  read -r s0 c0 r0 b0 < <(reading)
+  pause $((seconds - warmup - 2))
+  read -r s1 c1 r1 b1 < <(reading)
+  stats_check
+  wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
+  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$hz" "$pid_only" <<'EOF'
 import sys
 s0, c0, b0, s1, c1, b1, r1 = map(float, sys.argv[1:8])
 hz, pid_only = sys.argv[8], sys.argv[9] == "1"
@@ -99,4 +198,133 @@ print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}
       f"in the window; per 1000 samples: agent {agent:.1f} ms + BPF {bpf:.1f} ms = "
       f"{agent + bpf:.1f} ms; RSS {r1 / 1048576:.0f} MB "
       f"(agent CPU is in ticks of 10 ms: +-{10e3 / n:.1f} ms per 1000 here)")
+EOF
+  exit 0
+fi
+
+# A peer: run under /usr/bin/time for its CPU and peak RSS at exit, as bench/overhead.sh does.
+period=$((1000000000 / hz))
+case $profiler in
+  perf-fp) cmd=(perf record -a -g -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
+  perf-dwarf)
+    cmd=(perf record -a --call-graph dwarf,65528 -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
+  bpftrace) cmd=(bpftrace -e "profile:hz:$hz { @[ustack, kstack] = count(); }") ;;
+esac
+/usr/bin/time -f '%U %S %M' -o "$tmp/time" 3>&- "${cmd[@]}" >"$tmp/profiler.log" 2>&1 &
+time_pid=$!
+started+=("$time_pid")
+for ((i = 0; i < 100; i++)); do
+  prof_pid=$(pgrep -P "$time_pid" || true)
+  [[ -n $prof_pid ]] && break
+  sleep 0.05
+done
+[[ -n $prof_pid ]] || die "$profiler did not start: $(tail -3 "$tmp/profiler.log")"
+# From now on the profiler is signalled, not time: time reaps it and reports, then exits.
+started=("$workload_pid" "$prof_pid")
+
+# The profiler's user+sys CPU so far in ns, every thread, exited ones too: its process CPU clock
+# (clock_getcpuclockid: ~pid << 3 | CPUCLOCK_SCHED), the sum /proc/PID/stat's utime+stime give in
+# 10 ms ticks and wait4() in microseconds.
+cpu_ns() {
+  python3 -c 'import sys, time; print(time.clock_gettime_ns(~int(sys.argv[1]) << 3 | 2))' \
+    "$prof_pid"
+}
+attached() {
+  local fd
+  if [[ $profiler == bpftrace ]]; then
+    grep -qs prog_id /proc/"$prof_pid"/fdinfo/*
+  else
+    for fd in /proc/"$prof_pid"/fd/*; do [[ $(readlink "$fd") == *perf_event* ]] && return 0; done
+    return 1
+  fi
+}
+# At each moment perf gets a marker exec (see the header), then the profiler's CPU is read.
+mark() { [[ $profiler != perf-* ]] || "$tmp/wcmark$$-$1"; }
+ln -s "$(type -P true)" "$tmp/wcmark$$-0"
+ln -s "$(type -P true)" "$tmp/wcmark$$-1"
+alive() {
+  running "$prof_pid" || die "$profiler exited $1: $(tail -3 "$tmp/profiler.log")"
+}
+
+pause "$warmup"
+alive "during the warm-up"
+attached || die "$profiler not attached after the $warmup s warm-up"
+mark 0
+c0=$(cpu_ns)
+read -r b0 n0 < <(bpf_stats "$prof_pid")
+pause $((seconds - warmup - 2))
+alive "in the window"
+mark 1
+c1=$(cpu_ns)
+read -r b1 n1 < <(bpf_stats "$prof_pid")
+hwm=$(awk '/^VmHWM/ { print $2 }' /proc/"$prof_pid"/status)
+[[ $profiler != bpftrace ]] || stats_check
+pgrep -f "overhead_work $units\$" >/dev/null || die "the workload ended inside the window"
+pause 2
+alive "before the end"
+c_stop=$(cpu_ns)
+read -r _ n_stop < <(bpf_stats "$prof_pid")
+kill -INT "$prof_pid"
+wait "$time_pid" || true
+started=("$workload_pid")  # the profiler is reaped: its pid may be reused
+read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$tmp/time" | tail -1) ||
+  die "no rusage from /usr/bin/time: $(tail -3 "$tmp/time")"
+
+script_s=0 script_rss=0 idle=0 lost=0
+if [[ $profiler == perf-* ]]; then
+  # Non-idle samples between the markers and in all; idle ones in the window.
+  read -r n_window n_total idle marks < <(
+    perf script -i "$tmp/perf.data" -F pid,time --show-task-events 2>"$tmp/count.err" |
+      awk -v m0="exec: wcmark$$-0:" -v m1="exec: wcmark$$-1:" '
+        index($0, m0) { phase = 1; marks++; next }
+        index($0, m1) { phase = 2; marks++; next }
+        NF == 2 && $2 ~ /:$/ { if ($1 == 0) { if (phase == 1) i++; next } t++; if (phase == 1) w++ }
+        END { print w + 0, t + 0, i + 0, marks + 0 }')
+  ((marks == 2)) || die "perf.data lacks the window's markers: $(tail -3 "$tmp/count.err")"
+  /usr/bin/time -f '%U %S %M' -o "$tmp/script.time" perf script -i "$tmp/perf.data" \
+    -F comm,pid,ip,sym >"$tmp/script.txt" 2>"$tmp/script.err" ||
+    die "perf script failed: $(tail -3 "$tmp/script.err")"
+  read -r script_s script_rss < <(awk '{ print $1 + $2, $3 }' "$tmp/script.time")
+  lost=$(cat "$tmp/profiler.log" "$tmp/script.err" |
+    awk '{ while (match($0, /lost [0-9]+ chunks/)) { split(substr($0, RSTART, RLENGTH), w, " ")
+             n += w[2]; $0 = substr($0, RSTART + RLENGTH) } } END { print n + 0 }')
+else
+  n_window=$((n1 - n0))
+  n_total=$n_stop
+fi
+
+python3 - "$profiler" "$hz" "$n_window" "$n_total" "$idle" "$c0" "$c1" "$c_stop" "$b0" "$b1" \
+  "$user" "$sys" "$script_s" "$hwm" "$maxrss" "$script_rss" "$lost" <<'EOF'
+import sys
+profiler, hz = sys.argv[1:3]
+(n, total, idle, c0, c1, c_stop, b0, b1, user, sys_s, script_s, hwm, maxrss, script_rss,
+ lost) = map(float, sys.argv[3:])
+n, total = max(1.0, n), max(1.0, total)
+window = (c1 - c0) / 1e3 / n
+bpf = (b1 - b0) / 1e3 / n
+after_stop = max(0.0, user + sys_s - c_stop / 1e9)
+if profiler == "bpftrace":
+    inside = f"bpftrace {window:.1f} ms + BPF {bpf:.1f} ms = {window + bpf:.1f} ms"
+    end = after_stop * 1e6 / total
+    at_end = f"bpftrace after SIGINT {end:.1f} ms"
+    rss = f"bpftrace {hwm / 1024:.0f} MB in the window, {maxrss / 1024:.0f} MB at exit"
+    idle_note = ""
+    rounded = 2  # /usr/bin/time truncates user and sys to 10 ms
+else:
+    inside = f"perf record {window:.1f} ms"
+    record_end = after_stop * 1e6 / total
+    script = script_s * 1e6 / total
+    end = record_end + script
+    at_end = (f"perf record after SIGINT {record_end:.1f} ms + perf script {script:.1f} ms = "
+              f"{end:.1f} ms")
+    rss = (f"perf record {hwm / 1024:.0f} MB in the window, {maxrss / 1024:.0f} MB at exit, "
+           f"perf script {script_rss / 1024:.0f} MB")
+    idle_note = f" ({idle:.0f} idle left out)"
+    rounded = 4
+    if lost:
+        rss += f"; perf lost {lost:.0f} chunks"
+print(f"warm_cost: {profiler}, {hz} Hz, system-wide: {n:.0f} samples in the window{idle_note}, "
+      f"{total:.0f} in the run; per 1000 samples: in the window {inside}; deferred to the end (per "
+      f"1000 of the run's samples) {at_end}; sum {window + bpf + end:.1f} ms; peak RSS {rss} "
+      f"(the end's CPU is truncated to 10 ms: up to {rounded * 1e4 / total:.1f} ms per 1000 more)")
 EOF
