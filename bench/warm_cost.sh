@@ -3,9 +3,10 @@
 # peer, which bench/overhead.sh's short runs mix with first-time and end-of-run work. Runs
 # bench/overhead_work on every CPU under the profiler and reads the profiler's cost at two moments,
 # after a warm-up and 2 s before the end: the difference over the samples taken in between.
-# Needs root.
+# The default warm-up of 15 s puts Ember's first export (at 10 s: its first flame graph page, and
+# the heap left over from start-up handed back) before the window. Needs root.
 #
-#   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 10] [--hz 99]
+#   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 15] [--hz 99]
 #                      [--profiler ember|perf-fp|perf-dwarf|bpftrace] [--pid-only]
 #
 # The profilers, system-wide at --hz, run as bench/overhead.sh runs them:
@@ -16,11 +17,11 @@
 # --pid-only (ember only) profiles only the workload's processes (--pid).
 #
 # How each figure is read:
-# - ember: its own /metrics (process_cpu_seconds_total, ember_samples_total,
-#   process_resident_memory_bytes) and its BPF programs' run time (kernel.bpf_stats: run_time_ns of
-#   the program ids in /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember unwinds,
-#   symbolizes and aggregates as it goes, so its window holds all of its per-sample work.
-# - A peer's CPU in the window: the profiler process's user+sys at the two moments, from its
+# - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
+#   (below) and its BPF programs' run time (kernel.bpf_stats: run_time_ns of the program ids in
+#   /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember unwinds, symbolizes and
+#   aggregates as it goes, so its window holds all of its per-sample work.
+# - CPU in the window: the profiler process's user+sys at the two moments, from its
 #   process CPU clock (clock_getcpuclockid(): every thread, exited ones too, in ns; the sum that
 #   /proc/PID/stat's utime+stime give in ticks of 10 ms); for bpftrace plus its BPF programs' run
 #   time in the window, read as for Ember (they run in the sampled task's interrupt and are charged
@@ -52,7 +53,7 @@ cd "$(dirname "$0")/.."
 
 build_dir=build
 seconds=60
-warmup=10
+warmup=15
 hz=99
 pid_only=0
 profiler=ember
@@ -147,18 +148,52 @@ started+=("$workload_pid")
 printf g >&3
 sleep 0.5
 
-# Sums of run_time_ns and run_cnt over the BPF programs PID holds.
-bpf_stats() {
-  local id ns=0 cnt=0 a b
-  for id in $(grep -h prog_id /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u); do
-    read -r a b < <(bpftool prog show id "$id" -j | python3 -c '
-import json, sys
-p = json.load(sys.stdin)
-print(p.get("run_time_ns", 0), p.get("run_cnt", 0))')
-    ns=$((ns + a))
-    cnt=$((cnt + b))
-  done
-  echo "$ns $cnt"
+# The readings at the window's two moments come from one Python process started before the
+# profiler: a reading must not start programs, which a system-wide profiler would then sample,
+# open and symbolize inside the window (that cost belongs to process churn, which the soak of
+# bench/overhead.sh measures). Asked "PID [PORT]", it answers "CPU_NS BPF_NS BPF_RUNS SAMPLES RSS":
+# - CPU_NS: PID's user+sys so far, every thread, exited ones too: its process CPU clock
+#   (clock_getcpuclockid: ~pid << 3 | CPUCLOCK_SCHED), the sum /proc/PID/stat's utime+stime give in
+#   10 ms ticks and wait4() in microseconds;
+# - BPF_NS, BPF_RUNS: run_time_ns and run_cnt summed over the BPF programs PID holds, from the
+#   fdinfo of their fds (kernel.bpf_stats);
+# - SAMPLES, RSS: ember_samples_total and process_resident_memory_bytes from the agent's /metrics
+#   on PORT (0 without a port).
+coproc PROBE {
+  exec python3 -u -c '
+import os, sys, time, urllib.request
+for line in sys.stdin:
+    args = line.split()
+    pid = int(args[0])
+    cpu = time.clock_gettime_ns(~pid << 3 | 2)
+    programs = {}
+    fdinfo = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fdinfo):
+        try:
+            with open(f"{fdinfo}/{fd}") as f:
+                fields = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+        except OSError:
+            continue
+        if "run_time_ns" in fields:
+            programs[fields["prog_id"].strip()] = (int(fields["run_time_ns"]), int(fields["run_cnt"]))
+    samples = rss = 0
+    if len(args) > 1:
+        url = f"http://127.0.0.1:{args[1]}/metrics"
+        for l in urllib.request.urlopen(url, timeout=2).read().decode().splitlines():
+            if l.startswith("ember_samples_total "):
+                samples = float(l.split()[1])
+            elif l.startswith("process_resident_memory_bytes "):
+                rss = float(l.split()[1])
+    print(cpu, sum(p[0] for p in programs.values()), sum(p[1] for p in programs.values()),
+          samples, rss)
+'
+}
+started+=("$PROBE_PID")
+# probe PID [PORT]: one reading, as above, into $reading (not a subshell: it has no coproc fds).
+reading=""
+probe() {
+  echo "$@" >&"${PROBE[1]}"
+  read -r reading <&"${PROBE[0]}" || die "the reading of pid $1 failed"
 }
 
 if [[ $profiler == ember ]]; then
@@ -173,18 +208,12 @@ if [[ $profiler == ember ]]; then
   agent_pid=$!
   started+=("$agent_pid")
 
-  # samples, agent CPU seconds, RSS bytes, and the agent's BPF run time in ns, at this moment.
-  reading() {
-    local metrics bpf_ns cnt
-    metrics=$(curl -s --max-time 2 "http://127.0.0.1:$port/metrics")
-    read -r bpf_ns cnt < <(bpf_stats "$agent_pid")
-    awk -v bpf="$bpf_ns" '/^ember_samples_total / { s = $2 } /^process_cpu_seconds_total / { c = $2 }
-      /^process_resident_memory_bytes / { r = $2 } END { print s, c, r, bpf }' <<<"$metrics"
-  }
   pause "$warmup"
-  read -r s0 c0 r0 b0 < <(reading)
+  probe "$agent_pid" "$port"
+  read -r c0 b0 _ s0 r0 <<<"$reading"
   pause $((seconds - warmup - 2))
-  read -r s1 c1 r1 b1 < <(reading)
+  probe "$agent_pid" "$port"
+  read -r c1 b1 _ s1 r1 <<<"$reading"
   stats_check
   wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
   python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$hz" "$pid_only" <<'EOF'
@@ -192,12 +221,11 @@ import sys
 s0, c0, b0, s1, c1, b1, r1 = map(float, sys.argv[1:8])
 hz, pid_only = sys.argv[8], sys.argv[9] == "1"
 n = max(1.0, s1 - s0)
-agent = (c1 - c0) * 1e6 / n
+agent = (c1 - c0) / 1e3 / n
 bpf = (b1 - b0) / 1e3 / n
 print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}: {n:.0f} samples "
       f"in the window; per 1000 samples: agent {agent:.1f} ms + BPF {bpf:.1f} ms = "
-      f"{agent + bpf:.1f} ms; RSS {r1 / 1048576:.0f} MB "
-      f"(agent CPU is in ticks of 10 ms: +-{10e3 / n:.1f} ms per 1000 here)")
+      f"{agent + bpf:.1f} ms; RSS {r1 / 1048576:.0f} MB")
 EOF
   exit 0
 fi
@@ -222,13 +250,6 @@ done
 # From now on the profiler is signalled, not time: time reaps it and reports, then exits.
 started=("$workload_pid" "$prof_pid")
 
-# The profiler's user+sys CPU so far in ns, every thread, exited ones too: its process CPU clock
-# (clock_getcpuclockid: ~pid << 3 | CPUCLOCK_SCHED), the sum /proc/PID/stat's utime+stime give in
-# 10 ms ticks and wait4() in microseconds.
-cpu_ns() {
-  python3 -c 'import sys, time; print(time.clock_gettime_ns(~int(sys.argv[1]) << 3 | 2))' \
-    "$prof_pid"
-}
 attached() {
   local fd
   if [[ $profiler == bpftrace ]]; then
@@ -250,20 +271,20 @@ pause "$warmup"
 alive "during the warm-up"
 attached || die "$profiler not attached after the $warmup s warm-up"
 mark 0
-c0=$(cpu_ns)
-read -r b0 n0 < <(bpf_stats "$prof_pid")
+probe "$prof_pid"
+read -r c0 b0 n0 _ <<<"$reading"
 pause $((seconds - warmup - 2))
 alive "in the window"
 mark 1
-c1=$(cpu_ns)
-read -r b1 n1 < <(bpf_stats "$prof_pid")
+probe "$prof_pid"
+read -r c1 b1 n1 _ <<<"$reading"
 hwm=$(awk '/^VmHWM/ { print $2 }' /proc/"$prof_pid"/status)
 [[ $profiler != bpftrace ]] || stats_check
 pgrep -f "overhead_work $units\$" >/dev/null || die "the workload ended inside the window"
 pause 2
 alive "before the end"
-c_stop=$(cpu_ns)
-read -r _ n_stop < <(bpf_stats "$prof_pid")
+probe "$prof_pid"
+read -r c_stop _ n_stop _ <<<"$reading"
 kill -INT "$prof_pid"
 wait "$time_pid" || true
 started=("$workload_pid")  # the profiler is reaped: its pid may be reused
