@@ -23,6 +23,7 @@
 #include "spdlog/spdlog.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
+#include "symbolize/elf_file.h"
 
 namespace ember {
 namespace {
@@ -663,6 +664,11 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   DropExitedPython();
   python_.NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
+  // The mapped ELF files' pages: resident only while read, so RSS shows the agent's own memory
+  // and what it reads now (the pages stay in the page cache for the next read).
+  const absl::flat_hash_set<uintptr_t> file_mappings = internal::ReadOnlyFileMappings();
+  modules_.ReleasePages(file_mappings);
+  unwinder_.ReleasePages(file_mappings);
   // What the caches freed goes back to the system rather than staying in the heap.
   malloc_trim(0);
 }

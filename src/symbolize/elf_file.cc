@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -170,6 +172,30 @@ absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path,
   // The whole file is mapped, so libelf never needs the fd again.
   elf_cntl(elf, ELF_C_FDDONE);
   return file;
+}
+
+void ElfFile::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  size_t size = 0;
+  char* image = elf_rawfile(elf_, &size);
+  if (image == nullptr || size == 0 || !file_mappings.contains(reinterpret_cast<uintptr_t>(image))) {
+    return;
+  }
+  madvise(image, size, MADV_DONTNEED);
+}
+
+absl::flat_hash_set<uintptr_t> ReadOnlyFileMappings() {
+  absl::flat_hash_set<uintptr_t> starts;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long from = 0, to = 0, offset = 0, inode = 0;
+    char perms[5] = {};
+    if (sscanf(line.c_str(), "%lx-%lx %4s %lx %*s %lu", &from, &to, perms, &offset, &inode) == 5 &&
+        inode != 0 && offset == 0 && perms[0] == 'r' && perms[1] == '-' && perms[3] == 'p') {
+      starts.insert(from);
+    }
+  }
+  return starts;
 }
 
 ElfFile::~ElfFile() { elf_end(elf_); }

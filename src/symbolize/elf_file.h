@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 
 typedef struct Elf Elf;
@@ -44,12 +45,22 @@ class ElfFile {
   // binaries' debug files and debug files' code sections).
   bool HasSectionData(const char* name) const;
 
+  // Drops this process's pages of the file's mapping: they stay in the page cache, and a later
+  // read faults them back in. So the agent's resident memory shows what it reads now, not every
+  // page it ever read. Only when `file_mappings` (ReadOnlyFileMappings()) holds the start of the
+  // file's image: libelf may have read the file into the heap instead, whose pages must stay.
+  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+
  private:
   ElfFile(Elf* elf, uint64_t file_size) : elf_(elf), file_size_(file_size) {}
 
   Elf* elf_;
   uint64_t file_size_;
 };
+
+// The start addresses of this process's private read-only mappings of files from their offset 0,
+// from /proc/self/maps: what libelf's ELF_C_READ_MMAP makes. Empty when it cannot be read.
+absl::flat_hash_set<uintptr_t> ReadOnlyFileMappings();
 
 // CRC-32 (the .gnu_debuglink checksum) of a whole file; nullopt when it cannot be read.
 std::optional<uint32_t> FileCrc32(const std::string& path);

@@ -133,6 +133,11 @@ ElfModule::~ElfModule() {
   debug_file_.reset();
 }
 
+void ElfModule::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  file_->ReleasePages(file_mappings);
+  if (debug_file_ != nullptr) debug_file_->ReleasePages(file_mappings);
+}
+
 std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
   const Segment* found = nullptr;
   for (const Segment& segment : segments_) {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/profile.h"
@@ -90,6 +91,9 @@ class ElfModule {
   // opened, e.g. overwritten in place). Symbolize then returns nullopt for good, and the module's
   // libelf and libdw state is leaked rather than freed.
   bool file_changed() const { return file_changed_; }
+  // Drops this process's pages of the mappings of the file and its debug file
+  // (internal::ElfFile::ReleasePages).
+  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
 
  private:
   struct Segment {
@@ -150,6 +154,8 @@ class ModuleCache {
   // generations, then, if still above max_modules, the least recently used. Called once per
   // export interval, after the interval has been written.
   void NextGeneration(int keep_generations = 3);
+  // Drops this process's pages of every cached module's file mappings (ElfModule::ReleasePages).
+  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
 
   size_t size() const { return entries_.size(); }
   // EstimatedBytes of every cached module (a failed open counts as kFailedEntryBytes), the

@@ -110,4 +110,10 @@ void ModuleCache::NextGeneration(int keep_generations) {
   }
 }
 
+void ModuleCache::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  for (const auto& [id, entry] : entries_) {
+    if (entry.module != nullptr) entry.module->ReleasePages(file_mappings);
+  }
+}
+
 }  // namespace ember

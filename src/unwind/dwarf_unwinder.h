@@ -92,6 +92,10 @@ class DwarfUnwinder {
   // Drops address spaces not used for keep_generations generations, and files no process maps
   // any more. Called once per export interval.
   void NextGeneration(int keep_generations = 2);
+  // Drops this process's pages of the mappings of the files it unwinds with (ElfFile).
+  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+    files_.ReleasePages(file_mappings);
+  }
 
   size_t processes() const { return spaces_.size(); }
   size_t images() const { return files_.size(); }  // files opened, shared by all processes

@@ -20,6 +20,10 @@ ElfImage::~ElfImage() {
   if (file_ == nullptr) elf_end(elf_);  // the vDSO's handle is ours; ElfFile ends its own
 }
 
+void ElfImage::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  if (file_ != nullptr) file_->ReleasePages(file_mappings);
+}
+
 absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::Open(const std::string& path) {
   auto file = internal::ElfFile::Open(path);
   if (!file.ok()) return file.status();

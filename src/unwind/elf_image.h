@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 
 typedef struct Elf Elf;
@@ -46,6 +47,8 @@ class ElfImage {
   std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
   // The placement at the file's own ELF addresses (bias 0).
   ModulePlacement AtElfAddresses() const;
+  // Drops this process's pages of the file's mapping (internal::ElfFile::ReleasePages).
+  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
 
  private:
   struct Segment {

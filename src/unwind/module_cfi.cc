@@ -351,6 +351,10 @@ void ModuleCfiCache::ForEachModule(F f) const {
   if (vdso_ && *vdso_ != nullptr) f(**vdso_);
 }
 
+void ModuleCfiCache::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  ForEachModule([&](const ModuleCfi& module) { module.ReleasePages(file_mappings); });
+}
+
 ModuleCfi::RowStats ModuleCfiCache::row_stats() const {
   ModuleCfi::RowStats sum = retired_;
   ForEachModule([&sum](const ModuleCfi& module) {

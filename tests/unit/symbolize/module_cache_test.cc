@@ -1,10 +1,15 @@
 // Tests of ModuleCache: identity keying, cached failures, generation and size eviction.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdint>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "symbolize/elf_file.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
@@ -146,6 +151,46 @@ TEST(ModuleCacheTest, ByteBoundHoldsWhileFedMoreThanItAndEvictedModulesComeBack)
   // The most recent one is still there.
   EXPECT_EQ(cache.Get({1, 20}, kMissing, kMissing) != nullptr, true);
   EXPECT_EQ(cache.stats().hits, 1u);
+}
+
+// Resident kB of this process's mappings of `path`, from /proc/self/smaps.
+int64_t ResidentKbOf(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_path = false;
+  int64_t kb = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') < line.find(' ')) {
+      in_path = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+    } else if (in_path && line.rfind("Rss:", 0) == 0) {
+      kb += std::stoll(line.substr(4));
+    }
+  }
+  return kb;
+}
+
+TEST(ModuleCacheTest, ReleasedPagesLeaveResidentMemoryAndAreReadBackIntact) {
+  ModuleCache cache;
+  ElfModule* module = cache.Get({1, 1}, kProgram, kProgram);
+  ASSERT_NE(module, nullptr);
+  std::vector<std::optional<SourceSymbol>> before;
+  for (uint64_t address = 0x1000; address < 0x3000; address += 0x10) {
+    before.push_back(module->Symbolize(ElfAddress{address}));  // reads symbols and DWARF
+  }
+  ASSERT_GT(ResidentKbOf(kProgram), 0);
+  cache.ReleasePages(internal::ReadOnlyFileMappings());
+  EXPECT_EQ(ResidentKbOf(kProgram), 0);
+  size_t named = 0;
+  for (uint64_t address = 0x1000, i = 0; address < 0x3000; address += 0x10, ++i) {
+    std::optional<SourceSymbol> after = module->Symbolize(ElfAddress{address});
+    ASSERT_EQ(after.has_value(), before[i].has_value()) << std::hex << address;
+    if (!after.has_value()) continue;
+    ++named;
+    EXPECT_EQ(after->function, before[i]->function);
+    EXPECT_EQ(after->line, before[i]->line);
+  }
+  EXPECT_GT(named, 0u) << "no address of the fixture's code was named";
 }
 
 TEST(FileIdentityTest, HashAndEquality) {
