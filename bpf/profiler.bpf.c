@@ -220,6 +220,7 @@ static __always_inline __u32 stack__snapshot(struct task_struct *task, __u32 tid
   bool cached = false;
   __u64 end = stack__end(task, tid, sp, &cached);
   if (end == 0) {
+    stats__add(EMBER_STAT_SNAPSHOT_NO_MAPPING);
     *sample_flags |= EMBER_SAMPLE_SNAPSHOT_ERROR;
     return 0;
   }

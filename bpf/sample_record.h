@@ -139,7 +139,10 @@ enum ember_stat {
   EMBER_STAT_PYTHON_READ_FAILED = 8,
   EMBER_STAT_PYTHON_NOT_CODE = 9,
   EMBER_STAT_PYTHON_TRUNCATED = 10,
-  EMBER_STAT_COUNT = 11,
+  /* of EMBER_STAT_SNAPSHOT_ERRORS: no stack mapping found for sp (bpf_find_vma failed, e.g. the
+     mmap lock was busy), rather than the copy faulting */
+  EMBER_STAT_SNAPSHOT_NO_MAPPING = 11,
+  EMBER_STAT_COUNT = 12,
 };
 
 #endif /* EMBER_BPF_SAMPLE_RECORD_H_ */

@@ -703,9 +703,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
                write_failures_metric_->Value());
   spdlog::info(
       "user stacks unwound from snapshots: {} complete, {} truncated, {} failed; {} snapshot "
-      "errors",
+      "errors ({} with no stack mapping found)",
       unwound_complete_metric_->Value(), unwound_truncated_metric_->Value(),
-      unwound_failed_metric_->Value(), stats.snapshot_errors);
+      unwound_failed_metric_->Value(), stats.snapshot_errors, stats.snapshot_no_mapping);
   if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +
           stats.python_not_code + stats.python_truncated >
       0) {

@@ -181,7 +181,7 @@ BpfStats BpfProfiler::ReadStats() const {
       &stats.samples,           &stats.ring_buffer_full,       &stats.kernel_stack_errors,
       &stats.user_stack_errors, &stats.snapshot_errors,        &stats.snapshot_clamped,
       &stats.python_ok,         &stats.python_no_thread_state, &stats.python_read_failed,
-      &stats.python_not_code,   &stats.python_truncated};
+      &stats.python_not_code,   &stats.python_truncated,       &stats.snapshot_no_mapping};
   static_assert(std::size(fields) == EMBER_STAT_COUNT);
   for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
     if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),
