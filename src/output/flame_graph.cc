@@ -143,7 +143,7 @@ void FlameGraph::Add(const IntervalProfile& profile) {
                                         b.frames.end(), std::less<const Frame*>());
   });
 
-  // The nodes the previous stack went through below its process node, and after how many of
+  // The nodes the previous stack went through, its process node first, and after how many of
   // them each of its frames (with its inlined functions) ended.
   std::vector<uint32_t> nodes_on_path;
   std::vector<size_t> frame_ends;
