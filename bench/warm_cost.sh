@@ -248,7 +248,7 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -n $prof_pid ]] || die "$profiler did not start: $(tail -3 "$tmp/profiler.log")"
 # From now on the profiler is signalled, not time: time reaps it and reports, then exits.
-started=("$workload_pid" "$prof_pid")
+started=("$workload_pid" "$prof_pid" "$PROBE_PID")
 
 attached() {
   local fd
@@ -287,7 +287,7 @@ probe "$prof_pid"
 read -r c_stop _ n_stop _ <<<"$reading"
 kill -INT "$prof_pid"
 wait "$time_pid" || true
-started=("$workload_pid")  # the profiler is reaped: its pid may be reused
+started=("$workload_pid" "$PROBE_PID")  # the profiler is reaped: its pid may be reused
 read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$tmp/time" | tail -1) ||
   die "no rusage from /usr/bin/time: $(tail -3 "$tmp/time")"
 
