@@ -67,9 +67,8 @@ void BM_FlameGraphAddInterval(benchmark::State& state) {
   size_t next = 0;
   for (auto _ : state) graph.Add(intervals[next++ % intervals.size()]);
   state.counters["nodes"] = static_cast<double>(graph.nodes());
-  state.counters["stacks_per_s"] =
-      benchmark::Counter(2000.0 * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate);
+  state.counters["stacks_per_s"] = benchmark::Counter(
+      2000.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FlameGraphAddInterval)->Arg(20000)->Arg(100000)->Unit(benchmark::kMillisecond);
 
@@ -86,7 +85,11 @@ void BM_FlameGraphWriteHtml(benchmark::State& state) {
   unlink(path.c_str());
   state.counters["nodes"] = static_cast<double>(graph.nodes());
 }
-BENCHMARK(BM_FlameGraphWriteHtml)->Arg(20000)->Arg(100000)->Arg(200000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlameGraphWriteHtml)
+    ->Arg(20000)
+    ->Arg(100000)
+    ->Arg(200000)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ember

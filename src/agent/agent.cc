@@ -632,9 +632,8 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   // nodes), not this interval: it is rewritten at most once a minute, and at the end.
   // Timed on the steady clock, like the export schedule: a wall clock step must not stop it.
   const auto started = std::chrono::steady_clock::now();
-  if (flame_graph_changed_ &&
-      (last || !flame_graph_written_at_.has_value() ||
-       started - *flame_graph_written_at_ >= kFlameGraphRewrite)) {
+  if (flame_graph_changed_ && (last || !flame_graph_written_at_.has_value() ||
+                               started - *flame_graph_written_at_ >= kFlameGraphRewrite)) {
     if (absl::Status status =
             flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
         !status.ok()) {

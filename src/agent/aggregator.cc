@@ -27,8 +27,8 @@ void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view 
     ++it->second;
     return;
   }
-  counts_.emplace(Key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}},
-                  1);
+  counts_.emplace(
+      Key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}}, 1);
 }
 
 IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration_ns,

@@ -32,9 +32,9 @@ struct BpfStats {
   uint64_t ring_buffer_full = 0;
   uint64_t kernel_stack_errors = 0;
   uint64_t user_stack_errors = 0;
-  uint64_t snapshot_errors = 0;   // stack mapping not found or copy faulted
+  uint64_t snapshot_errors = 0;      // stack mapping not found or copy faulted
   uint64_t snapshot_no_mapping = 0;  // of those, no stack mapping found
-  uint64_t snapshot_clamped = 0;  // stacks deeper than the snapshot
+  uint64_t snapshot_clamped = 0;     // stacks deeper than the snapshot
   // CPython frame walks by how they ended (ember_python_status).
   uint64_t python_ok = 0;
   uint64_t python_no_thread_state = 0;

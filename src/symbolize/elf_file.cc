@@ -177,7 +177,8 @@ absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path,
 void ElfFile::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
   size_t size = 0;
   char* image = elf_rawfile(elf_, &size);
-  if (image == nullptr || size == 0 || !file_mappings.contains(reinterpret_cast<uintptr_t>(image))) {
+  if (image == nullptr || size == 0 ||
+      !file_mappings.contains(reinterpret_cast<uintptr_t>(image))) {
     return;
   }
   madvise(image, size, MADV_DONTNEED);

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/sigbus_guard.h"
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
-#include "common/sigbus_guard.h"
 #include "symbolize/symbol_table.h"
 
 namespace ember {
@@ -92,8 +92,7 @@ absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& op
     if (elf_getphdrnum(elf, &phnum) == 0) {
       for (size_t i = 0; i < phnum; ++i) {
         GElf_Phdr phdr;
-        if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr ||
-            phdr.p_type != PT_LOAD) {
+        if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
           continue;
         }
         segments.push_back(

@@ -42,7 +42,8 @@ void ModuleCache::Reaccount() {
 
 ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path,
                             const std::string& display_path) {
-  return Get(id, [&open_path] { return open_path; }, display_path);
+  return Get(
+      id, [&open_path] { return open_path; }, display_path);
 }
 
 ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::string()> open_path,

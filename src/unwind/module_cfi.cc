@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "spdlog/spdlog.h"
 #include "common/sigbus_guard.h"
+#include "spdlog/spdlog.h"
 
 namespace ember {
 

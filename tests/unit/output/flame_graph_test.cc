@@ -3,9 +3,9 @@
 #include "output/flame_graph.h"
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <random>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -173,7 +173,7 @@ TEST(FlameGraphTest, EveryPrefixCountsTheSamplesOfTheStacksThroughIt) {
   std::vector<Frame> pool;
   for (int i = 0; i < 6; ++i) pool.push_back(Native(absl::StrCat("f", i)));
   pool[2].inlined = {{.function = "inner2"}, {.function = "outer2"}};  // innermost first
-  const std::vector<std::string> processes = {"app", "db", ""};  // "" is named "pid N"
+  const std::vector<std::string> processes = {"app", "db", ""};        // "" is named "pid N"
   std::map<std::vector<std::string>, int64_t> expected;  // path from the process down -> samples
   FlameGraph graph;
   FlameGraph bounded(30);

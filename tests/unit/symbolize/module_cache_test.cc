@@ -163,7 +163,8 @@ int64_t ResidentKbOf(const std::string& path) {
   while (std::getline(smaps, line)) {
     if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
         line.find('-') < line.find(' ')) {
-      in_path = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+      in_path = line.size() >= path.size() &&
+                line.compare(line.size() - path.size(), path.size(), path) == 0;
     } else if (in_path && line.rfind("Rss:", 0) == 0) {
       kb += std::stoll(line.substr(4));
     }

@@ -2,8 +2,8 @@
 // pages fault with SIGBUS, which must cost the module's names, never the agent.
 #include <elf.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
+#include "common/sigbus_guard.h"
 #include "support/elf_layout.h"
 #include "symbolize/elf_module.h"
-#include "common/sigbus_guard.h"
 
 namespace ember {
 namespace {
