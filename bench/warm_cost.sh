@@ -8,13 +8,15 @@
 #
 #   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 15] [--hz 99]
 #                      [--profiler ember|perf-fp|perf-dwarf|bpftrace] [--pid-only]
+#                      [-- EMBER_AGENT_FLAGS...]
 #
 # The profilers, system-wide at --hz, run as bench/overhead.sh runs them:
 #   ember       build/ember-agent --sampling-hz HZ --duration SECONDS (the default)
 #   perf-fp     perf record -a -g -e cpu-clock -c 1e9/HZ -o TMP/perf.data
 #   perf-dwarf  the same with --call-graph dwarf,65528
 #   bpftrace    bpftrace -e 'profile:hz:HZ { @[ustack, kstack] = count(); }'
-# --pid-only (ember only) profiles only the workload's processes (--pid).
+# --pid-only (ember only) profiles only the workload's processes (--pid). Flags after -- go to
+# ember-agent as they are (e.g. -- --stack-snapshot-bytes 4096).
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
@@ -57,6 +59,7 @@ warmup=15
 hz=99
 pid_only=0
 profiler=ember
+agent_flags=()
 bad() {
   echo "warm_cost: $*" >&2
   exit 2
@@ -74,6 +77,7 @@ while (($#)); do
     --hz) need_value "$@"; hz=$2; shift 2 ;;
     --profiler) need_value "$@"; profiler=$2; shift 2 ;;
     --pid-only) pid_only=1; shift ;;
+    --) shift; agent_flags=("$@"); break ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
@@ -87,6 +91,7 @@ case $profiler in
   *) bad "unknown profiler '$profiler' (ember, perf-fp, perf-dwarf or bpftrace)" ;;
 esac
 ((pid_only == 0)) || [[ $profiler == ember ]] || bad "--pid-only is for --profiler ember only"
+((${#agent_flags[@]} == 0)) || [[ $profiler == ember ]] || bad "flags after -- are for --profiler ember only"
 [[ $(id -u) == 0 ]] || { echo "warm_cost: needs root (BPF, perf -a, bpf_stats)" >&2; exit 1; }
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
@@ -204,7 +209,7 @@ if [[ $profiler == ember ]]; then
   fi
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$agent" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out" \
-    --metrics-address "127.0.0.1:$port" "${pid_args[@]}" > "$tmp/agent.log" 2>&1 &
+    --metrics-address "127.0.0.1:$port" "${pid_args[@]}" "${agent_flags[@]}" > "$tmp/agent.log" 2>&1 &
   agent_pid=$!
   started+=("$agent_pid")
 

@@ -47,8 +47,9 @@ FrameResolver::FrameResolver(ProcessTable* processes, ModuleCache* modules,
       max_bytes_(max_bytes) {}
 
 size_t FrameResolver::EstimatedFrameBytes(const Key& key, const Frame& frame) {
-  // A node of std::unordered_map: next pointer, cached hash, the pair; plus a bucket pointer.
-  size_t bytes = 3 * sizeof(void*) + sizeof(std::pair<const Key, Entry>) + sizeof(Frame);
+  // A slot of the flat table (the pair and its control byte, at a load of at most 7/8), and the
+  // Frame.
+  size_t bytes = (sizeof(std::pair<const Key, Entry>) + 1) * 8 / 7 + sizeof(Frame);
   bytes += HeapBytes(key.name) + HeapBytes(frame.function) + HeapBytes(frame.source_file) +
            HeapBytes(frame.module) + HeapBytes(frame.build_id);
   bytes += frame.inlined.capacity() * sizeof(InlineFrame);
@@ -206,7 +207,7 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
 void FrameResolver::NextGeneration() {
   ++generation_;
   current_bytes_ = 0;
-  std::erase_if(frames_, [this](const auto& item) {
+  absl::erase_if(frames_, [this](const auto& item) {
     if (item.second.generation + 2 >= generation_) return false;
     bytes_ -= item.second.bytes;
     return true;

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "agent/process_table.h"
 #include "common/profile.h"
@@ -95,7 +95,9 @@ class FrameResolver {
   const KernelSymbols* kernel_symbols_;
   size_t max_bytes_;
   uint64_t generation_ = 0;
-  std::unordered_map<Key, Entry, KeyHash> frames_;
+  // Flat: a lookup per sampled frame is the hot path. The Frame itself is on the heap, so the
+  // pointers handed out stay valid as the table grows.
+  absl::flat_hash_map<Key, Entry, KeyHash> frames_;
   size_t bytes_ = 0;          // EstimatedFrameBytes of every cached frame
   size_t current_bytes_ = 0;  // of those used in the current generation
   FrameResolverStats stats_;

@@ -180,6 +180,17 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
                      const StackMemory& stack, StepResult& result) {
   result.Reset();
   if (file_changed_ || !frame.Has(kCfiRegisterCount - 1)) return;
+  // Rows already cached are the agent's own memory: stepping by them reads nothing of the file,
+  // so it needs no guard (a sigsetjmp per frame). Every other step goes the guarded way.
+  if (compact_rows_ && dwfl_ != nullptr) {
+    const uint64_t lookup_pc =
+        frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
+    if (CompactStep(lookup_pc, frame, bias, stack, result, /*read_missing=*/false)) {
+      ++row_stats_.compact_steps;
+      return;
+    }
+    result.Reset();
+  }
   // The file's CFI is read through its mapping, which faults (SIGBUS) where the file was
   // truncated since it was opened: such a module steps nothing any more.
   if (!internal::RunCatchingSigbus(
@@ -197,7 +208,7 @@ void ModuleCfi::StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_r
   const uint64_t lookup_pc =
       frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
   if (compact_rows_) {
-    if (CompactStep(lookup_pc, frame, bias, stack, result)) {
+    if (CompactStep(lookup_pc, frame, bias, stack, result, /*read_missing=*/true)) {
       ++row_stats_.compact_steps;
       return;
     }
@@ -218,10 +229,11 @@ void ModuleCfi::LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame,
 }
 
 bool ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
-                            const StackMemory& stack, StepResult& result) {
-  const CfiRow& row = RowAt(lookup_pc);  // valid until the caller's row is looked up below
-  if (!row.compact) return false;
-  switch (StepByRow(row, frame, stack, result.caller, &result.read_past_stack)) {
+                            const StackMemory& stack, StepResult& result, bool read_missing) {
+  // Valid until the caller's row is looked up below.
+  const CfiRow* row = FindRow(lookup_pc, read_missing);
+  if (row == nullptr || !row->compact) return false;
+  switch (StepByRow(*row, frame, stack, result.caller, &result.read_past_stack)) {
     case RowStep::kCannot:
       return false;
     case RowStep::kOutermost:
@@ -233,17 +245,19 @@ bool ModuleCfi::CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uin
   // libdwfl takes a caller in this file whose own row is a signal frame's (a signal trampoline)
   // for an interrupted instruction: leave that rare case to it.
   const uint64_t caller_lookup = result.caller.value[kCfiRegisterCount - 1] - bias - 1;
-  if (caller_lookup >= elf_low_ && caller_lookup < elf_high_ && RowAt(caller_lookup).signal_frame) {
-    return false;
+  if (caller_lookup >= elf_low_ && caller_lookup < elf_high_) {
+    const CfiRow* caller_row = FindRow(caller_lookup, read_missing);
+    if (caller_row == nullptr || caller_row->signal_frame) return false;
   }
   result.end = StepEnd::kStepped;
   return true;
 }
 
-const CfiRow& ModuleCfi::RowAt(uint64_t elf_pc) {
-  if (last_row_ != nullptr && last_pc_ == elf_pc) return *last_row_;
+const CfiRow* ModuleCfi::FindRow(uint64_t elf_pc, bool read_missing) {
+  if (last_row_ != nullptr && last_pc_ == elf_pc) return last_row_;
   auto found = rows_.find(elf_pc);
   if (found == rows_.end()) {
+    if (!read_missing) return nullptr;
     if (rows_.size() >= max_rows_) rows_.clear();  // bounded: start over rather than grow
     found = rows_.emplace(elf_pc, ReadRow(elf_pc)).first;
     ++row_stats_.rows_read;
@@ -251,7 +265,7 @@ const CfiRow& ModuleCfi::RowAt(uint64_t elf_pc) {
   }
   last_pc_ = elf_pc;
   last_row_ = &found->second;
-  return found->second;
+  return last_row_;
 }
 
 // As libdwfl looks a frame up: .eh_frame first, then .debug_frame in the file itself.

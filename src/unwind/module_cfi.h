@@ -88,13 +88,14 @@ class ModuleCfi {
   bool Open();
   void StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
                   const StackMemory& stack, StepResult& result);
-  // The row for ELF address `elf_pc` (cached), with `compact` false when there is none. Valid
-  // until the next call.
-  const CfiRow& RowAt(uint64_t elf_pc);
+  // The row for ELF address `elf_pc`, with `compact` false when there is none: from the cache,
+  // else (read_missing) read from the file and cached, else nullptr. Valid until the next call.
+  const CfiRow* FindRow(uint64_t elf_pc, bool read_missing);
   CfiRow ReadRow(uint64_t elf_pc) const;
-  // False when the compact row cannot step this frame (`result` is then to be reset).
+  // False when the compact row cannot step this frame, or (!read_missing) a row it needs is not
+  // cached yet (`result` is then to be reset).
   bool CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
-                   const StackMemory& stack, StepResult& result);
+                   const StackMemory& stack, StepResult& result, bool read_missing);
   void LibdwflStep(uint64_t lookup_pc, const FrameRegisters& frame, const StackMemory& stack,
                    StepResult& result);
 
