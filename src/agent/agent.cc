@@ -36,6 +36,8 @@ constexpr int kMaxPollMsBeforeFirstSample = 100;
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
 constexpr std::chrono::seconds kFlameGraphRewrite{60};
+// How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages).
+constexpr std::chrono::seconds kFilePagesReleasePeriod{1};
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -660,13 +662,23 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   DropExitedPython();
   python_.NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
+  ReleaseFilePages();
+  // What the caches freed goes back to the system rather than staying in the heap.
+  malloc_trim(0);
+}
+
+void Agent::ReleaseFilePages() {
   // The mapped ELF files' pages: resident only while read, so RSS shows the agent's own memory
   // and what it reads now (the pages stay in the page cache for the next read).
+  const ModuleCfi::RowStats rows = unwinder_.row_stats();
+  const uint64_t reads = frames_.stats().misses + modules_.stats().misses + rows.rows_read +
+                         rows.libdwfl_steps;
+  file_pages_released_at_ = std::chrono::steady_clock::now();
+  if (reads == file_reads_released_) return;
+  file_reads_released_ = reads;
   const absl::flat_hash_set<uintptr_t> file_mappings = internal::ReadOnlyFileMappings();
   modules_.ReleasePages(file_mappings);
   unwinder_.ReleasePages(file_mappings);
-  // What the caches freed goes back to the system rather than staying in the heap.
-  malloc_trim(0);
 }
 
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
@@ -681,6 +693,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       ExportInterval(clock.EndInterval(now), now.wall, /*last=*/false);
       continue;
     }
+    // Within an interval too, so that symbolizing many new binaries at once (at start-up, or a
+    // burst of new processes) does not keep all their pages resident until its end.
+    if (now.steady - file_pages_released_at_ >= kFilePagesReleasePeriod) ReleaseFilePages();
     const auto wait = clock.WaitFor(
         now.steady,
         std::chrono::milliseconds(seen_first_sample_ ? kMaxPollMs : kMaxPollMsBeforeFirstSample));

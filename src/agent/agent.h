@@ -63,6 +63,10 @@ class Agent {
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
+  // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when files were read
+  // since the last time (frames symbolized, modules opened, CFI read): in steady state nothing
+  // is read, and nothing need be dropped and read again.
+  void ReleaseFilePages();
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
   // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
   void SyncFailureMetrics();
@@ -100,6 +104,9 @@ class Agent {
   FlameGraph flame_graph_;
   bool flame_graph_changed_ = false;  // intervals were added since the page was last written
   std::optional<std::chrono::steady_clock::time_point> flame_graph_written_at_;
+  // ReleaseFilePages: the file reads counted at its last release, and when that was.
+  uint64_t file_reads_released_ = 0;
+  std::chrono::steady_clock::time_point file_pages_released_at_;
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
