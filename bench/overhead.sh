@@ -34,7 +34,8 @@
 #   "steady" per 1000 samples leaves it out. Not counted: perf's in-kernel cost of copying up to
 #   64 KiB of stack per sample (no hook on this kernel), which favours perf-dwarf.
 # - Throughput: the workload's own elapsed time for its fixed work; per round, alone's elapsed over
-#   the configuration's (1.000 = no slowdown); the median over rounds and the min..max.
+#   the configuration's (1.000 = no slowdown); the median over rounds and the min..max, and the
+#   mean with its 95% bootstrap interval.
 # - Peak RSS: wait4()'s ru_maxrss of the profiler, its VmHWM at exit (perf record's, not perf script's).
 # - Bytes per sample: what the profiler wrote (Ember's pprof files and flame graph, perf.data,
 #   bpftrace's printed map) over its samples.
@@ -356,6 +357,20 @@ summarize() {
       for (i = 2; i <= cnt[key]; i++) { if (v[key, col, i] < lo) lo = v[key, col, i]; if (v[key, col, i] > hi) hi = v[key, col, i] }
       return sprintf("%.3f..%.3f", lo, hi)
     }
+    # The mean, and its 95% interval from 2000 bootstrap resamples (fixed seed): whether a 1%
+    # slowdown can be told from the rounds'"'"' noise at all.
+    function mean_ci(key, col,   b, i, k, n, sum, means, t, j) {
+      n = cnt[key]; sum = 0
+      for (i = 1; i <= n; i++) sum += v[key, col, i]
+      srand(1); split("", means)
+      for (b = 1; b <= 2000; b++) {
+        t = 0
+        for (i = 1; i <= n; i++) t += v[key, col, 1 + int(rand() * n)]
+        means[b] = t / n
+      }
+      for (i = 2; i <= 2000; i++) for (j = i; j > 1 && means[j - 1] > means[j]; j--) { t = means[j]; means[j] = means[j - 1]; means[j - 1] = t }
+      return sprintf("%.3f (%.3f..%.3f)", sum / n, means[51], means[1950])
+    }
     NR == 1 { next }
     { rows[NR] = $0; if ($1 == "alone") alone[$2] = $3 }
     END {
@@ -377,19 +392,19 @@ summarize() {
         v[c, "load", k] = f[15]
         v[c, "elapsed", k] = f[3]
       }
-      printf "| config | runs | samples (workload) | CPU ms /1000 samples | steady | of which BPF | perf script | throughput vs alone, median (min..max) | peak RSS MB | bytes /sample | reach main | first sample ms | load |\n"
-      printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      printf "| config | runs | samples (workload) | CPU ms /1000 samples | steady | of which BPF | perf script | throughput vs alone, median (min..max) | throughput, mean (95%% CI) | peak RSS MB | bytes /sample | reach main | first sample ms | load |\n"
+      printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
       n = split("alone ember19 ember99 perf-fp perf-dwarf bpftrace", names, " ")
       for (i = 1; i <= n; i++) {
         c = names[i]; if (!(c in cnt)) continue
         if (c == "alone") {
-          printf "| alone | %d | - | - | - | - | - | 1 (elapsed %.2f s, median) | - | - | - | - | %.2f |\n", cnt[c], median(c, "elapsed"), median(c, "load")
+          printf "| alone | %d | - | - | - | - | - | 1 (elapsed %.2f s, median) | - | - | - | - | - | %.2f |\n", cnt[c], median(c, "elapsed"), median(c, "load")
           continue
         }
-        printf "| %s | %d | %d (%d) | %.1f | %.1f | %.1f | %s | %.3f (%s) | %.0f | %.0f | %.1f%% | %s | %.2f |\n",
+        printf "| %s | %d | %d (%d) | %.1f | %.1f | %.1f | %s | %.3f (%s) | %s | %.0f | %.0f | %.1f%% | %s | %.2f |\n",
           c, cnt[c], median(c, "samples"), median(c, "wl"), median(c, "cpu"), median(c, "steady"),
           median(c, "bpf"), c ~ /^perf/ ? sprintf("%.1f", median(c, "script")) : "-",
-          median(c, "rel"), minmax(c, "rel"), median(c, "rss"), median(c, "bytes"), median(c, "main"),
+          median(c, "rel"), minmax(c, "rel"), mean_ci(c, "rel"), median(c, "rss"), median(c, "bytes"), median(c, "main"),
           c ~ /^ember/ ? sprintf("%d", median(c, "first")) : "-", median(c, "load")
       }
     }' "$results"
@@ -573,8 +588,10 @@ cat <<'EOF'
 
 CPU per 1000 samples of every sample the profiler took (it is system-wide): its user+sys, its BPF
 programs' run time and perf script's CPU; steady leaves out its CPU before the workload started.
-Throughput: alone's elapsed over the configuration's in the same round. Reach main: the workload's
-samples (an ow_* frame) that have a main frame. Load: the 1-minute load average at each run's start.
+Throughput: alone's elapsed over the configuration's in the same round; the mean's 95% interval is
+from 2000 bootstrap resamples of the rounds (a 1% slowdown is ruled out only when it lies above
+0.990). Reach main: the workload's samples (an ow_* frame) that have a main frame. Load: the
+1-minute load average at each run's start.
 EOF
 
 if ((write_docs)); then
