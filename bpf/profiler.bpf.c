@@ -13,6 +13,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 // Set by the agent before load.
 const volatile bool filter_pids = false;
+// The agent's own process, never sampled (0: none): its cost is in its /metrics, and sampling it
+// would have it symbolize itself, a feedback of work on its own samples.
+const volatile __u32 skip_tgid = 0;
 // Most bytes of user stack copied per sample for DWARF unwinding; 0 copies none.
 const volatile __u32 snapshot_limit = 0;
 
@@ -447,6 +450,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   __u32 pid = pid_tgid >> 32;
   __u32 tid = (__u32)pid_tgid;
   if (tid == 0) return 0;  // the idle task: not CPU anyone asked for
+  if (pid == skip_tgid) return 0;
   if (filter_pids && !bpf_map_lookup_elem(&pid_filter, &pid)) return 0;
 
   __u32 cpu = bpf_get_smp_processor_id();

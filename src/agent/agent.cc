@@ -2,6 +2,7 @@
 #include "agent/agent.h"
 
 #include <malloc.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,8 @@ constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 constexpr std::chrono::seconds kFlameGraphRewrite{60};
 // How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages).
 constexpr std::chrono::seconds kFilePagesReleasePeriod{1};
+// ... and after this many frames symbolized or modules opened since (a few ms of reading).
+constexpr uint64_t kSymbolizationReadsPerRelease = 128;
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
@@ -48,6 +51,19 @@ std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
     if (line.rfind("Tgid:", 0) == 0 && absl::SimpleAtoi(line.substr(5), &tgid)) return tgid;
   }
   return std::nullopt;
+}
+
+// The agent's process id as BPF sees it (in the initial pid namespace), or 0 when the agent runs
+// in another pid namespace: its own id there may be another process's on the host.
+uint32_t OwnTgidInInitialPidNamespace() {
+  // The initial pid namespace's inode number is fixed (PROC_PID_INIT_INO).
+  constexpr ino_t kInitialPidNamespaceInode = 0xEFFFFFFC;
+  struct stat ns;
+  if (stat("/proc/self/ns/pid", &ns) != 0 || ns.st_ino != kInitialPidNamespaceInode) {
+    spdlog::debug("not in the initial pid namespace: the agent's own samples are kept");
+    return 0;
+  }
+  return static_cast<uint32_t>(getpid());
 }
 
 int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -166,7 +182,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
                            .pids = pids,
-                           .stack_snapshot_bytes = options.stack_snapshot_bytes};
+                           .stack_snapshot_bytes = options.stack_snapshot_bytes,
+                           .skip_tgid = options.profile_self ? 0 : OwnTgidInInitialPidNamespace()};
   Agent* self = agent.get();
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
@@ -385,6 +402,11 @@ void Agent::OnSample(const SampleView& sample) {
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
   aggregator_.Add(header.pid, process_name, thread, stack_);
+  // A burst of new binaries (the start-up's first samples name every running one) reads many
+  // files' symbols and DWARF at once: their pages go every so many reads, not only each second.
+  if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
+    ReleaseFilePages();
+  }
 }
 
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
@@ -671,9 +693,10 @@ void Agent::ReleaseFilePages() {
   // The mapped ELF files' pages: resident only while read, so RSS shows the agent's own memory
   // and what it reads now (the pages stay in the page cache for the next read).
   const ModuleCfi::RowStats rows = unwinder_.row_stats();
-  const uint64_t reads = frames_.stats().misses + modules_.stats().misses + rows.rows_read +
-                         rows.libdwfl_steps;
+  const uint64_t symbolization_reads = SymbolizationReads();
+  const uint64_t reads = symbolization_reads + rows.rows_read + rows.libdwfl_steps;
   file_pages_released_at_ = std::chrono::steady_clock::now();
+  symbolization_reads_released_ = symbolization_reads;
   if (reads == file_reads_released_) return;
   file_reads_released_ = reads;
   const absl::flat_hash_set<uintptr_t> file_mappings = internal::ReadOnlyFileMappings();

@@ -67,6 +67,8 @@ class Agent {
   // since the last time (frames symbolized, modules opened, CFI read): in steady state nothing
   // is read, and nothing need be dropped and read again.
   void ReleaseFilePages();
+  // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
+  uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
   // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
   void SyncFailureMetrics();
@@ -104,8 +106,10 @@ class Agent {
   FlameGraph flame_graph_;
   bool flame_graph_changed_ = false;  // intervals were added since the page was last written
   std::optional<std::chrono::steady_clock::time_point> flame_graph_written_at_;
-  // ReleaseFilePages: the file reads counted at its last release, and when that was.
+  // ReleaseFilePages: the file reads counted at its last release (and of them those of
+  // SymbolizationReads), and when that was.
   uint64_t file_reads_released_ = 0;
+  uint64_t symbolization_reads_released_ = 0;
   std::chrono::steady_clock::time_point file_pages_released_at_;
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint

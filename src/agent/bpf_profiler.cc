@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   }
   self->skeleton_->rodata->filter_pids = !config.pids.empty();
   self->skeleton_->rodata->snapshot_limit = config.stack_snapshot_bytes;
+  self->skeleton_->rodata->skip_tgid = config.skip_tgid;
   size_t ring_bytes = config.ring_buffer_bytes ? config.ring_buffer_bytes
                                                : RingBufferBytes(cpus->size(), config.sampling_hz,
                                                                  config.stack_snapshot_bytes);

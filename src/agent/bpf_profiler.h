@@ -24,6 +24,8 @@ struct BpfProfilerConfig {
   // User stack bytes copied per sample for DWARF unwinding (at most EMBER_MAX_SNAPSHOT_BYTES);
   // 0 copies none and leaves frame-pointer stacks only.
   uint32_t stack_snapshot_bytes = 0;
+  // A process never sampled, in the initial pid namespace (the agent's own); 0: none.
+  uint32_t skip_tgid = 0;
 };
 
 // Kernel-side counters, summed over CPUs.

@@ -255,6 +255,7 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
   const std::map<absl::string_view, bool*> switches = {{"help", &options.help},
                                                        {"version", &options.version},
                                                        {"otlp-insecure", &options.otlp.insecure},
+                                                       {"profile-self", &options.profile_self},
                                                        {"kubernetes", &kubernetes_on},
                                                        {"no-kubernetes", &kubernetes_off}};
 
@@ -306,6 +307,7 @@ Needs root: BPF and perf events, and reading every process's maps, binaries and 
 Flags:
   --duration D          stop after D (e.g. 30s, 5m); default: run until SIGINT or SIGTERM
   --pid PID             profile only this process; repeat for more; default: every process
+  --profile-self        sample the agent's own threads too (default: not; their CPU is in /metrics)
   --sampling-hz N       samples per second per CPU, 1 to 1000 (default 19)
   --stack-snapshot-bytes N
                         user stack bytes copied per sample for DWARF unwinding of code without

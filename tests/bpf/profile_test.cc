@@ -213,6 +213,45 @@ TEST(DeletedBinaryTest, FramesOfABinaryDeletedAfterStartKeepTheirNames) {
   EXPECT_GE(static_cast<double>(named) / total, 0.9) << named << " of " << total;
 }
 
+// System-wide, the agent samples every process but its own (its CPU is in its /metrics; sampling
+// itself would have it symbolize its own frames); --profile-self puts its threads back.
+TEST(SelfSamplingTest, AgentLeavesItsOwnProcessOutUnlessProfileSelf) {
+  for (bool profile_self : {false, true}) {
+    SCOPED_TRACE(profile_self ? "--profile-self" : "default");
+    const std::string dir = MakeTempDir();
+    ASSERT_FALSE(dir.empty());
+    // 997 Hz: reading kallsyms and symbolizing the machine's first samples after the attach give
+    // tens of the agent's own samples.
+    std::vector<std::string> argv = {EMBER_AGENT_BIN,
+                                     "--sampling-hz",
+                                     "997",
+                                     "--duration",
+                                     "3s",
+                                     "--output-dir",
+                                     dir,
+                                     "--metrics-address",
+                                     ""};
+    if (profile_self) argv.push_back("--profile-self");
+    Subprocess agent(argv);
+    ASSERT_EQ(agent.Wait(seconds(60)), 0) << agent.output();
+    int64_t own = 0;
+    int64_t others = 0;
+    for (const std::string& file : PprofFilesIn(dir)) {
+      absl::StatusOr<perftools::profiles::Profile> profile = ReadPprofFile(file);
+      ASSERT_TRUE(profile.ok()) << profile.status();
+      for (const NamedSample& sample : NamedSamples(*profile)) {
+        (sample.pid == agent.pid() ? own : others) += sample.count;
+      }
+    }
+    EXPECT_GT(others, 0) << agent.output();
+    if (profile_self) {
+      EXPECT_GT(own, 0) << agent.output();
+    } else {
+      EXPECT_EQ(own, 0) << agent.output();
+    }
+  }
+}
+
 TEST(AgentErrorsTest, WithoutPrivilegesSaysWhatIsMissing) {
   std::string dir = MakeTempDir();
   std::filesystem::permissions(dir, std::filesystem::perms::all);
