@@ -220,6 +220,10 @@ TEST(SelfSamplingTest, AgentLeavesItsOwnProcessOutUnlessProfileSelf) {
     SCOPED_TRACE(profile_self ? "--profile-self" : "default");
     const std::string dir = MakeTempDir();
     ASSERT_FALSE(dir.empty());
+    // A busy process beside it, which must be sampled either way. It waits for a byte on stdin,
+    // then runs its phases for 2 s.
+    Subprocess busy({EMBER_PHASES_BIN, "2"});
+    busy.WriteStdin("g");
     // 997 Hz: reading kallsyms and symbolizing the machine's first samples after the attach give
     // tens of the agent's own samples.
     std::vector<std::string> argv = {EMBER_AGENT_BIN,
@@ -234,16 +238,18 @@ TEST(SelfSamplingTest, AgentLeavesItsOwnProcessOutUnlessProfileSelf) {
     if (profile_self) argv.push_back("--profile-self");
     Subprocess agent(argv);
     ASSERT_EQ(agent.Wait(seconds(60)), 0) << agent.output();
+    EXPECT_EQ(busy.Wait(seconds(30)), 0) << busy.output();
     int64_t own = 0;
-    int64_t others = 0;
+    int64_t of_busy = 0;
     for (const std::string& file : PprofFilesIn(dir)) {
       absl::StatusOr<perftools::profiles::Profile> profile = ReadPprofFile(file);
       ASSERT_TRUE(profile.ok()) << profile.status();
       for (const NamedSample& sample : NamedSamples(*profile)) {
-        (sample.pid == agent.pid() ? own : others) += sample.count;
+        if (sample.pid == agent.pid()) own += sample.count;
+        if (sample.pid == busy.pid()) of_busy += sample.count;
       }
     }
-    EXPECT_GT(others, 0) << agent.output();
+    EXPECT_GT(of_busy, 0) << agent.output();
     if (profile_self) {
       EXPECT_GT(own, 0) << agent.output();
     } else {
