@@ -23,6 +23,15 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->max_perf_map_bytes, size_t{64} << 20);
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{64} << 20);
   EXPECT_EQ(options->max_pods, 4096u);
+  EXPECT_FALSE(options->profile_self);  // the agent leaves its own process out
+}
+
+TEST(OptionsTest, ProfileSelfIsASwitch) {
+  auto options = Parse({"--profile-self"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->profile_self);
+  EXPECT_FALSE(Parse({"--profile-self=yes"}).ok());  // a switch takes no value
+  EXPECT_NE(UsageText().find("--profile-self"), std::string::npos);
 }
 
 TEST(OptionsTest, LimitFlags) {
