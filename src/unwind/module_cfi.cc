@@ -180,11 +180,11 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
                      const StackMemory& stack, StepResult& result) {
   result.Reset();
   if (file_changed_ || !frame.Has(kCfiRegisterCount - 1)) return;
+  const uint64_t lookup_pc =
+      frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
   // Rows already cached are the agent's own memory: stepping by them reads nothing of the file,
   // so it needs no guard (a sigsetjmp per frame). Every other step goes the guarded way.
   if (compact_rows_ && dwfl_ != nullptr) {
-    const uint64_t lookup_pc =
-        frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
     if (CompactStep(lookup_pc, frame, bias, stack, result, /*read_missing=*/false)) {
       ++row_stats_.compact_steps;
       return;
@@ -193,8 +193,7 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
   }
   // The file's CFI is read through its mapping, which faults (SIGBUS) where the file was
   // truncated since it was opened: such a module steps nothing any more.
-  if (!internal::RunCatchingSigbus(
-          [&] { StepInFile(frame, bias, is_return_address, stack, result); })) {
+  if (!internal::RunCatchingSigbus([&] { StepInFile(lookup_pc, frame, bias, stack, result); })) {
     file_changed_ = true;
     result.Reset();
     spdlog::warn("{}: the file changed under the agent; frames in it no longer unwind",
@@ -202,11 +201,9 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
   }
 }
 
-void ModuleCfi::StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+void ModuleCfi::StepInFile(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
                            const StackMemory& stack, StepResult& result) {
   if (!Open()) return;
-  const uint64_t lookup_pc =
-      frame.value[kCfiRegisterCount - 1] - bias - (is_return_address ? 1 : 0);
   if (compact_rows_) {
     if (CompactStep(lookup_pc, frame, bias, stack, result, /*read_missing=*/true)) {
       ++row_stats_.compact_steps;

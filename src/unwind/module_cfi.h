@@ -86,7 +86,8 @@ class ModuleCfi {
   friend struct CfiCallbacks;
   struct StepState;
   bool Open();
-  void StepInFile(const FrameRegisters& frame, uint64_t bias, bool is_return_address,
+  // `lookup_pc`: the ELF address whose CFI row steps the frame.
+  void StepInFile(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
                   const StackMemory& stack, StepResult& result);
   // The row for ELF address `elf_pc`, with `compact` false when there is none: from the cache,
   // else (read_missing) read from the file and cached, else nullptr. Valid until the next call.
