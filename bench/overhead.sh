@@ -346,10 +346,14 @@ run() {
 # The table: per configuration, medians over rounds (throughput: of the per-round ratios to alone).
 summarize() {
   awk -F '\t' '
-    function median(key, col,   i, j, t, k, a) {
+    # Sorts a[1..k] ascending (insertion sort: mawk has no asort).
+    function sort_values(a, k,   i, j, t) {
+      for (i = 2; i <= k; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    }
+    function median(key, col,   i, k, a) {
       k = cnt[key]; split("", a)
       for (i = 1; i <= k; i++) a[i] = v[key, col, i]
-      for (i = 2; i <= k; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      sort_values(a, k)
       return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
     }
     function minmax(key, col,   i, lo, hi) {
@@ -359,7 +363,7 @@ summarize() {
     }
     # The mean, and its 95% interval from 2000 bootstrap resamples (fixed seed): whether a 1%
     # slowdown can be told from the rounds'"'"' noise at all.
-    function mean_ci(key, col,   b, i, k, n, sum, means, t, j) {
+    function mean_ci(key, col,   b, i, n, sum, means, t) {
       n = cnt[key]; sum = 0
       for (i = 1; i <= n; i++) sum += v[key, col, i]
       srand(1); split("", means)
@@ -368,7 +372,7 @@ summarize() {
         for (i = 1; i <= n; i++) t += v[key, col, 1 + int(rand() * n)]
         means[b] = t / n
       }
-      for (i = 2; i <= 2000; i++) for (j = i; j > 1 && means[j - 1] > means[j]; j--) { t = means[j]; means[j] = means[j - 1]; means[j - 1] = t }
+      sort_values(means, 2000)
       return sprintf("%.3f (%.3f..%.3f)", sum / n, means[51], means[1950])
     }
     NR == 1 { next }
