@@ -9,7 +9,7 @@
 #endif
 
 /* Bumped whenever the layout below changes. */
-#define EMBER_RECORD_VERSION 3
+#define EMBER_RECORD_VERSION 4
 
 #define EMBER_MAX_STACK_DEPTH 127
 #define EMBER_COMM_LEN 16
@@ -44,6 +44,16 @@ enum ember_record_kind {
 #define EMBER_SAMPLE_SNAPSHOT_ERROR (1u << 4)
 /* The process is a configured CPython: python_status says how the frame walk ended. */
 #define EMBER_SAMPLE_PYTHON (1u << 5)
+/* The user addresses come from the walk over the agent's CFI rows in BPF (docs/bpf-unwinding.md),
+ * not from a frame-pointer walk: each after the first is a return address. */
+#define EMBER_SAMPLE_UNWOUND_IN_BPF (1u << 6)
+/* That walk reached the thread's first frame: the user stack is whole. */
+#define EMBER_SAMPLE_UNWIND_COMPLETE (1u << 7)
+/* That walk stopped after user_depth frames (> 0), at the frame whose registers user_regs now
+ * hold: only sp, ip (a return address) and, unless EMBER_SAMPLE_CONTINUE_NO_BP, bp are known.
+ * The snapshot, if any, starts at that sp. */
+#define EMBER_SAMPLE_CONTINUE_REGS (1u << 8)
+#define EMBER_SAMPLE_CONTINUE_NO_BP (1u << 9)
 
 /* ember_sample.python_status: how the CPython frame walk ended (the agent's WalkStatus + 1). */
 enum ember_python_status {
@@ -99,6 +109,54 @@ struct ember_python_proc {
   __u32 flags;             /* EMBER_PYTHON_PROC_* */
 };
 
+/* --- In-BPF unwinding from the agent's CFI rows (docs/bpf-unwinding.md) --- */
+
+/* How a row finds the caller. */
+enum ember_unwind_row_kind {
+  EMBER_UNWIND_ROW_NONE = 0,      /* no row the BPF walk applies here: the agent takes over */
+  EMBER_UNWIND_ROW_CFA_SP = 1,    /* CFA = rsp + cfa_offset; the return address at CFA - 8 */
+  EMBER_UNWIND_ROW_CFA_BP = 2,    /* CFA = rbp + cfa_offset; the return address at CFA - 8 */
+  EMBER_UNWIND_ROW_OUTERMOST = 3, /* the return address is undefined: the thread's first frame */
+};
+
+/* The caller's rbp. */
+enum ember_unwind_bp_rule {
+  EMBER_UNWIND_BP_SAME = 0,      /* unchanged */
+  EMBER_UNWIND_BP_SAVED = 1,     /* saved at CFA + bp_offset */
+  EMBER_UNWIND_BP_UNDEFINED = 2, /* lost */
+};
+
+/* One row of a file's table: it holds from pc (an ELF address) up to the next row's pc. The
+ * caller's rsp is the CFA. 16 bytes, in the `unwind_rows` array map. */
+struct ember_unwind_row {
+  __u64 pc;
+  __s32 cfa_offset;
+  __s16 bp_offset;
+  __u8 kind;    /* enum ember_unwind_row_kind */
+  __u8 bp_rule; /* enum ember_unwind_bp_rule */
+};
+
+/* Executable mappings of one process the walk knows: those whose file has a table. */
+#define EMBER_MAX_UNWIND_MAPPINGS 128
+/* Binary search steps over one file's rows: tables of up to 2^24 rows. */
+#define EMBER_UNWIND_ROW_SEARCH_STEPS 24
+#define EMBER_MAX_UNWIND_ROWS_PER_FILE (1u << EMBER_UNWIND_ROW_SEARCH_STEPS)
+
+struct ember_unwind_mapping {
+  __u64 start; /* process addresses [start, end) */
+  __u64 end;
+  __u64 bias;      /* process address minus ELF address */
+  __u32 first_row; /* the file's rows in `unwind_rows`: [first_row, first_row + row_count) */
+  __u32 row_count;
+};
+
+/* Value of the `unwind_procs` map, key: pid (tgid in the initial pid namespace). */
+struct ember_unwind_proc {
+  __u32 count; /* mappings used, ascending by start, not overlapping */
+  __u32 reserved;
+  struct ember_unwind_mapping mappings[EMBER_MAX_UNWIND_MAPPINGS];
+};
+
 /* One CPU sample. Variable length: the fixed header, then user_regs, then kernel_depth kernel
  * addresses and user_depth frame-pointer user addresses (each leaf first), then
  * user_snapshot_bytes bytes of the user stack copied from user_regs[EMBER_USER_REG_SP] upwards,
@@ -142,7 +200,12 @@ enum ember_stat {
   /* of EMBER_STAT_SNAPSHOT_ERRORS: no stack mapping found for sp (bpf_find_vma failed, e.g. the
      mmap lock was busy), rather than the copy faulting */
   EMBER_STAT_SNAPSHOT_NO_MAPPING = 11,
-  EMBER_STAT_COUNT = 12,
+  /* In-BPF unwinding: stacks walked to the thread's first frame; walks stopped short (the agent
+     goes on from a snapshot); samples of processes without tables yet. */
+  EMBER_STAT_UNWIND_COMPLETE = 12,
+  EMBER_STAT_UNWIND_STOPPED = 13,
+  EMBER_STAT_UNWIND_NO_TABLES = 14,
+  EMBER_STAT_COUNT = 15,
 };
 
 #endif /* EMBER_BPF_SAMPLE_RECORD_H_ */
