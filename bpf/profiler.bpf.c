@@ -18,6 +18,8 @@ const volatile bool filter_pids = false;
 const volatile __u32 skip_tgid = 0;
 // Most bytes of user stack copied per sample for DWARF unwinding; 0 copies none.
 const volatile __u32 snapshot_limit = 0;
+// Walk user stacks here by the CFI rows the agent loads (unwind_rows, unwind_procs).
+const volatile bool unwind_in_bpf = false;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -242,6 +244,161 @@ static __always_inline __u32 stack__snapshot(struct task_struct *task, __u32 tid
   return size;
 }
 
+// --- User stacks walked by CFI rows (docs/bpf-unwinding.md) ---
+
+// Every file's rows, each file's a sorted run the agent placed (ember_unwind_mapping.first_row).
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);  // sized by the agent before load
+  __type(key, __u32);
+  __type(value, struct ember_unwind_row);
+} unwind_rows SEC(".maps");
+
+// Where each process maps the files that have rows. A process without an entry is unwound by the
+// agent from a snapshot, as without unwind_in_bpf.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 4096);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, __u32);  // tgid
+  __type(value, struct ember_unwind_proc);
+} unwind_procs SEC(".maps");
+
+#define UNWIND_MAPPING_MASK (EMBER_MAX_UNWIND_MAPPINGS - 1)
+// Index steps of a binary search over EMBER_MAX_UNWIND_MAPPINGS mappings.
+#define UNWIND_MAPPING_SEARCH_STEPS 8
+#define UNWIND_ADDRESS_MASK 255
+_Static_assert(UNWIND_ADDRESS_MASK + 1 >= 2 * EMBER_MAX_STACK_DEPTH, "a kernel and a user stack");
+
+struct unwind_walk {
+  const struct ember_unwind_proc *proc;
+  struct sample_buffer *buf;
+  __u32 first;  // index in the buffer's addresses of the first user frame (the kernel depth)
+  __u32 depth;  // user frames recorded
+  __u64 pc;     // the frame to step next
+  __u64 sp;
+  __u64 bp;
+  bool bp_known;
+  bool complete;  // the thread's first frame was recorded
+};
+
+// One step of a binary search for the last entry at or below `target` among `high` entries:
+// `low` ends as how many there are. Each step is its own bpf_loop call, so the verifier looks at
+// one step, not at every path through the whole search.
+struct unwind_search {
+  const struct ember_unwind_proc *proc;  // searching its mappings, or (NULL) rows from first
+  __u32 first;
+  __u32 low;
+  __u32 high;
+  __u64 target;
+};
+
+static long unwind__search_step(__u64 index, void *data) {
+  struct unwind_search *search = data;
+  if (search->low >= search->high) return 1;
+  __u32 middle = search->low + (search->high - search->low) / 2;
+  __u64 start;
+  if (search->proc) {
+    start = search->proc->mappings[middle & UNWIND_MAPPING_MASK].start;
+  } else {
+    __u32 key = search->first + middle;
+    const struct ember_unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+    if (!row) {
+      search->low = 0;  // a row outside the map: no answer
+      return 1;
+    }
+    start = row->pc;
+  }
+  if (start <= search->target) {
+    search->low = middle + 1;
+  } else {
+    search->high = middle;
+  }
+  return 0;
+}
+
+// The mapping holding `address`, or NULL.
+static __always_inline const struct ember_unwind_mapping *unwind__mapping(
+    const struct ember_unwind_proc *proc, __u64 address) {
+  struct unwind_search search = {.proc = proc, .low = 0, .high = proc->count, .target = address};
+  if (search.high > EMBER_MAX_UNWIND_MAPPINGS) search.high = EMBER_MAX_UNWIND_MAPPINGS;
+  bpf_loop(UNWIND_MAPPING_SEARCH_STEPS, unwind__search_step, &search, 0);
+  if (search.low == 0 || search.low > EMBER_MAX_UNWIND_MAPPINGS) return NULL;
+  const struct ember_unwind_mapping *mapping =
+      &proc->mappings[(search.low - 1) & UNWIND_MAPPING_MASK];
+  return address < mapping->end ? mapping : NULL;
+}
+
+// The row of a file holding ELF address `elf_pc`: the last one starting at or below it.
+static __always_inline const struct ember_unwind_row *unwind__row(
+    const struct ember_unwind_mapping *mapping, __u64 elf_pc) {
+  if (mapping->row_count > EMBER_MAX_UNWIND_ROWS_PER_FILE) return NULL;
+  struct unwind_search search = {
+      .proc = NULL, .first = mapping->first_row, .low = 0, .high = mapping->row_count,
+      .target = elf_pc};
+  bpf_loop(EMBER_UNWIND_ROW_SEARCH_STEPS + 1, unwind__search_step, &search, 0);
+  if (search.low == 0) return NULL;
+  __u32 key = search.first + search.low - 1;
+  return bpf_map_lookup_elem(&unwind_rows, &key);
+}
+
+static __always_inline bool unwind__read(__u64 address, __u64 *value) {
+  return bpf_probe_read_user(value, sizeof(*value), (const void *)address) == 0;
+}
+
+// Records the frame walk->pc and steps to its caller. Returns 1 to stop: the thread's first
+// frame is recorded (walk->complete), or the frame in walk cannot be stepped here.
+static long unwind__step(__u64 index, void *data) {
+  struct unwind_walk *walk = data;
+  if (walk->first > EMBER_MAX_STACK_DEPTH || walk->depth >= EMBER_MAX_STACK_DEPTH) return 1;
+  // Masked for the verifier: below 2 * EMBER_MAX_STACK_DEPTH already, inside the buffer's
+  // addresses either way.
+  const __u32 at = (walk->first + walk->depth) & UNWIND_ADDRESS_MASK;
+  // A return address is looked up at its call, the byte before it.
+  const __u64 lookup = walk->depth > 0 ? walk->pc - 1 : walk->pc;
+  const struct ember_unwind_mapping *mapping = unwind__mapping(walk->proc, lookup);
+  if (!mapping) return 1;
+  const struct ember_unwind_row *row = unwind__row(mapping, lookup - mapping->bias);
+  if (!row) return 1;
+  __u64 *ips = (__u64 *)walk->buf->tail;
+  if (row->kind == EMBER_UNWIND_ROW_OUTERMOST) {
+    ips[at] = walk->pc;
+    walk->depth += 1;
+    walk->complete = true;
+    return 1;
+  }
+  __u64 cfa;
+  if (row->kind == EMBER_UNWIND_ROW_CFA_SP) {
+    cfa = walk->sp + (__s64)row->cfa_offset;
+  } else if (row->kind == EMBER_UNWIND_ROW_CFA_BP && walk->bp_known) {
+    cfa = walk->bp + (__s64)row->cfa_offset;
+  } else {
+    return 1;
+  }
+  // The caller's frame lies above this one: anything else is a bad row or a bad register, and
+  // would loop.
+  __u64 return_address = 0;
+  if (cfa <= walk->sp || !unwind__read(cfa - 8, &return_address)) return 1;
+  __u64 bp = walk->bp;
+  bool bp_known = walk->bp_known;
+  if (row->bp_rule == EMBER_UNWIND_BP_SAVED) {
+    bp_known = unwind__read(cfa + (__s64)row->bp_offset, &bp);
+  } else if (row->bp_rule == EMBER_UNWIND_BP_UNDEFINED) {
+    bp_known = false;
+  }
+  ips[at] = walk->pc;
+  walk->depth += 1;
+  if (return_address == 0) {  // a zeroed return address: the first frame of code without CFI
+    walk->complete = true;
+    return 1;
+  }
+  walk->pc = return_address;
+  walk->sp = cfa;
+  walk->bp = bp;
+  walk->bp_known = bp_known;
+  return 0;
+}
+
 // --- CPython frames (docs/cpython.md, "The BPF half") ---
 
 #define PYTHON_HEADER_MASK (EMBER_MAX_PYTHON_FRAME_HEADER - 1)
@@ -444,6 +601,43 @@ static __always_inline void python__count(__u32 status) {
   }
 }
 
+// Walks the user stack from the registers in s by the CFI rows of process pid, recording its
+// frames after the kernel's. Returns how many it recorded and sets the sample's flags: a walk that
+// stopped short leaves in s->user_regs the frame the agent is to go on from.
+static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_buffer *buf,
+                                          __u32 pid, __u32 kernel_depth, __u32 *flags) {
+  const struct ember_unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+  if (!proc) {
+    stats__add(EMBER_STAT_UNWIND_NO_TABLES);
+    return 0;
+  }
+  struct unwind_walk walk = {
+      .proc = proc,
+      .buf = buf,
+      .first = kernel_depth,
+      .depth = 0,
+      .pc = s->user_regs[EMBER_USER_REG_IP],
+      .sp = s->user_regs[EMBER_USER_REG_SP],
+      .bp = s->user_regs[EMBER_USER_REG_BP],
+      .bp_known = true,
+      .complete = false,
+  };
+  bpf_loop(EMBER_MAX_STACK_DEPTH, unwind__step, &walk, 0);
+  if (walk.complete) {
+    stats__add(EMBER_STAT_UNWIND_COMPLETE);
+    *flags |= EMBER_SAMPLE_UNWOUND_IN_BPF | EMBER_SAMPLE_UNWIND_COMPLETE;
+    return walk.depth;
+  }
+  stats__add(EMBER_STAT_UNWIND_STOPPED);
+  if (walk.depth == 0) return 0;  // the registers are the leaf's, as without the walk
+  *flags |= EMBER_SAMPLE_UNWOUND_IN_BPF | EMBER_SAMPLE_CONTINUE_REGS;
+  if (!walk.bp_known) *flags |= EMBER_SAMPLE_CONTINUE_NO_BP;
+  s->user_regs[EMBER_USER_REG_IP] = walk.pc;
+  s->user_regs[EMBER_USER_REG_SP] = walk.sp;
+  s->user_regs[EMBER_USER_REG_BP] = walk.bp_known ? walk.bp : 0;
+  return walk.depth;
+}
+
 SEC("perf_event")
 int profile__sample(struct bpf_perf_event_data *ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -481,20 +675,23 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   // (from kernel context the kernel walks the task's saved user registers). The agent unwinds a
   // snapshot's frame-pointer code itself, so walking both would only add cost.
   __u32 snapshot_bytes = 0;
+  __u32 user_depth = 0;
   struct task_struct *task = bpf_get_current_task_btf();
   if (task->mm && regs__read_user(ctx, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
-    if (snapshot_limit > 0) {
-      snapshot_bytes = stack__snapshot(task, tid, s->user_regs[EMBER_USER_REG_SP],
-                                       buf->tail + kernel_depth * sizeof(__u64), &flags);
+    if (unwind_in_bpf) user_depth = unwind__user(s, buf, pid, kernel_depth, &flags);
+    if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier
+    if (snapshot_limit > 0 && !(flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
+      snapshot_bytes =
+          stack__snapshot(task, tid, s->user_regs[EMBER_USER_REG_SP],
+                          buf->tail + (kernel_depth + user_depth) * sizeof(__u64), &flags);
       if (flags & EMBER_SAMPLE_SNAPSHOT_ERROR) stats__add(EMBER_STAT_SNAPSHOT_ERRORS);
       if (flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) stats__add(EMBER_STAT_SNAPSHOT_CLAMPED);
     }
   } else {
     __builtin_memset(s->user_regs, 0, sizeof(s->user_regs));
   }
-  __u32 user_depth = 0;
-  if (snapshot_bytes == 0) {
+  if (snapshot_bytes == 0 && !(flags & EMBER_SAMPLE_UNWOUND_IN_BPF)) {
     user_depth = stack__read(ctx, &ips[kernel_depth], BPF_F_USER_STACK,
                              EMBER_SAMPLE_USER_STACK_ERROR, &flags);
     if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;

@@ -16,6 +16,7 @@
 /* x86-64 user registers in DWARF numbering: rax rdx rcx rbx rsi rdi rbp rsp r8..r15, then rip
  * (16, the return-address column). */
 #define EMBER_USER_REG_COUNT 17
+#define EMBER_USER_REG_BP 6
 #define EMBER_USER_REG_SP 7
 #define EMBER_USER_REG_IP 16
 /* Upper bound of --stack-snapshot-bytes: the size of the BPF scratch buffer's snapshot area. */

@@ -112,7 +112,8 @@ Agent::Agent(const Options& options)
                                  "Samples the kernel dropped because the ring buffer was full.");
   constexpr absl::string_view kUnwound = "ember_user_stacks_unwound_total";
   constexpr absl::string_view kUnwoundHelp =
-      "User stacks unwound from stack snapshots, by how the walk ended.";
+      "User stacks unwound with DWARF CFI (in BPF, from stack snapshots, or both), by how the "
+      "walk ended.";
   unwound_complete_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "complete"}});
   unwound_truncated_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "truncated"}});
   unwound_failed_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "failed"}});
@@ -183,10 +184,14 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
                            .pids = pids,
                            .stack_snapshot_bytes = options.stack_snapshot_bytes,
-                           .skip_tgid = options.profile_self ? 0 : OwnTgidInInitialPidNamespace()};
+                           .skip_tgid = options.profile_self ? 0 : OwnTgidInInitialPidNamespace(),
+                           .unwind_rows = options.bpf_unwind_rows};
   Agent* self = agent.get();
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
+  if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
+    agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
+  }
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
                agent->profiler_->attached_cpus(), MillisecondsSince(started_at),
                options.sampling_hz,
@@ -389,7 +394,15 @@ void Agent::OnSample(const SampleView& sample) {
     process->container = cgroups_.ResolveProcess(header.cgroup_id, header.pid);
   }
   if (process != nullptr) {
-    UpdatePython(process);
+    ProcessSeen& seen = seen_[process->pid];
+    if (seen.maps_version != process->maps_version) {
+      seen.maps_version = process->maps_version;
+      seen.start_time = process->start_time;
+      if (bpf_unwind_ != nullptr) {
+        bpf_unwind_->SetProcess(process->pid, UnwindMappingsOf(processes_, *process));
+      }
+      UpdatePython(process);
+    }
     const size_t user_begin = stack_.size();
     AppendUserFrames(process, sample);
     if (!sample.python_frames.empty()) {
@@ -412,20 +425,46 @@ void Agent::OnSample(const SampleView& sample) {
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   const ember_sample& header = *sample.header;
   user_pcs_.clear();
-  if (sample.user_stack.empty()) {
+  // Frames walked in BPF (by CFI rows) come first; a snapshot, if any, goes on from where that
+  // walk stopped.
+  const bool walked_in_bpf = (header.flags & EMBER_SAMPLE_UNWOUND_IN_BPF) != 0;
+  if (sample.user_stack.empty() || walked_in_bpf) {
     for (size_t i = 0; i < sample.user_ips.size(); ++i) {
       stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
       user_pcs_.push_back(sample.user_ips[i]);
     }
-    if (header.user_depth >= EMBER_MAX_STACK_DEPTH) {
-      stack_.push_back(frames_.Marker("[truncated]"));
-      user_pcs_.push_back(0);
+  }
+  if (walked_in_bpf && (header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
+    unwound_complete_metric_->Increment();
+    return;
+  }
+  const bool continued = (header.flags & EMBER_SAMPLE_CONTINUE_REGS) != 0;
+  if (sample.user_stack.empty()) {
+    if (walked_in_bpf) {
+      // Stopped short with no snapshot to go on with: the frame it stopped at, then the cut.
+      if (continued && !sample.user_regs.empty()) {
+        const uint64_t pc = sample.user_regs[EMBER_USER_REG_IP];
+        stack_.push_back(frames_.User(process, pc, /*caller=*/true));
+        user_pcs_.push_back(pc);
+      }
+      unwound_failed_metric_->Increment();
+    } else if (header.user_depth < EMBER_MAX_STACK_DEPTH) {
+      return;  // a frame-pointer walk, whole as far as it could tell
     }
+    stack_.push_back(frames_.Marker("[truncated]"));
+    user_pcs_.push_back(0);
     return;
   }
   UserStack user_stack{.registers = sample.user_regs,
                        .stack = sample.user_stack,
                        .clamped = (header.flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
+  if (continued) {
+    user_stack.known_registers = (1u << EMBER_USER_REG_SP) | (1u << EMBER_USER_REG_IP);
+    if (!(header.flags & EMBER_SAMPLE_CONTINUE_NO_BP)) {
+      user_stack.known_registers |= 1u << EMBER_USER_REG_BP;
+    }
+    user_stack.first_is_return_address = true;
+  }
   UnwindResult& unwound = unwound_;
   unwinder_.Unwind(
       header.pid, process->maps_version, [&] { return UnwindMappingsOf(processes_, *process); },
@@ -450,10 +489,6 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
 }
 
 void Agent::UpdatePython(Process* process) {
-  PythonSeen& seen = python_seen_[process->pid];
-  if (seen.maps_version == process->maps_version) return;
-  seen.maps_version = process->maps_version;
-  seen.start_time = process->start_time;
   std::vector<python::MappedFile> files;
   files.reserve(process->mappings.size());
   for (const MemoryMapping& mapping : process->mappings) {
@@ -514,8 +549,8 @@ void Agent::SplicePython(const python::PythonProcess& python, const SampleView& 
   }
 }
 
-void Agent::DropExitedPython() {
-  for (auto it = python_seen_.begin(); it != python_seen_.end();) {
+void Agent::DropExitedProcesses() {
+  for (auto it = seen_.begin(); it != seen_.end();) {
     const uint32_t pid = it->first;
     std::string stat = ReadWholeFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
     if (!stat.empty() && ParseStatStartTime(stat) == it->second.start_time) {
@@ -527,7 +562,8 @@ void Agent::DropExitedPython() {
       profiler_->RemovePythonProcess(pid);
     }
     python_.Forget(pid);
-    it = python_seen_.erase(it);
+    if (bpf_unwind_ != nullptr) bpf_unwind_->RemoveProcess(pid);
+    it = seen_.erase(it);
   }
 }
 
@@ -681,8 +717,9 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
   processes_.DropExited();
-  DropExitedPython();
+  DropExitedProcesses();
   python_.NextGeneration();
+  if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
   ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
@@ -736,10 +773,19 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
                profiles_written_metric_->Value(), options_.output_dir,
                write_failures_metric_->Value());
   spdlog::info(
-      "user stacks unwound from snapshots: {} complete, {} truncated, {} failed; {} snapshot "
+      "user stacks unwound with CFI: {} complete, {} truncated, {} failed; {} snapshot "
       "errors ({} with no stack mapping found)",
       unwound_complete_metric_->Value(), unwound_truncated_metric_->Value(),
       unwound_failed_metric_->Value(), stats.snapshot_errors, stats.snapshot_no_mapping);
+  if (bpf_unwind_ != nullptr) {
+    const BpfUnwindTablesStats tables = bpf_unwind_->stats();
+    spdlog::info(
+        "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
+        "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
+        "did not fit)",
+        stats.unwind_complete, stats.unwind_stopped, stats.unwind_no_tables, tables.rows_used,
+        tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room);
+  }
   if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +
           stats.python_not_code + stats.python_truncated >
       0) {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "agent/aggregator.h"
 #include "agent/bpf_profiler.h"
+#include "agent/bpf_unwind_tables.h"
 #include "agent/cache_metrics.h"
 #include "agent/frame_resolver.h"
 #include "agent/interval_clock.h"
@@ -47,9 +48,10 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
-  // Appends the user frames of a sample to stack_: unwound with DWARF CFI (and frame pointers
-  // where a module has no CFI) from its snapshot when it has one, else the frame-pointer walk
-  // done in BPF. A stack that does not reach the thread's first frame ends with "[truncated]".
+  // Appends the user frames of a sample to stack_: those the BPF program walked by CFI rows,
+  // then, unwound with DWARF CFI (and frame pointers where a module has no CFI), its snapshot
+  // from where that walk stopped; without either, the frame-pointer walk done in BPF. A stack
+  // that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
   // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
   // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
@@ -58,8 +60,9 @@ class Agent {
   // sample's Python frames (SpliceStacks).
   void SplicePython(const python::PythonProcess& python, const SampleView& sample,
                     size_t user_begin);
-  // Stops walking the Python frames of processes that exited (or whose pid was reused).
-  void DropExitedPython();
+  // Stops walking the Python frames and the BPF stack walk of processes that exited (or whose
+  // pid was reused).
+  void DropExitedProcesses();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
@@ -125,13 +128,15 @@ class Agent {
   std::vector<uint64_t> user_pcs_;
   UnwindResult unwound_;  // reused per sample
   python::FrameNamer python_;
-  // Per process with Python bookkeeping: the maps_version detection last ran on, and its start
-  // time (a reused pid is another process).
-  struct PythonSeen {
+  // Per process sampled: the maps_version its Python detection and BPF unwinding tables were
+  // last set up for, and its start time (a reused pid is another process).
+  struct ProcessSeen {
     uint64_t maps_version = 0;
     uint64_t start_time = 0;
   };
-  std::unordered_map<uint32_t, PythonSeen> python_seen_;
+  std::unordered_map<uint32_t, ProcessSeen> seen_;
+  // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0.
+  std::unique_ptr<BpfUnwindTables> bpf_unwind_;
   python::SpliceStats splice_stats_;
 
   // Self-metrics, updated by the sampling thread and read by the status endpoint's (registered

@@ -10,7 +10,9 @@
 
 #include <cerrno>
 #include <cstdarg>
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -73,6 +75,45 @@ int OpenCpuClock(int cpu, int hz) {
       syscall(SYS_perf_event_open, &attr, /*pid=*/-1, cpu, /*group_fd=*/-1, PERF_FLAG_FD_CLOEXEC));
 }
 
+// The walk's maps, written through the bpf syscall.
+class BpfUnwindMaps : public UnwindMaps {
+ public:
+  BpfUnwindMaps(const bpf_map* rows, const bpf_map* procs) : rows_(rows), procs_(procs) {}
+
+  absl::Status WriteRows(uint32_t first, std::span<const ember_unwind_row> rows) override {
+    // A batch per call of the syscall: a table of 100k rows is 25 calls, not 100k.
+    constexpr size_t kBatch = 4096;
+    std::vector<uint32_t> keys;
+    for (size_t done = 0; done < rows.size();) {
+      const size_t count = std::min(kBatch, rows.size() - done);
+      keys.resize(count);
+      for (size_t i = 0; i < count; ++i) keys[i] = first + static_cast<uint32_t>(done + i);
+      uint32_t written = static_cast<uint32_t>(count);
+      if (bpf_map_update_batch(bpf_map__fd(rows_), keys.data(), rows.data() + done, &written,
+                               nullptr) != 0) {
+        return ErrnoStatus(errno, "writing CFI rows to the BPF program");
+      }
+      done += count;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SetProcess(uint32_t pid, const ember_unwind_proc& proc) override {
+    if (bpf_map__update_elem(procs_, &pid, sizeof(pid), &proc, sizeof(proc), BPF_ANY) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("giving the BPF program the mappings of pid ", pid));
+    }
+    return absl::OkStatus();
+  }
+
+  void RemoveProcess(uint32_t pid) override {
+    bpf_map__delete_elem(procs_, &pid, sizeof(pid), 0);
+  }
+
+ private:
+  const bpf_map* rows_;
+  const bpf_map* procs_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfilerConfig& config,
@@ -102,6 +143,12 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   self->skeleton_->rodata->filter_pids = !config.pids.empty();
   self->skeleton_->rodata->snapshot_limit = config.stack_snapshot_bytes;
   self->skeleton_->rodata->skip_tgid = config.skip_tgid;
+  self->skeleton_->rodata->unwind_in_bpf = config.unwind_rows > 0;
+  if (int err = bpf_map__set_max_entries(self->skeleton_->maps.unwind_rows,
+                                         std::max<uint32_t>(config.unwind_rows, 1));
+      err != 0) {
+    return ErrnoStatus(err, "sizing the CFI row table");
+  }
   size_t ring_bytes = config.ring_buffer_bytes ? config.ring_buffer_bytes
                                                : RingBufferBytes(cpus->size(), config.sampling_hz,
                                                                  config.stack_snapshot_bytes);
@@ -122,6 +169,10 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
                              BPF_ANY) != 0) {
       return ErrnoStatus(errno, absl::StrCat("adding pid ", pid, " to the filter"));
     }
+  }
+  if (config.unwind_rows > 0) {
+    self->unwind_maps_ = std::make_unique<BpfUnwindMaps>(self->skeleton_->maps.unwind_rows,
+                                                         self->skeleton_->maps.unwind_procs);
   }
   self->ring_ =
       ring_buffer__new(bpf_map__fd(self->skeleton_->maps.samples), &OnRecord, self.get(), nullptr);
@@ -182,7 +233,8 @@ BpfStats BpfProfiler::ReadStats() const {
       &stats.samples,           &stats.ring_buffer_full,       &stats.kernel_stack_errors,
       &stats.user_stack_errors, &stats.snapshot_errors,        &stats.snapshot_clamped,
       &stats.python_ok,         &stats.python_no_thread_state, &stats.python_read_failed,
-      &stats.python_not_code,   &stats.python_truncated,       &stats.snapshot_no_mapping};
+      &stats.python_not_code,   &stats.python_truncated,       &stats.snapshot_no_mapping,
+      &stats.unwind_complete,   &stats.unwind_stopped,         &stats.unwind_no_tables};
   static_assert(std::size(fields) == EMBER_STAT_COUNT);
   for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
     if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/bpf_unwind_tables.h"
 #include "agent/sample_record_layout.h"
 
 // libbpf's and the skeleton's types, which stay out of this header.
@@ -26,6 +27,9 @@ struct BpfProfilerConfig {
   uint32_t stack_snapshot_bytes = 0;
   // A process never sampled, in the initial pid namespace (the agent's own); 0: none.
   uint32_t skip_tgid = 0;
+  // Rows of CFI the BPF program can hold for walking user stacks itself (docs/bpf-unwinding.md);
+  // 0: no walk in BPF.
+  uint32_t unwind_rows = 0;
 };
 
 // Kernel-side counters, summed over CPUs.
@@ -43,6 +47,11 @@ struct BpfStats {
   uint64_t python_read_failed = 0;
   uint64_t python_not_code = 0;
   uint64_t python_truncated = 0;
+  // In-BPF unwinding: walks that reached the first frame, walks that stopped short, samples of
+  // processes without tables.
+  uint64_t unwind_complete = 0;
+  uint64_t unwind_stopped = 0;
+  uint64_t unwind_no_tables = 0;
 };
 
 class BpfProfiler {
@@ -70,6 +79,8 @@ class BpfProfiler {
   absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);
   // Stops walking its Python frames; no-op for a pid without an entry.
   void RemovePythonProcess(uint32_t pid);
+  // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
+  UnwindMaps* unwind_maps() { return unwind_maps_.get(); }
   // Records the ring buffer held that did not decode (should stay 0).
   uint64_t malformed_records() const { return malformed_records_; }
 
@@ -82,6 +93,7 @@ class BpfProfiler {
   std::vector<struct bpf_link*> links_;
   struct ring_buffer* ring_ = nullptr;
   SampleHandler handler_;
+  std::unique_ptr<UnwindMaps> unwind_maps_;
   uint64_t malformed_records_ = 0;
 };
 

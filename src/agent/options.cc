@@ -139,6 +139,13 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          options.stack_snapshot_bytes = bytes;
          return absl::OkStatus();
        }},
+      {"bpf-unwind-rows",
+       [&](absl::string_view v) {
+         size_t rows = 0;
+         RETURN_IF_ERROR(ParseCountFlag("bpf-unwind-rows", v, 0, kMaxBpfUnwindRows, &rows));
+         options.bpf_unwind_rows = static_cast<uint32_t>(rows);
+         return absl::OkStatus();
+       }},
       {"output-dir",
        [&](absl::string_view v) {
          if (v.empty()) return FlagError("output-dir", "a directory path", v);
@@ -312,6 +319,9 @@ Flags:
   --stack-snapshot-bytes N
                         user stack bytes copied per sample for DWARF unwinding of code without
                         frame pointers, 0 to 65536; 0 walks frame pointers only (default 16384)
+  --bpf-unwind-rows N   call-frame rows (16 bytes each, in kernel memory) the BPF program holds to
+                        walk user stacks without frame pointers itself, 0 to 16777216; 0 leaves
+                        every such walk to the agent, from the snapshot (default 1048576)
   --export-interval D   length of each profile, at least 1s (default 10s)
   --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles; with
                         an OTLP endpoint, local files are written only when this is given)

@@ -17,6 +17,7 @@
 namespace ember {
 
 inline constexpr uint32_t kMaxStackSnapshotBytes = 65536;
+inline constexpr uint32_t kMaxBpfUnwindRows = 1u << 24;
 
 struct Options {
   absl::Duration duration = absl::ZeroDuration();  // zero: until SIGINT or SIGTERM
@@ -24,6 +25,8 @@ struct Options {
   int sampling_hz = 19;
   // See UsageText; the BPF scratch buffer bounds it (EMBER_MAX_SNAPSHOT_BYTES).
   uint32_t stack_snapshot_bytes = 16384;
+  // Rows of the in-BPF stack walk's table (docs/bpf-unwinding.md); 0: no walk in BPF.
+  uint32_t bpf_unwind_rows = 1u << 20;
   absl::Duration export_interval = absl::Seconds(10);
   std::string output_dir = "ember-profiles";
   // --output-dir was given: with an OTLP endpoint, local files are written only then.

@@ -117,9 +117,12 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
   space->last_generation = generation_;
 
   FrameRegisters frame;
-  for (int reg = 0; reg < kUnwindRegisterCount; ++reg) frame.Set(reg, stack.registers[reg]);
-  const StackMemory memory{.start = frame.value[kSp], .bytes = stack.stack};
-  bool is_return_address = false;  // the leaf's pc is the interrupted instruction
+  for (int reg = 0; reg < kUnwindRegisterCount; ++reg) {
+    if ((stack.known_registers >> reg) & 1u) frame.Set(reg, stack.registers[reg]);
+  }
+  const StackMemory memory{.start = stack.registers[kSp], .bytes = stack.stack};
+  // A leaf's pc is the interrupted instruction.
+  bool is_return_address = stack.first_is_return_address;
   bool read_past_stack = false;
   StepResult step;  // reused from frame to frame
   for (;;) {
@@ -164,7 +167,10 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
     }
     break;
   }
-  if (result.frames.empty()) result.frames.push_back({.pc = stack.registers[kIp]});
+  if (result.frames.empty()) {
+    result.frames.push_back(
+        {.pc = stack.registers[kIp], .is_return_address = stack.first_is_return_address});
+  }
 }
 
 void DwarfUnwinder::NextGeneration(int keep_generations) {

@@ -30,6 +30,10 @@ struct UserStack {
   std::span<const uint64_t> registers;  // kUnwindRegisterCount values, DWARF order
   std::span<const uint8_t> stack;       // memory from registers[kUnwindRegisterSp] upwards
   bool clamped = false;                 // the stack goes on past `stack`
+  // Which of `registers` are known, by bit: a walk begun in BPF hands over sp, ip and bp only.
+  uint32_t known_registers = (1u << kUnwindRegisterCount) - 1;
+  // The first frame's pc is a return address: the walk goes on from a caller's frame.
+  bool first_is_return_address = false;
 };
 
 // One executable mapping of a process, as the unwinder needs it.

@@ -61,24 +61,25 @@ absl::Status ElfImage::ReadSegments() {
     if (gelf_getphdr(elf_, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
       continue;
     }
-    segments_.push_back({.offset = phdr.p_offset,
+    layout_.segments_.push_back({.offset = phdr.p_offset,
                          .vaddr = phdr.p_vaddr,
                          .file_size = phdr.p_filesz,
                          .mem_size = phdr.p_memsz,
                          .align = phdr.p_align});
   }
-  if (segments_.empty()) return absl::DataLossError("no loadable segments");
+  if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
   return absl::OkStatus();
 }
 
-ModulePlacement ElfImage::AtElfAddresses() const {
+ModulePlacement LoadLayout::AtElfAddresses() const {
+  if (segments_.empty()) return {};
   const Segment& first = segments_.front();
   std::optional<ModulePlacement> placement =
       Place(first.vaddr & ~uint64_t{4095}, first.offset & ~uint64_t{4095});
   return placement ? *placement : ModulePlacement{};
 }
 
-std::optional<ModulePlacement> ElfImage::Place(uint64_t start, uint64_t file_offset) const {
+std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t file_offset) const {
   constexpr uint64_t kPage = 4096;
   const Segment* mapped = nullptr;
   for (const Segment& s : segments_) {

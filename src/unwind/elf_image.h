@@ -27,6 +27,23 @@ struct ModulePlacement {
   uint64_t bias = 0;  // process address minus ELF virtual address
 };
 
+// An ELF file's loadable segments: how a mapping of the file places it. A copy outlives the file.
+class LoadLayout {
+ public:
+  // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
+  // loadable segment holds that offset.
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
+  // The placement at the file's own ELF addresses (bias 0).
+  ModulePlacement AtElfAddresses() const;
+
+ private:
+  friend class ElfImage;
+  struct Segment {
+    uint64_t offset, vaddr, file_size, mem_size, align;
+  };
+  std::vector<Segment> segments_;  // PT_LOAD, in file order; never empty once read
+};
+
 class ElfImage {
  public:
   // A file on disk (or behind /proc/PID/map_files).
@@ -42,25 +59,22 @@ class ElfImage {
   Elf* elf() const { return elf_; }
   const std::string& path() const { return path_; }  // as opened, or "[vdso]"
 
-  // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
-  // loadable segment holds that offset.
-  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
-  // The placement at the file's own ELF addresses (bias 0).
-  ModulePlacement AtElfAddresses() const;
+  const LoadLayout& layout() const { return layout_; }
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const {
+    return layout_.Place(start, file_offset);
+  }
+  ModulePlacement AtElfAddresses() const { return layout_.AtElfAddresses(); }
   // Drops this process's pages of the file's mapping (internal::ElfFile::ReleasePages).
   void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
 
  private:
-  struct Segment {
-    uint64_t offset, vaddr, file_size, mem_size, align;
-  };
   ElfImage(std::string path, std::unique_ptr<internal::ElfFile> file, Elf* elf);
   absl::Status ReadSegments();
 
   std::string path_;
   std::unique_ptr<internal::ElfFile> file_;  // null for the vDSO
   Elf* elf_;
-  std::vector<Segment> segments_;  // PT_LOAD, in file order
+  LoadLayout layout_;
 };
 
 }  // namespace ember
