@@ -2,6 +2,7 @@
 #include "agent/bpf_unwind_tables.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <utility>
 
@@ -50,7 +51,9 @@ BpfUnwindTables::File& BpfUnwindTables::Load(const FileIdentity& key,
   file.last_generation = generation_;
   if (!inserted) return file;
   ++tables_built_;
+  const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<FileUnwindTable> table = source_(mapping);
+  build_time_ += std::chrono::steady_clock::now() - started;
   if (!table.ok()) {
     spdlog::debug("{}: frames in it are unwound from snapshots: {}", mapping.name,
                   std::string(table.status().message()));
@@ -74,6 +77,10 @@ BpfUnwindTables::File& BpfUnwindTables::Load(const FileIdentity& key,
   file.row_count = static_cast<uint32_t>(count);
   file.layout = std::move(table->layout);
   rows_used_ += count;
+  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
+                std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - started)
+                    .count());
   return file;
 }
 
@@ -206,6 +213,7 @@ BpfUnwindTablesStats BpfUnwindTables::stats() const {
   stats.processes = processes_.size();
   stats.tables_built = tables_built_;
   stats.out_of_room = out_of_room_;
+  stats.build_time = build_time_;
   return stats;
 }
 

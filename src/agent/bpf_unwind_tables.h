@@ -3,6 +3,7 @@
 // that maps it, and their room in the row map is reused once no process has mapped it for a while.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,6 +44,7 @@ struct BpfUnwindTablesStats {
   size_t processes = 0;
   uint64_t tables_built = 0;  // since start
   uint64_t out_of_room = 0;   // tables that did not fit in the row map
+  std::chrono::nanoseconds build_time{0};  // building and writing tables, since start
 };
 
 class BpfUnwindTables {
@@ -89,6 +91,7 @@ class BpfUnwindTables {
   size_t rows_used_ = 0;
   uint64_t tables_built_ = 0;
   uint64_t out_of_room_ = 0;
+  std::chrono::nanoseconds build_time_{0};
 };
 
 }  // namespace ember
