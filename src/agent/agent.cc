@@ -756,6 +756,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     // Within an interval too, so that symbolizing many new binaries at once (at start-up, or a
     // burst of new processes) does not keep all their pages resident until its end.
     if (now.steady - file_pages_released_at_ >= kFilePagesReleasePeriod) ReleaseFilePages();
+    if (bpf_unwind_ != nullptr) bpf_unwind_->BuildPending(now.steady);
     const auto wait = clock.WaitFor(
         now.steady,
         std::chrono::milliseconds(seen_first_sample_ ? kMaxPollMs : kMaxPollMsBeforeFirstSample));
@@ -782,10 +783,10 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     spdlog::info(
         "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
         "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
-        "did not fit); {} tables built in {} ms",
+        "did not fit, {} queued); {} tables built in {} ms",
         stats.unwind_complete, stats.unwind_stopped, stats.unwind_no_tables, tables.rows_used,
         tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room,
-        tables.tables_built,
+        tables.files_queued, tables.tables_built,
         std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count());
   }
   if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +

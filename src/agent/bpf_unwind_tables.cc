@@ -39,85 +39,62 @@ absl::StatusOr<FileUnwindTable> BpfUnwindTables::TableOfFile(const ExecutableMap
   return FileUnwindTable{.rows = std::move(rows).value(), .layout = (*image)->layout()};
 }
 
-BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source)
-    : maps_(maps), row_capacity_(row_capacity), source_(std::move(source)) {
+BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source,
+                                 double build_share)
+    : maps_(maps),
+      row_capacity_(row_capacity),
+      source_(std::move(source)),
+      build_share_(build_share) {
   if (row_capacity_ > 0) free_.emplace(0, row_capacity_);
 }
 
-BpfUnwindTables::File& BpfUnwindTables::Load(const FileIdentity& key,
-                                             const ExecutableMapping& mapping) {
-  auto [it, inserted] = files_.try_emplace(key);
-  File& file = it->second;
-  file.last_generation = generation_;
-  if (!inserted) return file;
-  ++tables_built_;
-  const auto started = std::chrono::steady_clock::now();
-  absl::StatusOr<FileUnwindTable> table = source_(mapping);
-  build_time_ += std::chrono::steady_clock::now() - started;
-  if (!table.ok()) {
-    spdlog::debug("{}: frames in it are unwound from snapshots: {}", mapping.name,
-                  std::string(table.status().message()));
-    return file;
-  }
-  const size_t count = table->rows.size();
-  uint32_t first = 0;
-  if (count == 0 || count > EMBER_MAX_UNWIND_ROWS_PER_FILE ||
-      !Allocate(static_cast<uint32_t>(count), &first)) {
-    if (count > 0) ++out_of_room_;
-    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
-    return file;
-  }
-  if (absl::Status status = maps_.WriteRows(first, table->rows); !status.ok()) {
-    spdlog::warn("{}: {}", mapping.name, std::string(status.message()));
-    Free(first, static_cast<uint32_t>(count));
-    return file;
-  }
-  file.has_rows = true;
-  file.first_row = first;
-  file.row_count = static_cast<uint32_t>(count);
-  file.layout = std::move(table->layout);
-  rows_used_ += count;
-  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
-                std::chrono::duration_cast<std::chrono::microseconds>(
-                    std::chrono::steady_clock::now() - started)
-                    .count());
-  return file;
-}
-
 void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings) {
-  std::vector<const ExecutableMapping*> sorted;
+  Process process;
   for (const ExecutableMapping& m : mappings) {
     const bool file_backed = m.file.inode != 0 && !m.name.empty() && m.name[0] == '/';
-    if ((file_backed || IsVdso(m)) && m.end > m.start) sorted.push_back(&m);
+    if ((file_backed || IsVdso(m)) && m.end > m.start) process.mappings.push_back(m);
   }
-  std::sort(sorted.begin(), sorted.end(),
-            [](const ExecutableMapping* a, const ExecutableMapping* b) {
-              return a->start < b->start;
+  std::sort(process.mappings.begin(), process.mappings.end(),
+            [](const ExecutableMapping& a, const ExecutableMapping& b) {
+              return a.start < b.start;
             });
-  ember_unwind_proc proc{};
-  std::vector<FileIdentity> named;
-  for (const ExecutableMapping* m : sorted) {
-    if (proc.count >= EMBER_MAX_UNWIND_MAPPINGS) break;
-    const FileIdentity key = IsVdso(*m) ? kVdso : m->file;
-    File& file = Load(key, *m);
-    if (!file.has_rows) continue;
-    std::optional<ModulePlacement> placement = file.layout.Place(m->start, m->offset);
-    if (!placement) continue;
-    // Mappings come from one /proc/PID/maps read, so they do not overlap.
-    proc.mappings[proc.count++] = {.start = m->start,
-                                   .end = m->end,
-                                   .bias = placement->bias,
-                                   .first_row = file.first_row,
-                                   .row_count = file.row_count};
-    // Counted at once, so that making room for a later file of this process cannot free it.
-    if (std::find(named.begin(), named.end(), key) == named.end()) {
-      named.push_back(key);
-      ++file.processes;
+  for (const ExecutableMapping& m : process.mappings) {
+    const FileIdentity key = IsVdso(m) ? kVdso : m.file;
+    if (std::find(process.files.begin(), process.files.end(), key) != process.files.end()) {
+      continue;
+    }
+    process.files.push_back(key);
+    auto [it, inserted] = files_.try_emplace(key);
+    File& file = it->second;
+    ++file.processes;
+    file.last_generation = generation_;
+    if (inserted) {
+      file.opened_as = m;
+      pending_.push_back(key);
     }
   }
   auto [it, inserted] = processes_.try_emplace(pid);
-  if (!inserted) Release(it->second);
-  it->second = std::move(named);
+  if (!inserted) Release(it->second.files);
+  it->second = std::move(process);
+  WriteEntry(pid, it->second);
+}
+
+void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
+  ember_unwind_proc proc{};
+  for (const ExecutableMapping& m : process.mappings) {
+    if (proc.count >= EMBER_MAX_UNWIND_MAPPINGS) break;
+    auto it = files_.find(IsVdso(m) ? kVdso : m.file);
+    if (it == files_.end() || it->second.state != File::State::kLoaded) continue;
+    const File& file = it->second;
+    std::optional<ModulePlacement> placement = file.layout.Place(m.start, m.offset);
+    if (!placement) continue;
+    // Mappings come from one /proc/PID/maps read, so they do not overlap.
+    proc.mappings[proc.count++] = {.start = m.start,
+                                   .end = m.end,
+                                   .bias = placement->bias,
+                                   .first_row = file.first_row,
+                                   .row_count = file.row_count};
+  }
   if (proc.count == 0) {
     maps_.RemoveProcess(pid);
     return;
@@ -127,11 +104,77 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
   }
 }
 
+int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
+  std::vector<FileIdentity> built;
+  while (!pending_.empty() && now >= next_build_at_) {
+    const FileIdentity key = pending_.front();
+    pending_.pop_front();
+    auto it = files_.find(key);
+    if (it == files_.end() || it->second.state != File::State::kQueued) continue;
+    const auto started = std::chrono::steady_clock::now();
+    Build(key);
+    now = std::chrono::steady_clock::now();
+    const auto took = now - started;
+    build_time_ += took;
+    // The next build waits until this one is the share of the time since it began.
+    next_build_at_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               took * (1 / build_share_ - 1));
+    built.push_back(key);
+  }
+  if (built.empty()) return 0;
+  for (const auto& [pid, process] : processes_) {
+    const bool names_one = std::any_of(built.begin(), built.end(), [&](const FileIdentity& key) {
+      return std::find(process.files.begin(), process.files.end(), key) != process.files.end();
+    });
+    if (names_one) WriteEntry(pid, process);
+  }
+  return static_cast<int>(built.size());
+}
+
+void BpfUnwindTables::Build(const FileIdentity& key) {
+  File& file = files_.at(key);
+  file.state = File::State::kNoRows;
+  const ExecutableMapping mapping = std::move(file.opened_as);
+  file.opened_as = {};
+  ++tables_built_;
+  const auto started = std::chrono::steady_clock::now();
+  absl::StatusOr<FileUnwindTable> table = source_(mapping);
+  if (!table.ok()) {
+    spdlog::debug("{}: frames in it are unwound from snapshots: {}", mapping.name,
+                  std::string(table.status().message()));
+    return;
+  }
+  const size_t count = table->rows.size();
+  uint32_t first = 0;
+  // Allocate may drop unused files: `file` is looked up again after it.
+  if (count == 0 || count > EMBER_MAX_UNWIND_ROWS_PER_FILE ||
+      !Allocate(static_cast<uint32_t>(count), &first)) {
+    if (count > 0) ++out_of_room_;
+    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
+    return;
+  }
+  if (absl::Status status = maps_.WriteRows(first, table->rows); !status.ok()) {
+    spdlog::warn("{}: {}", mapping.name, std::string(status.message()));
+    Free(first, static_cast<uint32_t>(count));
+    return;
+  }
+  File& loaded = files_.at(key);
+  loaded.state = File::State::kLoaded;
+  loaded.first_row = first;
+  loaded.row_count = static_cast<uint32_t>(count);
+  loaded.layout = std::move(table->layout);
+  rows_used_ += count;
+  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
+                std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - started)
+                    .count());
+}
+
 void BpfUnwindTables::RemoveProcess(uint32_t pid) {
   auto it = processes_.find(pid);
   if (it == processes_.end()) return;
   maps_.RemoveProcess(pid);
-  Release(it->second);
+  Release(it->second.files);
   processes_.erase(it);
 }
 
@@ -150,7 +193,8 @@ void BpfUnwindTables::NextGeneration(int keep_generations) {
     const File& file = it->second;
     if (file.processes <= 0 &&
         generation_ - file.last_generation > static_cast<uint64_t>(keep_generations)) {
-      if (file.has_rows) Free(file.first_row, file.row_count);
+      // A queued file stays in pending_ until BuildPending skips it.
+      if (file.state == File::State::kLoaded) Free(file.first_row, file.row_count);
       files_.erase(it++);
     } else {
       ++it;
@@ -170,7 +214,7 @@ bool BpfUnwindTables::Allocate(uint32_t rows, uint32_t* first) {
     }
     // No run is long enough: free the rows of every file no process maps now, then try again.
     for (auto it = files_.begin(); it != files_.end();) {
-      if (it->second.processes <= 0 && it->second.has_rows) {
+      if (it->second.processes <= 0 && it->second.state == File::State::kLoaded) {
         Free(it->second.first_row, it->second.row_count);
         files_.erase(it++);
       } else {
@@ -202,10 +246,16 @@ void BpfUnwindTables::Free(uint32_t first, uint32_t count) {
 BpfUnwindTablesStats BpfUnwindTables::stats() const {
   BpfUnwindTablesStats stats;
   for (const auto& [key, file] : files_) {
-    if (file.has_rows) {
-      ++stats.files_loaded;
-    } else {
-      ++stats.files_without_rows;
+    switch (file.state) {
+      case File::State::kQueued:
+        ++stats.files_queued;
+        break;
+      case File::State::kLoaded:
+        ++stats.files_loaded;
+        break;
+      case File::State::kNoRows:
+        ++stats.files_without_rows;
+        break;
     }
   }
   stats.rows_used = rows_used_;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <span>
@@ -37,8 +38,9 @@ struct FileUnwindTable {
 };
 
 struct BpfUnwindTablesStats {
-  size_t files_loaded = 0;       // files whose rows are in the map
-  size_t files_without_rows = 0;  // files whose table could not be built or placed
+  size_t files_loaded = 0;        // files whose rows are in the map
+  size_t files_without_rows = 0;  // files whose table could not be built, or did not fit
+  size_t files_queued = 0;        // waiting for BuildPending
   size_t rows_used = 0;
   size_t rows_capacity = 0;
   size_t processes = 0;
@@ -53,13 +55,21 @@ class BpfUnwindTables {
   using TableSource = std::function<absl::StatusOr<FileUnwindTable>(const ExecutableMapping&)>;
   static absl::StatusOr<FileUnwindTable> TableOfFile(const ExecutableMapping& mapping);
 
-  BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source = TableOfFile);
+  // Building tables may take at most `build_share` of the agent's time (BuildPending): a burst of
+  // new big binaries must not stall sampling or cost a core.
+  BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source = TableOfFile,
+                  double build_share = 0.05);
 
-  // Gives the walk process `pid`'s executable mappings in place of what it had, loading the
-  // rows of files not loaded yet. Mappings of files without rows are left out: the agent
-  // unwinds frames in them from the sample's snapshot.
+  // Gives the walk process `pid`'s executable mappings in place of what it had. Files whose rows
+  // are loaded are in its entry at once; the others are queued for BuildPending, and until then
+  // (or for good, when a file has no usable table) the agent unwinds their frames from the
+  // sample's snapshot.
   void SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings);
   void RemoveProcess(uint32_t pid);
+  // Builds queued tables, oldest first, while within the time share, and updates the entries of
+  // the processes that map them. Returns how many it built.
+  int BuildPending(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+  size_t pending() const { return pending_.size(); }
   // Frees the rows of files that no process has mapped for `keep_generations` generations, and
   // forgets failed files as long unused. Called once per export interval.
   void NextGeneration(int keep_generations = 3);
@@ -68,14 +78,22 @@ class BpfUnwindTables {
 
  private:
   struct File {
-    bool has_rows = false;
+    enum class State { kQueued, kLoaded, kNoRows };
+    State state = State::kQueued;
     uint32_t first_row = 0;
     uint32_t row_count = 0;
     LoadLayout layout;
-    int processes = 0;  // processes whose entry names the file
+    ExecutableMapping opened_as;  // how to open it while queued
+    int processes = 0;            // processes that map it
     uint64_t last_generation = 0;
   };
-  File& Load(const FileIdentity& key, const ExecutableMapping& mapping);
+  struct Process {
+    std::vector<ExecutableMapping> mappings;  // file-backed (or the vDSO), ascending by start
+    std::vector<FileIdentity> files;          // the distinct files among them
+  };
+  void Build(const FileIdentity& key);
+  // Writes the process's entry from the files loaded now.
+  void WriteEntry(uint32_t pid, const Process& process);
   // Room for `rows` rows in the row map, freeing unused files' rows if needed.
   bool Allocate(uint32_t rows, uint32_t* first);
   void Free(uint32_t first, uint32_t count);
@@ -84,9 +102,12 @@ class BpfUnwindTables {
   UnwindMaps& maps_;
   const uint32_t row_capacity_;
   TableSource source_;
+  const double build_share_;
+  std::chrono::steady_clock::time_point next_build_at_{};
   uint64_t generation_ = 0;
   absl::flat_hash_map<FileIdentity, File, FileIdentityHash> files_;
-  absl::flat_hash_map<uint32_t, std::vector<FileIdentity>> processes_;  // the files each names
+  absl::flat_hash_map<uint32_t, Process> processes_;
+  std::deque<FileIdentity> pending_;   // files in kQueued, oldest first
   std::map<uint32_t, uint32_t> free_;  // free runs of the row map: first row -> count
   size_t rows_used_ = 0;
   uint64_t tables_built_ = 0;
