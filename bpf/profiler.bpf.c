@@ -254,6 +254,14 @@ struct {
   __type(value, struct ember_unwind_row);
 } unwind_rows SEC(".maps");
 
+// Each file's bucket index into its rows, at the same place as its rows (ember_unwind_mapping).
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);  // sized by the agent before load, as unwind_rows
+  __type(key, __u32);
+  __type(value, __u32);
+} unwind_buckets SEC(".maps");
+
 // Where each process maps the files that have rows. A process without an entry is unwound by the
 // agent from a snapshot, as without unwind_in_bpf.
 struct {
@@ -279,7 +287,8 @@ struct unwind_walk {
   __u64 sp;
   __u64 bp;
   bool bp_known;
-  bool complete;  // the thread's first frame was recorded
+  bool complete;      // the thread's first frame was recorded
+  __u32 last_mapping;  // index of the mapping of the frame before
 };
 
 // One step of a binary search for the last entry at or below `target` among `high` entries:
@@ -317,27 +326,48 @@ static long unwind__search_step(__u64 index, void *data) {
   return 0;
 }
 
-// The mapping holding `address`, or NULL.
+// The mapping holding `address`, or NULL. *last: the index of the mapping found for the frame
+// before, looked at first (callers are mostly in the same file), updated.
 static __always_inline const struct ember_unwind_mapping *unwind__mapping(
-    const struct ember_unwind_proc *proc, __u64 address) {
+    const struct ember_unwind_proc *proc, __u64 address, __u32 *last) {
+  const struct ember_unwind_mapping *cached = &proc->mappings[*last & UNWIND_MAPPING_MASK];
+  if (cached->start <= address && address < cached->end) return cached;
   struct unwind_search search = {.proc = proc, .low = 0, .high = proc->count, .target = address};
   if (search.high > EMBER_MAX_UNWIND_MAPPINGS) search.high = EMBER_MAX_UNWIND_MAPPINGS;
   bpf_loop(UNWIND_MAPPING_SEARCH_STEPS, unwind__search_step, &search, 0);
   if (search.low == 0 || search.low > EMBER_MAX_UNWIND_MAPPINGS) return NULL;
-  const struct ember_unwind_mapping *mapping =
-      &proc->mappings[(search.low - 1) & UNWIND_MAPPING_MASK];
+  *last = search.low - 1;
+  const struct ember_unwind_mapping *mapping = &proc->mappings[*last & UNWIND_MAPPING_MASK];
   return address < mapping->end ? mapping : NULL;
 }
 
-// The row of a file holding ELF address `elf_pc`: the last one starting at or below it.
+// The row of a file holding ELF address `elf_pc`: the last one starting at or below it, searched
+// for among the rows of elf_pc's bucket.
 static __always_inline const struct ember_unwind_row *unwind__row(
     const struct ember_unwind_mapping *mapping, __u64 elf_pc) {
-  if (mapping->row_count > EMBER_MAX_UNWIND_ROWS_PER_FILE) return NULL;
+  const __u32 rows = mapping->row_count;
+  if (rows == 0 || rows > EMBER_MAX_UNWIND_ROWS_PER_FILE || elf_pc < mapping->table_base) {
+    return NULL;
+  }
+  const __u64 bucket = (elf_pc - mapping->table_base) >> (mapping->bucket_shift & 63);
   struct unwind_search search = {
-      .proc = NULL, .first = mapping->first_row, .low = 0, .high = mapping->row_count,
-      .target = elf_pc};
+      .proc = NULL, .first = mapping->first_row, .high = rows, .target = elf_pc};
+  __u32 in_force = rows - 1;  // past the last bucket: the last row
+  if (bucket < mapping->bucket_count) {
+    __u32 key = mapping->first_row + (__u32)bucket;
+    const __u32 *at_start = bpf_map_lookup_elem(&unwind_buckets, &key);
+    if (!at_start) return NULL;
+    in_force = *at_start;
+    key += 1;
+    const __u32 *at_next = bucket + 1 < mapping->bucket_count
+                               ? bpf_map_lookup_elem(&unwind_buckets, &key)
+                               : NULL;
+    if (at_next && *at_next < rows) search.high = *at_next + 1;
+  }
+  // The row in force at the bucket's start is at or below elf_pc: the search looks past it.
+  search.low = in_force + 1;
   bpf_loop(EMBER_UNWIND_ROW_SEARCH_STEPS + 1, unwind__search_step, &search, 0);
-  if (search.low == 0) return NULL;
+  if (search.low == 0) return NULL;  // a row outside the map
   __u32 key = search.first + search.low - 1;
   return bpf_map_lookup_elem(&unwind_rows, &key);
 }
@@ -356,7 +386,7 @@ static long unwind__step(__u64 index, void *data) {
   const __u32 at = (walk->first + walk->depth) & UNWIND_ADDRESS_MASK;
   // A return address is looked up at its call, the byte before it.
   const __u64 lookup = walk->depth > 0 ? walk->pc - 1 : walk->pc;
-  const struct ember_unwind_mapping *mapping = unwind__mapping(walk->proc, lookup);
+  const struct ember_unwind_mapping *mapping = unwind__mapping(walk->proc, lookup, &walk->last_mapping);
   if (!mapping) return 1;
   const struct ember_unwind_row *row = unwind__row(mapping, lookup - mapping->bias);
   if (!row) return 1;
@@ -621,6 +651,7 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
       .bp = s->user_regs[EMBER_USER_REG_BP],
       .bp_known = true,
       .complete = false,
+      .last_mapping = 0,
   };
   bpf_loop(EMBER_MAX_STACK_DEPTH, unwind__step, &walk, 0);
   if (walk.complete) {

@@ -143,12 +143,21 @@ struct ember_unwind_row {
 #define EMBER_UNWIND_ROW_SEARCH_STEPS 24
 #define EMBER_MAX_UNWIND_ROWS_PER_FILE (1u << EMBER_UNWIND_ROW_SEARCH_STEPS)
 
+/* A file's rows are found through its buckets: bucket b covers the ELF addresses from
+ * table_base + (b << bucket_shift) for 1 << bucket_shift bytes, and holds the index (among the
+ * file's rows) of the row in force at its start. A search then looks only at that row and those
+ * starting inside the bucket. A file has at most as many buckets as rows, at the same place in
+ * `unwind_buckets` as its rows in `unwind_rows`. */
 struct ember_unwind_mapping {
   __u64 start; /* process addresses [start, end) */
   __u64 end;
-  __u64 bias;      /* process address minus ELF address */
-  __u32 first_row; /* the file's rows in `unwind_rows`: [first_row, first_row + row_count) */
+  __u64 bias;       /* process address minus ELF address */
+  __u64 table_base; /* ELF address of the file's first row */
+  __u32 first_row;  /* the file's rows in `unwind_rows`: [first_row, first_row + row_count) */
   __u32 row_count;
+  __u32 bucket_count;
+  __u8 bucket_shift;
+  __u8 reserved[3];
 };
 
 /* Value of the `unwind_procs` map, key: pid (tgid in the initial pid namespace). */

@@ -78,24 +78,15 @@ int OpenCpuClock(int cpu, int hz) {
 // The walk's maps, written through the bpf syscall.
 class BpfUnwindMaps : public UnwindMaps {
  public:
-  BpfUnwindMaps(const bpf_map* rows, const bpf_map* procs) : rows_(rows), procs_(procs) {}
+  BpfUnwindMaps(const bpf_map* rows, const bpf_map* buckets, const bpf_map* procs)
+      : rows_(rows), buckets_(buckets), procs_(procs) {}
 
   absl::Status WriteRows(uint32_t first, std::span<const ember_unwind_row> rows) override {
-    // A batch per call of the syscall: a table of 100k rows is 25 calls, not 100k.
-    constexpr size_t kBatch = 4096;
-    std::vector<uint32_t> keys;
-    for (size_t done = 0; done < rows.size();) {
-      const size_t count = std::min(kBatch, rows.size() - done);
-      keys.resize(count);
-      for (size_t i = 0; i < count; ++i) keys[i] = first + static_cast<uint32_t>(done + i);
-      uint32_t written = static_cast<uint32_t>(count);
-      if (bpf_map_update_batch(bpf_map__fd(rows_), keys.data(), rows.data() + done, &written,
-                               nullptr) != 0) {
-        return ErrnoStatus(errno, "writing CFI rows to the BPF program");
-      }
-      done += count;
-    }
-    return absl::OkStatus();
+    return WriteArray(rows_, first, rows, "writing CFI rows to the BPF program");
+  }
+
+  absl::Status WriteBuckets(uint32_t first, std::span<const uint32_t> buckets) override {
+    return WriteArray(buckets_, first, buckets, "writing CFI row buckets to the BPF program");
   }
 
   absl::Status SetProcess(uint32_t pid, const ember_unwind_proc& proc) override {
@@ -110,7 +101,29 @@ class BpfUnwindMaps : public UnwindMaps {
   }
 
  private:
+  // Values [first, first + values.size()) of an array map, a batch per call of the syscall: a
+  // table of 100k rows is 25 calls, not 100k.
+  template <typename T>
+  static absl::Status WriteArray(const bpf_map* map, uint32_t first, std::span<const T> values,
+                                 absl::string_view what) {
+    constexpr size_t kBatch = 4096;
+    std::vector<uint32_t> keys;
+    for (size_t done = 0; done < values.size();) {
+      const size_t count = std::min(kBatch, values.size() - done);
+      keys.resize(count);
+      for (size_t i = 0; i < count; ++i) keys[i] = first + static_cast<uint32_t>(done + i);
+      uint32_t written = static_cast<uint32_t>(count);
+      if (bpf_map_update_batch(bpf_map__fd(map), keys.data(), values.data() + done, &written,
+                               nullptr) != 0) {
+        return ErrnoStatus(errno, what);
+      }
+      done += count;
+    }
+    return absl::OkStatus();
+  }
+
   const bpf_map* rows_;
+  const bpf_map* buckets_;
   const bpf_map* procs_;
 };
 
@@ -149,6 +162,11 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
       err != 0) {
     return ErrnoStatus(err, "sizing the CFI row table");
   }
+  if (int err = bpf_map__set_max_entries(self->skeleton_->maps.unwind_buckets,
+                                         std::max<uint32_t>(config.unwind_rows, 1));
+      err != 0) {
+    return ErrnoStatus(err, "sizing the CFI row buckets");
+  }
   size_t ring_bytes = config.ring_buffer_bytes ? config.ring_buffer_bytes
                                                : RingBufferBytes(cpus->size(), config.sampling_hz,
                                                                  config.stack_snapshot_bytes);
@@ -172,6 +190,7 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   }
   if (config.unwind_rows > 0) {
     self->unwind_maps_ = std::make_unique<BpfUnwindMaps>(self->skeleton_->maps.unwind_rows,
+                                                         self->skeleton_->maps.unwind_buckets,
                                                          self->skeleton_->maps.unwind_procs);
   }
   self->ring_ =

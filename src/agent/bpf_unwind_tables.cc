@@ -92,8 +92,12 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
     proc.mappings[proc.count++] = {.start = m.start,
                                    .end = m.end,
                                    .bias = placement->bias,
+                                   .table_base = file.table_base,
                                    .first_row = file.first_row,
-                                   .row_count = file.row_count};
+                                   .row_count = file.row_count,
+                                   .bucket_count = file.bucket_count,
+                                   .bucket_shift = file.bucket_shift,
+                                   .reserved = {}};
   }
   if (proc.count == 0) {
     maps_.RemoveProcess(pid);
@@ -153,7 +157,10 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
     spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
     return;
   }
-  if (absl::Status status = maps_.WriteRows(first, table->rows); !status.ok()) {
+  const UnwindBuckets buckets = BucketsOf(table->rows);
+  absl::Status status = maps_.WriteRows(first, table->rows);
+  if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
+  if (!status.ok()) {
     spdlog::warn("{}: {}", mapping.name, std::string(status.message()));
     Free(first, static_cast<uint32_t>(count));
     return;
@@ -162,6 +169,9 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   loaded.state = File::State::kLoaded;
   loaded.first_row = first;
   loaded.row_count = static_cast<uint32_t>(count);
+  loaded.table_base = buckets.base;
+  loaded.bucket_count = static_cast<uint32_t>(buckets.first_rows.size());
+  loaded.bucket_shift = buckets.shift;
   loaded.layout = std::move(table->layout);
   rows_used_ += count;
   spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,

@@ -27,6 +27,8 @@ class UnwindMaps {
   virtual ~UnwindMaps() = default;
   // Rows [first, first + rows.size()) of `unwind_rows`.
   virtual absl::Status WriteRows(uint32_t first, std::span<const ember_unwind_row> rows) = 0;
+  // Entries [first, first + buckets.size()) of `unwind_buckets`.
+  virtual absl::Status WriteBuckets(uint32_t first, std::span<const uint32_t> buckets) = 0;
   virtual absl::Status SetProcess(uint32_t pid, const ember_unwind_proc& proc) = 0;
   virtual void RemoveProcess(uint32_t pid) = 0;
 };
@@ -80,8 +82,11 @@ class BpfUnwindTables {
   struct File {
     enum class State { kQueued, kLoaded, kNoRows };
     State state = State::kQueued;
-    uint32_t first_row = 0;
+    uint32_t first_row = 0;  // its buckets start at the same index
     uint32_t row_count = 0;
+    uint64_t table_base = 0;
+    uint32_t bucket_count = 0;
+    uint8_t bucket_shift = 0;
     LoadLayout layout;
     ExecutableMapping opened_as;  // how to open it while queued
     int processes = 0;            // processes that map it

@@ -275,4 +275,23 @@ absl::StatusOr<std::vector<ember_unwind_row>> BuildUnwindTable(const ElfImage& i
   return rows;
 }
 
+UnwindBuckets BucketsOf(const std::vector<ember_unwind_row>& rows) {
+  UnwindBuckets buckets;
+  if (rows.empty()) return buckets;
+  buckets.base = rows.front().pc;
+  const uint64_t span = rows.back().pc - buckets.base;
+  // Small buckets make short searches; the shift grows until there are no more buckets than rows.
+  buckets.shift = 4;
+  while (buckets.shift < 63 && (span >> buckets.shift) + 1 > rows.size()) ++buckets.shift;
+  const size_t count = static_cast<size_t>(span >> buckets.shift) + 1;
+  buckets.first_rows.resize(count);
+  size_t row = 0;
+  for (size_t b = 0; b < count; ++b) {
+    const uint64_t start = buckets.base + (uint64_t{b} << buckets.shift);
+    while (row + 1 < rows.size() && rows[row + 1].pc <= start) ++row;
+    buckets.first_rows[b] = static_cast<uint32_t>(row);
+  }
+  return buckets;
+}
+
 }  // namespace ember

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,15 @@ struct UnwindTableStats {
 // internal::RunCatchingSigbus, and after a fault leak what it held.
 absl::StatusOr<std::vector<ember_unwind_row>> BuildUnwindTable(const ElfImage& image,
                                                                UnwindTableStats* stats = nullptr);
+
+// A table's bucket index (ember_unwind_mapping): buckets[b] is the index of the row in force at
+// base + (b << shift), and there are at most as many buckets as rows (none for no rows).
+struct UnwindBuckets {
+  uint64_t base = 0;
+  uint8_t shift = 0;
+  std::vector<uint32_t> first_rows;
+};
+UnwindBuckets BucketsOf(const std::vector<ember_unwind_row>& rows);
 
 // The BPF form of one CFI row (from CompactRowOf). NONE and OUTERMOST rows carry nothing else, so
 // that equal rows compare equal field by field.
