@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,18 +52,38 @@ std::string CommonBadStacks(const std::vector<NamedSample>& samples,
   });
 }
 
-class CfiUnwindTest : public ::testing::Test {
+// The two ways the agent unwinds code without frame pointers: walked in BPF by the CFI rows it
+// loads (the default, with the snapshot for what that walk leaves), and from the snapshot alone.
+struct UnwindMode {
+  const char* name;
+  std::vector<std::string> agent_args;
+};
+const UnwindMode kWalkInBpf = {"WalkInBpf", {}};
+const UnwindMode kSnapshotOnly = {"SnapshotOnly", {"--bpf-unwind-rows", "0"}};
+
+class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
  protected:
-  static void SetUpTestSuite() {
-    run_ = new ProfiledRun(ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199));
-    samples_ = new std::vector<NamedSample>(SamplesOf(run_->output_dir, run_->pid));
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(run_->output_dir);
-    delete samples_;
-    delete run_;
+  struct Run {
+    ProfiledRun run;
+    std::vector<NamedSample> samples;
+  };
+  // One run of the fixture per mode, shared by the mode's tests.
+  static const Run& RunOf(const UnwindMode& mode) {
+    static std::map<std::string, Run>* runs = new std::map<std::string, Run>();
+    auto it = runs->find(mode.name);
+    if (it == runs->end()) {
+      Run r;
+      r.run = ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199, nullptr, SIGINT, mode.agent_args);
+      r.samples = SamplesOf(r.run.output_dir, r.run.pid);
+      std::filesystem::remove_all(r.run.output_dir);
+      it = runs->emplace(mode.name, std::move(r)).first;
+    }
+    return it->second;
   }
   void SetUp() override {
+    const Run& r = RunOf(GetParam());
+    run_ = &r.run;
+    samples_ = &r.samples;
     total_ = 0;
     for (const NamedSample& s : *samples_) {
       ASSERT_EQ(s.functions.size(), s.modules.size());
@@ -71,14 +92,12 @@ class CfiUnwindTest : public ::testing::Test {
     ASSERT_GE(total_, 800) << "too few samples of the fixture\n" << run_->agent_log;
   }
 
-  static ProfiledRun* run_;
-  static std::vector<NamedSample>* samples_;
+  const ProfiledRun* run_ = nullptr;
+  const std::vector<NamedSample>* samples_ = nullptr;
   int64_t total_ = 0;
 };
-ProfiledRun* CfiUnwindTest::run_ = nullptr;
-std::vector<NamedSample>* CfiUnwindTest::samples_ = nullptr;
 
-TEST_F(CfiUnwindTest, SamplesReachMain) {
+TEST_P(CfiUnwindTest, SamplesReachMain) {
   auto misses_main = [](const NamedSample& s) {
     return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
   };
@@ -93,7 +112,7 @@ TEST_F(CfiUnwindTest, SamplesReachMain) {
       << CommonBadStacks(*samples_, misses_main);
 }
 
-TEST_F(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
+TEST_P(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
   std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
   double measured_total = 0;
   for (const auto& [name, ns] : measured_ns) measured_total += ns;
@@ -130,7 +149,7 @@ ChainCount CountChain(const std::vector<NamedSample>& samples, const std::string
   return count;
 }
 
-TEST_F(CfiUnwindTest, DeepChainIsWhole) {
+TEST_P(CfiUnwindTest, DeepChainIsWhole) {
   // leaf_deep <- deep_16 <- ... <- deep_01 <- run_phase <- run_phases <- main.
   std::vector<std::string> callers;
   for (int i = 16; i >= 1; --i) callers.push_back(absl::StrCat(i < 10 ? "deep_0" : "deep_", i));
@@ -144,7 +163,7 @@ TEST_F(CfiUnwindTest, DeepChainIsWhole) {
       << CommonBadStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_deep"; });
 }
 
-TEST_F(CfiUnwindTest, ShallowChainIsWhole) {
+TEST_P(CfiUnwindTest, ShallowChainIsWhole) {
   std::vector<std::string> callers = {"shallow_caller"};
   callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
   ChainCount count = CountChain(*samples_, "leaf_shallow", callers);
@@ -157,7 +176,7 @@ TEST_F(CfiUnwindTest, ShallowChainIsWhole) {
                          [](const NamedSample& s) { return LeafOf(s) == "leaf_shallow"; });
 }
 
-TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
+TEST_P(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
   // compare_items <- one or more libc frames (qsort's merge sort) <- sort_phase <- run_phase <-
   // run_phases <- main. Debian's libc has no frame pointers, only CFI.
   std::vector<std::string> callers = {"sort_phase"};
@@ -179,6 +198,51 @@ TEST_F(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
       << whole << " of " << with_leaf << "; most common compare_items stacks:\n"
       << CommonBadStacks(*samples_,
                          [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CfiUnwindTest, ::testing::Values(kWalkInBpf, kSnapshotOnly),
+                         [](const ::testing::TestParamInfo<UnwindMode>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// The numbers of the agent's "user stacks walked in BPF: N whole, M stopped short" line; nullopt
+// when it has none.
+std::optional<std::pair<int64_t, int64_t>> WalkedInBpf(const std::string& agent_log) {
+  size_t at = agent_log.find("user stacks walked in BPF: ");
+  if (at == std::string::npos) return std::nullopt;
+  long long whole = 0;
+  long long stopped = 0;
+  if (std::sscanf(agent_log.c_str() + at, "user stacks walked in BPF: %lld whole, %lld stopped",
+                  &whole, &stopped) != 2) {
+    return std::nullopt;
+  }
+  return std::make_pair(static_cast<int64_t>(whole), static_cast<int64_t>(stopped));
+}
+
+// Once its tables are loaded (in the first second: they are built in the background), the
+// fixture's stacks are walked to their first frame in BPF, libc's included: the agent gets
+// addresses, not stack copies.
+TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
+  const ProfiledRun run =
+      ProfileFixture({EMBER_CFI_CHAINS_BIN, "5"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
+  std::filesystem::remove_all(run.output_dir);
+  std::optional<std::pair<int64_t, int64_t>> walked = WalkedInBpf(run.agent_log);
+  ASSERT_TRUE(walked.has_value()) << run.agent_log;
+  const auto [whole, stopped] = *walked;
+  std::printf("walked in BPF: %lld whole, %lld stopped short\n", static_cast<long long>(whole),
+              static_cast<long long>(stopped));
+  ASSERT_GT(whole + stopped, 400) << run.agent_log;
+  EXPECT_GE(Share(whole, whole + stopped), 0.8) << run.agent_log;
+}
+
+// With --bpf-unwind-rows 0 the BPF program walks nothing itself.
+TEST(BpfWalkTest, NoWalkInBpfWithoutRows) {
+  const ProfiledRun run =
+      ProfileFixture({EMBER_CFI_CHAINS_BIN, "1"}, 199, nullptr, SIGINT, kSnapshotOnly.agent_args);
+  std::filesystem::remove_all(run.output_dir);
+  EXPECT_EQ(run.agent_log.find("user stacks walked in BPF"), std::string::npos) << run.agent_log;
+  EXPECT_NE(run.agent_log.find("user stacks unwound with CFI"), std::string::npos)
+      << run.agent_log;
 }
 
 // The same program with its CFI only in .debug_frame (the functions of its own have no .eh_frame
