@@ -41,6 +41,22 @@ static_assert(offsetof(ember_python_proc, code_type_offset) == 46);
 static_assert(offsetof(ember_python_proc, minor) == 48);
 static_assert(offsetof(ember_python_proc, frame_header_bytes) == 51);
 static_assert(offsetof(ember_python_proc, flags) == 52);
+
+static_assert(offsetof(ember_unwind_row, pc) == 0);
+static_assert(offsetof(ember_unwind_row, cfa_offset) == 8);
+static_assert(offsetof(ember_unwind_row, bp_offset) == 12);
+static_assert(offsetof(ember_unwind_row, kind) == 14);
+static_assert(offsetof(ember_unwind_row, bp_rule) == 15);
+static_assert(sizeof(ember_unwind_row) == 16);
+static_assert(offsetof(ember_unwind_mapping, table_base) == 24);
+static_assert(offsetof(ember_unwind_mapping, first_row) == 32);
+static_assert(offsetof(ember_unwind_mapping, bucket_count) == 40);
+static_assert(offsetof(ember_unwind_mapping, bucket_shift) == 44);
+static_assert(sizeof(ember_unwind_mapping) == 48);
+static_assert(offsetof(ember_unwind_proc, mappings) == 8);
+static_assert(sizeof(ember_unwind_proc) == 8 + 48 * EMBER_MAX_UNWIND_MAPPINGS);
+static_assert(EMBER_MAX_UNWIND_MAPPINGS > 0 &&
+              (EMBER_MAX_UNWIND_MAPPINGS & (EMBER_MAX_UNWIND_MAPPINGS - 1)) == 0);
 static_assert(sizeof(ember_python_proc) == 56);
 static_assert(EMBER_MAX_PYTHON_FRAMES > 0 &&
               (EMBER_MAX_PYTHON_FRAMES & (EMBER_MAX_PYTHON_FRAMES - 1)) == 0);

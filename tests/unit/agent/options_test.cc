@@ -34,6 +34,24 @@ TEST(OptionsTest, ProfileSelfIsASwitch) {
   EXPECT_NE(UsageText().find("--profile-self"), std::string::npos);
 }
 
+TEST(OptionsTest, BpfUnwindRows) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->bpf_unwind_rows, 1u << 20);  // on by default: 16 MiB of rows
+  auto off = Parse({"--bpf-unwind-rows", "0"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->bpf_unwind_rows, 0u);
+  auto most = Parse({"--bpf-unwind-rows=16777216"});
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->bpf_unwind_rows, 16777216u);
+  for (const char* bad : {"16777217", "-1", "many", ""}) {
+    auto options = Parse({"--bpf-unwind-rows", bad});
+    ASSERT_FALSE(options.ok()) << bad;
+    EXPECT_NE(options.status().message().find("--bpf-unwind-rows"), std::string::npos);
+  }
+  EXPECT_NE(UsageText().find("--bpf-unwind-rows"), std::string::npos);
+}
+
 TEST(OptionsTest, LimitFlags) {
   auto options =
       Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB", "--max-perf-map-bytes=4096",
