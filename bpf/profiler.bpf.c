@@ -276,6 +276,8 @@ struct {
 // Index steps of a binary search over EMBER_MAX_UNWIND_MAPPINGS mappings.
 #define UNWIND_MAPPING_SEARCH_STEPS 8
 #define UNWIND_ADDRESS_MASK 255
+// Rows after a bucket's first looked at one by one before a binary search.
+#define UNWIND_ROWS_SCANNED 2
 _Static_assert(UNWIND_ADDRESS_MASK + 1 >= 2 * EMBER_MAX_STACK_DEPTH, "a kernel and a user stack");
 
 struct unwind_walk {
@@ -364,11 +366,30 @@ static __always_inline const struct ember_unwind_row *unwind__row(
                                : NULL;
     if (at_next && *at_next < rows) search.high = *at_next + 1;
   }
-  // The row in force at the bucket's start is at or below elf_pc: the search looks past it.
-  search.low = in_force + 1;
-  bpf_loop(EMBER_UNWIND_ROW_SEARCH_STEPS + 1, unwind__search_step, &search, 0);
-  if (search.low == 0) return NULL;  // a row outside the map
-  __u32 key = search.first + search.low - 1;
+  // The row in force at the bucket's start is at or below elf_pc: the search looks past it. A
+  // bucket holds a row or two in most files, so the next rows are looked at in turn first.
+  __u32 found = in_force;
+  for (int i = 0; i < UNWIND_ROWS_SCANNED; i++) {
+    if (found + 1 >= search.high) {
+      search.high = 0;  // found
+      break;
+    }
+    __u32 key = search.first + found + 1;
+    const struct ember_unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+    if (!row) return NULL;
+    if (row->pc > elf_pc) {
+      search.high = 0;
+      break;
+    }
+    found += 1;
+  }
+  if (search.high != 0) {
+    search.low = found + 1;
+    bpf_loop(EMBER_UNWIND_ROW_SEARCH_STEPS + 1, unwind__search_step, &search, 0);
+    if (search.low == 0) return NULL;  // a row outside the map
+    found = search.low - 1;
+  }
+  __u32 key = search.first + found;
   return bpf_map_lookup_elem(&unwind_rows, &key);
 }
 
