@@ -157,6 +157,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
     spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
     return;
   }
+  rows_used_ += count;
   const UnwindBuckets buckets = BucketsOf(table->rows);
   absl::Status status = maps_.WriteRows(first, table->rows);
   if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
@@ -173,7 +174,6 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   loaded.bucket_count = static_cast<uint32_t>(buckets.first_rows.size());
   loaded.bucket_shift = buckets.shift;
   loaded.layout = std::move(table->layout);
-  rows_used_ += count;
   spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
                 std::chrono::duration_cast<std::chrono::microseconds>(
                     std::chrono::steady_clock::now() - started)
