@@ -428,14 +428,25 @@ static long unwind__step(__u64 index, void *data) {
   }
   // The caller's frame lies above this one: anything else is a bad row or a bad register, and
   // would loop.
+  if (cfa <= walk->sp) return 1;
   __u64 return_address = 0;
-  if (cfa <= walk->sp || !unwind__read(cfa - 8, &return_address)) return 1;
   __u64 bp = walk->bp;
   bool bp_known = walk->bp_known;
-  if (row->bp_rule == EMBER_UNWIND_BP_SAVED) {
-    bp_known = unwind__read(cfa + (__s64)row->bp_offset, &bp);
-  } else if (row->bp_rule == EMBER_UNWIND_BP_UNDEFINED) {
-    bp_known = false;
+  if (row->bp_rule == EMBER_UNWIND_BP_SAVED && row->bp_offset == -16) {
+    // `push rbp` right after the call: the saved rbp and the return address side by side, one
+    // read for both (each read of user memory is a good part of a frame's cost).
+    __u64 pair[2];
+    if (bpf_probe_read_user(pair, sizeof(pair), (const void *)(cfa - 16)) != 0) return 1;
+    bp = pair[0];
+    bp_known = true;
+    return_address = pair[1];
+  } else {
+    if (!unwind__read(cfa - 8, &return_address)) return 1;
+    if (row->bp_rule == EMBER_UNWIND_BP_SAVED) {
+      bp_known = unwind__read(cfa + (__s64)row->bp_offset, &bp);
+    } else if (row->bp_rule == EMBER_UNWIND_BP_UNDEFINED) {
+      bp_known = false;
+    }
   }
   ips[at] = walk->pc;
   walk->depth += 1;
