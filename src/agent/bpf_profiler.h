@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/bpf_unwind_tables.h"
 #include "agent/sample_record_layout.h"
+#include "agent/unwind_maps.h"
 
 // libbpf's and the skeleton's types, which stay out of this header.
 struct profiler_bpf;

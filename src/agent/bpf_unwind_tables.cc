@@ -32,7 +32,7 @@ absl::StatusOr<FileUnwindTable> BpfUnwindTables::TableOfFile(const ExecutableMap
   });
   if (!read && image.ok()) {
     // After a fault libelf's and libdw's state cannot be trusted even to be freed.
-    new std::shared_ptr<ElfImage>(*image);
+    internal::KeepAbandoned(new std::shared_ptr<ElfImage>(*image));
   }
   if (!image.ok()) return image.status();
   if (!rows.ok()) return rows.status();

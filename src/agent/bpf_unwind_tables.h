@@ -8,30 +8,17 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/sample_record_layout.h"
+#include "agent/unwind_maps.h"
 #include "symbolize/elf_module.h"
 #include "unwind/dwarf_unwinder.h"
 #include "unwind/elf_image.h"
 
 namespace ember {
-
-// The BPF maps the walk reads (bpf_profiler.cc writes them; tests stand in).
-class UnwindMaps {
- public:
-  virtual ~UnwindMaps() = default;
-  // Rows [first, first + rows.size()) of `unwind_rows`.
-  virtual absl::Status WriteRows(uint32_t first, std::span<const ember_unwind_row> rows) = 0;
-  // Entries [first, first + buckets.size()) of `unwind_buckets`.
-  virtual absl::Status WriteBuckets(uint32_t first, std::span<const uint32_t> buckets) = 0;
-  virtual absl::Status SetProcess(uint32_t pid, const ember_unwind_proc& proc) = 0;
-  virtual void RemoveProcess(uint32_t pid) = 0;
-};
 
 // A file's rows and how its mappings place it.
 struct FileUnwindTable {
