@@ -224,7 +224,7 @@ std::optional<std::pair<int64_t, int64_t>> WalkedInBpf(const std::string& agent_
 // addresses, not stack copies.
 TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
   const ProfiledRun run =
-      ProfileFixture({EMBER_CFI_CHAINS_BIN, "5"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
+      ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
   std::filesystem::remove_all(run.output_dir);
   std::optional<std::pair<int64_t, int64_t>> walked = WalkedInBpf(run.agent_log);
   ASSERT_TRUE(walked.has_value()) << run.agent_log;
@@ -232,7 +232,8 @@ TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
   std::printf("walked in BPF: %lld whole, %lld stopped short\n", static_cast<long long>(whole),
               static_cast<long long>(stopped));
   ASSERT_GT(whole + stopped, 400) << run.agent_log;
-  EXPECT_GE(Share(whole, whole + stopped), 0.8) << run.agent_log;
+  // 0.5 s to 1 s of the 8 s go by before the tables are in (more on a loaded machine).
+  EXPECT_GE(Share(whole, whole + stopped), 0.75) << run.agent_log;
 }
 
 // With --bpf-unwind-rows 0 the BPF program walks nothing itself.
