@@ -289,7 +289,7 @@ struct unwind_walk {
   __u64 sp;
   __u64 bp;
   bool bp_known;
-  bool complete;      // the thread's first frame was recorded
+  bool complete;       // the thread's first frame was recorded
   __u32 last_mapping;  // index of the mapping of the frame before
 };
 
@@ -361,9 +361,8 @@ static __always_inline const struct ember_unwind_row *unwind__row(
     if (!at_start) return NULL;
     in_force = *at_start;
     key += 1;
-    const __u32 *at_next = bucket + 1 < mapping->bucket_count
-                               ? bpf_map_lookup_elem(&unwind_buckets, &key)
-                               : NULL;
+    const __u32 *at_next =
+        bucket + 1 < mapping->bucket_count ? bpf_map_lookup_elem(&unwind_buckets, &key) : NULL;
     if (at_next && *at_next < rows) search.high = *at_next + 1;
   }
   // The row in force at the bucket's start is at or below elf_pc: the search looks past it. A
@@ -407,7 +406,8 @@ static long unwind__step(__u64 index, void *data) {
   const __u32 at = (walk->first + walk->depth) & UNWIND_ADDRESS_MASK;
   // A return address is looked up at its call, the byte before it.
   const __u64 lookup = walk->depth > 0 ? walk->pc - 1 : walk->pc;
-  const struct ember_unwind_mapping *mapping = unwind__mapping(walk->proc, lookup, &walk->last_mapping);
+  const struct ember_unwind_mapping *mapping =
+      unwind__mapping(walk->proc, lookup, &walk->last_mapping);
   if (!mapping) return 1;
   const struct ember_unwind_row *row = unwind__row(mapping, lookup - mapping->bias);
   if (!row) return 1;

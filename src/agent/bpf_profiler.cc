@@ -8,12 +8,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
-#include <algorithm>
 #include <cstring>
-#include <span>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,9 +96,7 @@ class BpfUnwindMaps : public UnwindMaps {
     return absl::OkStatus();
   }
 
-  void RemoveProcess(uint32_t pid) override {
-    bpf_map__delete_elem(procs_, &pid, sizeof(pid), 0);
-  }
+  void RemoveProcess(uint32_t pid) override { bpf_map__delete_elem(procs_, &pid, sizeof(pid), 0); }
 
  private:
   // Values [first, first + values.size()) of an array map, a batch per call of the syscall: a

@@ -54,10 +54,9 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
     const bool file_backed = m.file.inode != 0 && !m.name.empty() && m.name[0] == '/';
     if ((file_backed || IsVdso(m)) && m.end > m.start) process.mappings.push_back(m);
   }
-  std::sort(process.mappings.begin(), process.mappings.end(),
-            [](const ExecutableMapping& a, const ExecutableMapping& b) {
-              return a.start < b.start;
-            });
+  std::sort(
+      process.mappings.begin(), process.mappings.end(),
+      [](const ExecutableMapping& a, const ExecutableMapping& b) { return a.start < b.start; });
   for (const ExecutableMapping& m : process.mappings) {
     const FileIdentity key = IsVdso(m) ? kVdso : m.file;
     if (std::find(process.files.begin(), process.files.end(), key) != process.files.end()) {

@@ -33,8 +33,8 @@ struct BpfUnwindTablesStats {
   size_t rows_used = 0;
   size_t rows_capacity = 0;
   size_t processes = 0;
-  uint64_t tables_built = 0;  // since start
-  uint64_t out_of_room = 0;   // tables that did not fit in the row map
+  uint64_t tables_built = 0;               // since start
+  uint64_t out_of_room = 0;                // tables that did not fit in the row map
   std::chrono::nanoseconds build_time{0};  // building and writing tables, since start
 };
 

@@ -62,10 +62,10 @@ absl::Status ElfImage::ReadSegments() {
       continue;
     }
     layout_.segments_.push_back({.offset = phdr.p_offset,
-                         .vaddr = phdr.p_vaddr,
-                         .file_size = phdr.p_filesz,
-                         .mem_size = phdr.p_memsz,
-                         .align = phdr.p_align});
+                                 .vaddr = phdr.p_vaddr,
+                                 .file_size = phdr.p_filesz,
+                                 .mem_size = phdr.p_memsz,
+                                 .align = phdr.p_align});
   }
   if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
   return absl::OkStatus();

@@ -242,8 +242,7 @@ TEST(BpfWalkTest, NoWalkInBpfWithoutRows) {
       ProfileFixture({EMBER_CFI_CHAINS_BIN, "1"}, 199, nullptr, SIGINT, kSnapshotOnly.agent_args);
   std::filesystem::remove_all(run.output_dir);
   EXPECT_EQ(run.agent_log.find("user stacks walked in BPF"), std::string::npos) << run.agent_log;
-  EXPECT_NE(run.agent_log.find("user stacks unwound with CFI"), std::string::npos)
-      << run.agent_log;
+  EXPECT_NE(run.agent_log.find("user stacks unwound with CFI"), std::string::npos) << run.agent_log;
 }
 
 // The same program with its CFI only in .debug_frame (the functions of its own have no .eh_frame
