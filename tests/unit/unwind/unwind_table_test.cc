@@ -210,6 +210,67 @@ TEST(UnwindTableTest, LibcRowsAgreeWithLibdwAndMostAreApplicable) {
       100.0 * share, agreement.covered_random, agreement.checked);
 }
 
+// The BPF walk's lookup through the buckets (profiler.bpf.c, unwind__row): the bucket's row, then
+// the rows up to the next bucket's. nullptr before the first row.
+const ember_unwind_row* LookupByBuckets(const std::vector<ember_unwind_row>& table,
+                                        const UnwindBuckets& buckets, uint64_t address,
+                                        size_t* looked_at) {
+  if (table.empty() || address < buckets.base) return nullptr;
+  const uint64_t bucket = (address - buckets.base) >> buckets.shift;
+  size_t found = table.size() - 1;
+  size_t end = table.size();
+  if (bucket < buckets.first_rows.size()) {
+    found = buckets.first_rows[bucket];
+    if (bucket + 1 < buckets.first_rows.size()) end = buckets.first_rows[bucket + 1] + 1;
+  }
+  *looked_at = end - found;
+  while (found + 1 < end && table[found + 1].pc <= address) ++found;
+  return &table[found];
+}
+
+TEST(UnwindBucketsTest, LookupsThroughTheBucketsFindTheRowInForce) {
+  const std::string libc = LibcPath();
+  ASSERT_FALSE(libc.empty());
+  const Built built = Build(libc);
+  ASSERT_FALSE(built.table.empty());
+  const UnwindBuckets buckets = BucketsOf(built.table);
+  ASSERT_FALSE(buckets.first_rows.empty());
+  EXPECT_LE(buckets.first_rows.size(), built.table.size());  // room: at the rows' own place
+  EXPECT_EQ(buckets.base, built.table.front().pc);
+
+  size_t random_from = 0;
+  const std::vector<uint64_t> addresses = Addresses(built.table, 20000, &random_from);
+  size_t most_looked_at = 0;
+  double looked_at_sum = 0;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    size_t looked_at = 0;
+    const ember_unwind_row* by_buckets =
+        LookupByBuckets(built.table, buckets, addresses[i], &looked_at);
+    ASSERT_EQ(by_buckets, Lookup(built.table, addresses[i])) << std::hex << addresses[i];
+    // Row boundaries crowd where rows are dense: the random addresses say what a sample meets.
+    if (i < random_from) continue;
+    most_looked_at = std::max(most_looked_at, looked_at);
+    looked_at_sum += looked_at;
+  }
+  // Few rows per bucket: the BPF walk looks at two in turn before it searches.
+  const double mean = looked_at_sum / (addresses.size() - random_from);
+  std::printf(
+      "[   INFO   ] buckets of %d bytes: %zu for %zu rows; rows per lookup mean %.2f, "
+      "most %zu\n",
+      1 << buckets.shift, buckets.first_rows.size(), built.table.size(), mean, most_looked_at);
+  EXPECT_LE(mean, 4.0);
+}
+
+TEST(UnwindBucketsTest, EmptyAndSingleRowTables) {
+  EXPECT_TRUE(BucketsOf({}).first_rows.empty());
+  ember_unwind_row row{};
+  row.pc = 0x1000;
+  const UnwindBuckets one = BucketsOf({row});
+  ASSERT_EQ(one.first_rows.size(), 1u);
+  EXPECT_EQ(one.first_rows[0], 0u);
+  EXPECT_EQ(one.base, 0x1000u);
+}
+
 TEST(UnwindTableTest, OwnBinaryRowsAgreeWithLibdw) {
   const Built built = Build(SelfPath());
   ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(built.table, built.stats));
