@@ -125,11 +125,13 @@ int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
     built.push_back(key);
   }
   if (built.empty()) return 0;
-  for (const auto& [pid, process] : processes_) {
-    const bool names_one = std::any_of(built.begin(), built.end(), [&](const FileIdentity& key) {
-      return std::find(process.files.begin(), process.files.end(), key) != process.files.end();
-    });
-    if (names_one) WriteEntry(pid, process);
+  for (const auto& entry : processes_) {
+    const std::vector<FileIdentity>& files = entry.second.files;  // clang 14: no binding captures
+    const bool names_one =
+        std::any_of(built.begin(), built.end(), [&files](const FileIdentity& key) {
+          return std::find(files.begin(), files.end(), key) != files.end();
+        });
+    if (names_one) WriteEntry(entry.first, entry.second);
   }
   return static_cast<int>(built.size());
 }
