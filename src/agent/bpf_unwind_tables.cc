@@ -17,7 +17,9 @@ namespace {
 // The vDSO has no file: one key for the image every process maps.
 constexpr FileIdentity kVdso{.dev = ~uint64_t{0}, .inode = ~uint64_t{0}};
 
-bool IsVdso(const ExecutableMapping& mapping) { return mapping.name == "[vdso]"; }
+FileIdentity KeyOf(const ExecutableMapping& mapping) {
+  return mapping.IsVdso() ? kVdso : mapping.file;
+}
 
 }  // namespace
 
@@ -27,7 +29,7 @@ absl::StatusOr<FileUnwindTable> BpfUnwindTables::TableOfFile(const ExecutableMap
   absl::StatusOr<std::vector<ember_unwind_row>> rows =
       absl::DataLossError("the file changed while its CFI was read");
   const bool read = internal::RunCatchingSigbus([&] {
-    image = IsVdso(mapping) ? ElfImage::OpenOwnVdso() : ElfImage::Open(mapping.open_path);
+    image = mapping.IsVdso() ? ElfImage::OpenOwnVdso() : ElfImage::Open(mapping.open_path);
     if (image.ok()) rows = BuildUnwindTable(**image);
   });
   if (!read && image.ok()) {
@@ -51,14 +53,13 @@ BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableS
 void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings) {
   Process process;
   for (const ExecutableMapping& m : mappings) {
-    const bool file_backed = m.file.inode != 0 && !m.name.empty() && m.name[0] == '/';
-    if ((file_backed || IsVdso(m)) && m.end > m.start) process.mappings.push_back(m);
+    if ((m.IsFile() || m.IsVdso()) && m.end > m.start) process.mappings.push_back(m);
   }
   std::sort(
       process.mappings.begin(), process.mappings.end(),
       [](const ExecutableMapping& a, const ExecutableMapping& b) { return a.start < b.start; });
   for (const ExecutableMapping& m : process.mappings) {
-    const FileIdentity key = IsVdso(m) ? kVdso : m.file;
+    const FileIdentity key = KeyOf(m);
     if (std::find(process.files.begin(), process.files.end(), key) != process.files.end()) {
       continue;
     }
@@ -82,7 +83,7 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
   ember_unwind_proc proc{};
   for (const ExecutableMapping& m : process.mappings) {
     if (proc.count >= EMBER_MAX_UNWIND_MAPPINGS) break;
-    auto it = files_.find(IsVdso(m) ? kVdso : m.file);
+    auto it = files_.find(KeyOf(m));
     if (it == files_.end() || it->second.state != File::State::kLoaded) continue;
     const File& file = it->second;
     std::optional<ModulePlacement> placement = file.layout.Place(m.start, m.offset);

@@ -65,9 +65,9 @@ std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(
   space->layout_version = layout_version;
   for (const ExecutableMapping& m : mappings) {
     std::shared_ptr<ModuleCfi> cfi;
-    if (m.name == "[vdso]") {
+    if (m.IsVdso()) {
       cfi = files_.Vdso();
-    } else if (m.file.inode != 0 && !m.name.empty() && m.name[0] == '/') {
+    } else if (m.IsFile()) {
       cfi = files_.Get(m.file, m.open_path);
     }
     if (cfi == nullptr) continue;  // anonymous or unreadable: frame pointers only

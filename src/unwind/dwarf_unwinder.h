@@ -44,6 +44,10 @@ struct ExecutableMapping {
   FileIdentity file;      // {0, 0} for memory that is not a file
   std::string name;       // the path as the process mapped it, or "[vdso]"
   std::string open_path;  // what to open it through (e.g. /proc/PID/map_files/...)
+
+  // A file on disk (not anonymous memory, not the vDSO or another special mapping).
+  bool IsFile() const { return file.inode != 0 && !name.empty() && name[0] == '/'; }
+  bool IsVdso() const { return name == "[vdso]"; }
 };
 
 struct UnwoundFrame {
