@@ -2,6 +2,7 @@
 // per interval) and writing the whole page (WriteHtml, at most once a minute), on synthetic
 // intervals shaped like bench/overhead_work's: 4096 call paths of 24 to 39 frames under one
 // process, so the tree grows to the node bound as a long run's does.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <random>
@@ -71,6 +72,95 @@ void BM_FlameGraphAddInterval(benchmark::State& state) {
       2000.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FlameGraphAddInterval)->Arg(20000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// Stacks as the agent sees bench/overhead_work's once samples stop anywhere in a descent: every
+// sample a call path of its own, 24 to 39 frames of eight step functions below main and ow_unit,
+// so that nearly every stack reaches new nodes a few levels down.
+struct DistinctStacks {
+  std::vector<Frame> frames;  // main, ow_unit, then the eight steps
+  DistinctStacks() {
+    frames.resize(10);
+    frames[0].function = "main";
+    frames[1].function = "ow_unit(unsigned long)";
+    for (size_t i = 2; i < frames.size(); ++i) {
+      frames[i].function = absl::StrCat("ow_step_", i - 2, "(unsigned long, int)");
+    }
+    for (Frame& f : frames) f.module = "/usr/bin/overhead_work";
+  }
+  IntervalProfile Interval(std::mt19937& random) const {
+    IntervalProfile p;
+    p.period_ns = 10'101'010;
+    p.duration_ns = 10'000'000'000;
+    for (size_t i = 0; i < kStacksPerInterval; ++i) {
+      std::vector<const Frame*> path(24 + random() % 16);  // leaf first
+      for (const Frame*& f : path) f = &frames[2 + random() % 8];
+      path.end()[-1] = &frames[0];
+      path.end()[-2] = &frames[1];
+      p.samples.push_back({.pid = 100 + static_cast<uint32_t>(i % 2),
+                           .process = "overhead_work",
+                           .thread = "overhead_work",
+                           .frames = std::move(path),
+                           .count = 1});
+    }
+    return p;
+  }
+  static constexpr size_t kStacksPerInterval = 2000;
+};
+
+// Bytes of heap in use, mmapped chunks (large arrays) included.
+double HeapBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<double>(info.uordblks + info.hblkhd);
+}
+
+void SetTimePerStack(benchmark::State& state, double stacks) {
+  // Seconds per stack: "3.4u" is 3.4 us.
+  state.counters["time_per_stack"] =
+      benchmark::Counter(stacks, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// Distinct stacks into an empty graph until it reaches the default node bound: the first minute
+// or so of a run, where most of every stack becomes new nodes.
+void BM_FlameGraphAddDistinctGrowing(benchmark::State& state) {
+  DistinctStacks stacks;
+  std::mt19937 random(4);
+  std::vector<IntervalProfile> intervals;
+  for (int i = 0; i < 8; ++i) intervals.push_back(stacks.Interval(random));
+  double added = 0;
+  size_t nodes = 0;
+  for (auto _ : state) {
+    FlameGraph graph;
+    size_t next = 0;
+    while (graph.nodes() < 200000 && next < intervals.size()) graph.Add(intervals[next++]);
+    added += static_cast<double>(next * DistinctStacks::kStacksPerInterval);
+    nodes = graph.nodes();
+  }
+  if (nodes < 200000) state.SkipWithError("too few intervals to reach the bound");
+  state.counters["nodes"] = static_cast<double>(nodes);
+  SetTimePerStack(state, added);
+}
+BENCHMARK(BM_FlameGraphAddDistinctGrowing)->Unit(benchmark::kMillisecond);
+
+// Distinct stacks into a graph at the node bound: the rest of the run, where each stack is looked
+// up down to its first unknown node and folded into "[other]" there.
+void BM_FlameGraphAddDistinctAtBound(benchmark::State& state) {
+  DistinctStacks stacks;
+  std::mt19937 random(5);
+  std::vector<IntervalProfile> intervals;
+  for (int i = 0; i < 32; ++i) intervals.push_back(stacks.Interval(random));
+  const double heap_before = HeapBytes();
+  FlameGraph graph;
+  while (graph.nodes() < 200000) graph.Add(stacks.Interval(random));
+  // The graph's own memory at the bound, and after the timed intervals' "[other]" nodes.
+  state.counters["heap_at_bound"] = HeapBytes() - heap_before;
+  size_t next = 0;
+  for (auto _ : state) graph.Add(intervals[next++ % intervals.size()]);
+  state.counters["heap_after"] = HeapBytes() - heap_before;
+  state.counters["nodes"] = static_cast<double>(graph.nodes());
+  SetTimePerStack(state,
+                  static_cast<double>(state.iterations() * DistinctStacks::kStacksPerInterval));
+}
+BENCHMARK(BM_FlameGraphAddDistinctAtBound)->Unit(benchmark::kMillisecond);
 
 // The page written with `nodes` nodes.
 void BM_FlameGraphWriteHtml(benchmark::State& state) {
