@@ -2,12 +2,15 @@
 // rendered by headless Chromium through tests/support/check_flamegraph.sh.
 #include "output/flame_graph.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -215,6 +218,214 @@ TEST(FlameGraphTest, EveryPrefixCountsTheSamplesOfTheStacksThroughIt) {
   }
   EXPECT_EQ(bounded.total_samples(), total);
   EXPECT_LE(bounded.node_count(), 2 * 30u);
+}
+
+// FlameGraph's merge done the plain way, for checking the real one's output: each stack walked
+// from the root one node at a time in a std::map tree, in the order Add takes an interval's stacks
+// (by process name, then by the frames' addresses outermost first), which decides which stacks
+// get the last nodes under the bound. Names must need no JSON escaping.
+class ReferenceGraph {
+ public:
+  explicit ReferenceGraph(size_t max_nodes) : max_nodes_(max_nodes) {
+    nodes_.push_back({Intern("all"), 0, 0, 0});
+  }
+
+  void Add(const IntervalProfile& profile) {
+    if (intervals_ == 0 || profile.start_unix_ns < start_ns_) start_ns_ = profile.start_unix_ns;
+    end_ns_ = std::max(end_ns_, profile.start_unix_ns + profile.duration_ns);
+    period_ns_ = profile.period_ns;
+    ++intervals_;
+    // (process, frames outermost first without the null ones, count)
+    std::vector<std::tuple<std::string, std::vector<const Frame*>, int64_t>> stacks;
+    for (const StackSample& s : profile.samples) {
+      if (s.count <= 0) continue;
+      std::vector<const Frame*> frames;
+      for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
+        if (*it != nullptr) frames.push_back(*it);
+      }
+      stacks.emplace_back(s.process.empty() ? absl::StrCat("pid ", s.pid) : s.process,
+                          std::move(frames), s.count);
+    }
+    std::stable_sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) {
+      return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+    });
+    for (const auto& [process, frames, count] : stacks) {
+      total_ += count;
+      cpu_ns_ += count * profile.period_ns;
+      nodes_[0].samples += count;
+      std::optional<uint32_t> node = Step(0, process, 1, count);
+      for (size_t i = 0; i < frames.size() && node; ++i) {
+        const Frame& f = *frames[i];
+        node = Step(*node, f.function.empty() ? "[unknown]" : f.function, TypeOf(f), count);
+        for (auto in = f.inlined.rbegin(); in != f.inlined.rend() && node; ++in) {
+          node = Step(*node, in->function, 6, count);
+        }
+      }
+    }
+  }
+
+  std::string Json() const {
+    std::vector<std::vector<uint32_t>> kids(nodes_.size());
+    for (uint32_t i = 1; i < nodes_.size(); ++i) kids[nodes_[i].parent].push_back(i);
+    std::string out = absl::StrCat("{\"version\":1,\"samples\":", total_, ",\"cpu_ns\":", cpu_ns_,
+                                   ",\"period_ns\":", period_ns_, ",\"start_ns\":", start_ns_,
+                                   ",\"end_ns\":", end_ns_, ",\"intervals\":", intervals_,
+                                   ",\"processes\":", kids[0].size(), ",\"nodes\":", nodes_.size(),
+                                   ",\"folded_samples\":", folded_, ",\"names\":[");
+    for (size_t i = 0; i < names_.size(); ++i) {
+      absl::StrAppend(&out, i > 0 ? "," : "", "\"", names_[i], "\"");
+    }
+    out.append("],\"tree\":[");
+    const auto append = [&](const auto& self, uint32_t i) -> void {
+      std::vector<uint32_t>& children = kids[i];
+      std::sort(children.begin(), children.end(), [&](uint32_t a, uint32_t b) {
+        if (nodes_[a].samples != nodes_[b].samples) return nodes_[a].samples > nodes_[b].samples;
+        return names_[nodes_[a].name] < names_[nodes_[b].name];
+      });
+      absl::StrAppend(&out, i > 0 ? "," : "", nodes_[i].name, ",", nodes_[i].type, ",",
+                      nodes_[i].samples, ",", children.size());
+      for (uint32_t child : children) self(self, child);
+    };
+    append(append, 0);
+    out.append("]}");
+    return out;
+  }
+
+  size_t nodes() const { return nodes_.size(); }
+  int64_t folded_samples() const { return folded_; }
+
+ private:
+  struct Node {
+    uint32_t name;
+    uint32_t parent;
+    int64_t samples;
+    int type;  // FlameGraph::NodeType's value
+  };
+
+  static int TypeOf(const Frame& f) {
+    if (f.function.empty() || f.function == "[truncated]" ||
+        f.function.find("+0x") != std::string::npos) {
+      return 4;
+    }
+    constexpr int kByKind[] = {2, 3, 7, 8, 9, 10, 11};  // FrameKind's order
+    return kByKind[static_cast<int>(f.kind)];
+  }
+
+  uint32_t Intern(const std::string& name) {
+    auto [it, inserted] = name_ids_.try_emplace(name, names_.size());
+    if (inserted) names_.push_back(name);
+    return it->second;
+  }
+
+  // The child of `parent` with this name and type, counting `count` more, made if the bound allows;
+  // or none, with the count gone to the parent's "[other]" child.
+  std::optional<uint32_t> Step(uint32_t parent, const std::string& name, int type, int64_t count) {
+    auto it = children_.find({parent, name, type});
+    if (it == children_.end() && nodes_.size() < max_nodes_) {
+      it = children_.try_emplace({parent, name, type}, nodes_.size()).first;
+      nodes_.push_back({Intern(name), parent, 0, type});
+    }
+    if (it != children_.end()) {
+      nodes_[it->second].samples += count;
+      return it->second;
+    }
+    const uint32_t other_name = Intern("[other]");
+    auto [other, inserted] = children_.try_emplace({parent, "[other]", 5}, nodes_.size());
+    if (inserted) nodes_.push_back({other_name, parent, 0, 5});
+    nodes_[other->second].samples += count;
+    folded_ += count;
+    return std::nullopt;
+  }
+
+  size_t max_nodes_;
+  std::vector<Node> nodes_;
+  std::map<std::tuple<uint32_t, std::string, int>, uint32_t> children_;
+  std::vector<std::string> names_;
+  std::map<std::string, uint32_t> name_ids_;
+  int64_t total_ = 0, folded_ = 0, cpu_ns_ = 0, intervals_ = 0;
+  int64_t start_ns_ = 0, end_ns_ = 0, period_ns_ = 0;
+};
+
+// Random intervals of repeated and new stacks (several processes, inlined functions, frame kinds,
+// frames of one name at several addresses, counts above one) give, at several node bounds, exactly
+// the tree, names and fold counts of the plain merge: what Add does is a matter of speed only.
+TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
+  std::mt19937 random(11);
+  // name, kind, inlined functions (innermost first); several share a name.
+  struct FrameSpec {
+    std::string function;
+    FrameKind kind = FrameKind::kNative;
+    std::vector<std::string> inlined = {};
+  };
+  const std::vector<FrameSpec> specs = {
+      {"main"},
+      {"Run"},
+      {"Run"},
+      {"Work", FrameKind::kNative, {"Scale", "Work"}},
+      {"Work"},
+      {"Work", FrameKind::kKernel},
+      {"do_syscall_64", FrameKind::kKernel},
+      {"Parse", FrameKind::kNative, {"Next"}},
+      {"Parse", FrameKind::kNative, {"", "Next"}},
+      {"", FrameKind::kNative},
+      {"[truncated]"},
+      {"libfoo.so+0x1a2b"},
+      {"leaf", FrameKind::kV8Js},
+      {"leaf", FrameKind::kJvm},
+      {"leaf", FrameKind::kCPython},
+      {"stub", FrameKind::kJit},
+      {"Net", FrameKind::kDotnet},
+  };
+  std::vector<std::vector<size_t>> seen;  // stacks so far, as indices into specs, leaf first
+  const std::vector<std::pair<uint32_t, std::string>> processes = {
+      {10, "app"}, {11, "app"}, {20, "db"}, {30, ""}, {31, ""}, {40, "main"}};
+  for (size_t max_nodes : {1, 2, 40, 150, 600, 200000}) {
+    SCOPED_TRACE(absl::StrCat("max_nodes ", max_nodes));
+    random.seed(11);
+    seen.clear();
+    FlameGraph graph(max_nodes);
+    ReferenceGraph reference(max_nodes);
+    for (int interval = 0; interval < 12; ++interval) {
+      // Frames are new objects every interval, as a symbol cache's may be after an eviction.
+      std::vector<Frame> frames;
+      for (const FrameSpec& spec : specs) {
+        Frame& f = frames.emplace_back(Native(spec.function));
+        f.kind = spec.kind;
+        for (const std::string& in : spec.inlined) f.inlined.emplace_back().function = in;
+      }
+      IntervalProfile profile = Interval({});
+      profile.start_unix_ns += (interval % 3 == 2 ? -1 : interval) * 10'000'000'000;
+      profile.period_ns = 10'000'000 + interval;
+      for (int i = 0; i < 120; ++i) {
+        std::vector<size_t> stack;
+        if (!seen.empty() && random() % 2 == 0) {
+          stack = seen[random() % seen.size()];
+        } else {
+          stack.resize(1 + random() % 9);
+          for (size_t& s : stack) s = random() % specs.size();
+          stack.back() = random() % 4 == 0 ? 0 : stack.back();  // often below main
+          seen.push_back(stack);
+        }
+        const auto& [pid, process] = processes[random() % processes.size()];
+        StackSample& s = profile.samples.emplace_back();
+        s.pid = pid;
+        s.process = process;
+        s.count = static_cast<int64_t>(random() % 6) - 1;  // -1 and 0 are skipped
+        for (size_t spec : stack) s.frames.push_back(&frames[spec]);
+        if (random() % 8 == 0) s.frames.insert(s.frames.begin() + 1, nullptr);
+      }
+      graph.Add(profile);
+      reference.Add(profile);
+    }
+    EXPECT_EQ(graph.ToJson(), reference.Json());
+    EXPECT_EQ(graph.nodes(), reference.nodes());
+    EXPECT_EQ(graph.folded_samples(), reference.folded_samples());
+    if (max_nodes == 200000) {
+      EXPECT_EQ(graph.folded_samples(), 0);
+    } else {
+      EXPECT_GT(graph.folded_samples(), 0);
+    }
+  }
 }
 
 TEST(FlameGraphTest, JsonEscapesHostileNames) {
