@@ -65,31 +65,37 @@ uint32_t FlameGraph::InternName(absl::string_view name) {
   return id;
 }
 
+uint32_t FlameGraph::NameId(absl::string_view name) const {
+  auto it = name_ids_.find(name);
+  return it == name_ids_.end() ? kNoName : it->second;
+}
+
 uint32_t FlameGraph::NewNode(uint32_t parent, uint32_t name, NodeType type) {
   nodes_.push_back(Node{name, parent, 0, type});
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
-uint32_t FlameGraph::AddToChild(uint32_t parent, absl::string_view name, uint32_t name_id,
-                                NodeType type, int64_t count) {
-  // Look the name up without interning it: a name that would only be folded away must not grow
-  // the name table either.
-  if (name_id == kNoName) {
-    if (auto name_it = name_ids_.find(name); name_it != name_ids_.end()) name_id = name_it->second;
+uint32_t FlameGraph::AddToChild(uint32_t parent, Step& step, int64_t count) {
+  if (nodes_.size() < max_nodes_) {
+    // One probe finds the child or makes room for it: a name is interned only with its first node.
+    if (step.name_id == kNoName) step.name_id = InternName(step.name);
+    const auto [it, inserted] = children_.try_emplace(ChildKey{parent, step.name_id, step.type},
+                                                      static_cast<uint32_t>(nodes_.size()));
+    if (inserted) NewNode(parent, step.name_id, step.type);
+    nodes_[it->second].samples += count;
+    return it->second;
   }
-  if (name_id != kNoName) {
-    auto it = children_.find(ChildKey{parent, name_id, type});
-    if (it != children_.end()) {
+  // Full: only existing children count. A name that would only be folded away must not grow the
+  // name table either; it may have entered it through another frame of this interval, though.
+  if (step.name_id == kNoName) {
+    if (auto it = name_ids_.find(step.name); it != name_ids_.end()) step.name_id = it->second;
+  }
+  if (step.name_id != kNoName) {
+    if (auto it = children_.find(ChildKey{parent, step.name_id, step.type});
+        it != children_.end()) {
       nodes_[it->second].samples += count;
       return it->second;
     }
-  }
-  if (nodes_.size() < max_nodes_) {
-    if (name_id == kNoName) name_id = InternName(name);
-    const uint32_t child = NewNode(parent, name_id, type);
-    children_.emplace(ChildKey{parent, name_id, type}, child);
-    nodes_[child].samples += count;
-    return child;
   }
   if (!warned_full_) {
     warned_full_ = true;
@@ -97,9 +103,10 @@ uint32_t FlameGraph::AddToChild(uint32_t parent, absl::string_view name, uint32_
         "flame graph reached {} nodes; further new call paths are folded into \"[other]\" frames",
         max_nodes_);
   }
-  const ChildKey other_key{parent, InternName(kOtherName), NodeType::kOther};
-  auto [it, inserted] = children_.try_emplace(other_key, 0);
-  if (inserted) it->second = NewNode(parent, other_key.name, NodeType::kOther);
+  if (other_name_ == kNoName) other_name_ = InternName(kOtherName);
+  const auto [it, inserted] =
+      children_.try_emplace(ChildKey{parent, other_name_, NodeType::kOther}, 0);
+  if (inserted) it->second = NewNode(parent, other_name_, NodeType::kOther);
   nodes_[it->second].samples += count;
   folded_samples_ += count;
   return kFolded;
@@ -112,35 +119,45 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   last_end_ns_ = std::max(last_end_ns_, profile.start_unix_ns + profile.duration_ns);
   period_ns_ = profile.period_ns;
   ++intervals_;
-  // The name ids of this interval's frames (and inlined functions), by address: frames are shared
-  // by many stacks, and hashing a pointer is cheaper than hashing its name.
-  absl::flat_hash_map<const void*, uint32_t> name_ids_of;
-  auto name_id_of = [&](const void* key, absl::string_view name) {
-    if (auto it = name_ids_of.find(key); it != name_ids_of.end()) return it->second;
-    auto known = name_ids_.find(name);
-    if (known == name_ids_.end()) return kNoName;  // new: AddToChild decides whether to keep it
-    name_ids_of.emplace(key, known->second);
-    return known->second;
+  // The step of each of this interval's frames (and inlined functions), by address: frames are
+  // shared by many stacks, and hashing a pointer is cheaper than typing and hashing a name.
+  absl::flat_hash_map<const void*, Step> steps;
+  auto step_of = [&](const Frame& frame) -> Step& {
+    auto [it, inserted] = steps.try_emplace(&frame);
+    if (inserted) {
+      const absl::string_view name = frame.function.empty() ? absl::string_view("[unknown]")
+                                                            : absl::string_view(frame.function);
+      it->second = Step{name, NameId(name), TypeOf(frame)};
+    }
+    return it->second;
+  };
+  auto step_of_inlined = [&](const InlineFrame& in) -> Step& {
+    auto [it, inserted] = steps.try_emplace(&in);
+    if (inserted) it->second = Step{in.function, NameId(in.function), NodeType::kInlined};
+    return it->second;
   };
   // Stacks in order of their process, then their frames outermost first: each then shares the
   // longest possible prefix of nodes with the one before, whose nodes only need the count added
   // (no lookups), and only the rest of the stack is looked up.
+  std::deque<std::string> pid_names;
+  std::vector<const Frame*> frames;
   std::vector<Path> paths;
   paths.reserve(profile.samples.size());
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
-    Path& path = paths.emplace_back();
-    path.sample = &s;
-    if (s.process.empty()) path.pid_name = absl::StrCat("pid ", s.pid);
-    path.frames.reserve(s.frames.size());
+    absl::string_view process = s.process;
+    if (process.empty()) process = pid_names.emplace_back(absl::StrCat("pid ", s.pid));
+    const auto begin = static_cast<uint32_t>(frames.size());
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
-      if (*it != nullptr) path.frames.push_back(*it);
+      if (*it != nullptr) frames.push_back(*it);
     }
+    paths.push_back(Path{process, s.count, begin, static_cast<uint32_t>(frames.size())});
   }
-  std::sort(paths.begin(), paths.end(), [](const Path& a, const Path& b) {
-    if (a.process() != b.process()) return a.process() < b.process();
-    return std::lexicographical_compare(a.frames.begin(), a.frames.end(), b.frames.begin(),
-                                        b.frames.end(), std::less<const Frame*>());
+  std::sort(paths.begin(), paths.end(), [&](const Path& a, const Path& b) {
+    if (const int order = a.process.compare(b.process); order != 0) return order < 0;
+    return std::lexicographical_compare(frames.begin() + a.begin, frames.begin() + a.end,
+                                        frames.begin() + b.begin, frames.begin() + b.end,
+                                        std::less<const Frame*>());
   });
 
   // The nodes the previous stack went through, its process node first, and after how many of
@@ -149,14 +166,17 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   std::vector<size_t> frame_ends;
   const Path* previous = nullptr;
   for (const Path& path : paths) {
-    const int64_t count = path.sample->count;
+    const int64_t count = path.count;
     total_samples_ += count;
     cpu_ns_ += count * profile.period_ns;
     nodes_[0].samples += count;
+    const size_t size = path.end - path.begin;
     size_t shared = 0;  // frames shared with the previous stack, all of whose nodes exist
-    if (previous != nullptr && previous->process() == path.process()) {
-      const size_t limit = std::min(frame_ends.size(), path.frames.size());
-      while (shared < limit && path.frames[shared] == previous->frames[shared]) ++shared;
+    if (previous != nullptr && previous->process == path.process) {
+      const size_t limit = std::min(frame_ends.size(), size);
+      while (shared < limit && frames[path.begin + shared] == frames[previous->begin + shared]) {
+        ++shared;
+      }
       const size_t node_end = shared == 0 ? 1 : frame_ends[shared - 1];
       for (size_t i = 0; i < node_end; ++i) nodes_[nodes_on_path[i]].samples += count;
       nodes_on_path.resize(node_end);
@@ -164,23 +184,21 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     } else {
       nodes_on_path.clear();
       frame_ends.clear();
-      const uint32_t process = AddToChild(0, path.process(), kNoName, NodeType::kProcess, count);
+      Step process{path.process, NameId(path.process), NodeType::kProcess};
+      const uint32_t node = AddToChild(0, process, count);
       previous = nullptr;
-      if (process == kFolded) continue;
-      nodes_on_path.push_back(process);
+      if (node == kFolded) continue;
+      nodes_on_path.push_back(node);
     }
     previous = &path;
     uint32_t node = nodes_on_path.back();
-    for (size_t i = shared; i < path.frames.size() && node != kFolded; ++i) {
-      const Frame& frame = *path.frames[i];
-      const absl::string_view name = frame.function.empty() ? absl::string_view("[unknown]")
-                                                            : absl::string_view(frame.function);
-      node = AddToChild(node, name, name_id_of(&frame, name), TypeOf(frame), count);
+    for (size_t i = shared; i < size && node != kFolded; ++i) {
+      const Frame& frame = *frames[path.begin + i];
+      node = AddToChild(node, step_of(frame), count);
       if (node != kFolded) nodes_on_path.push_back(node);
       // Inlined functions are listed innermost first; the tree grows outermost first here too.
       for (auto in = frame.inlined.rbegin(); in != frame.inlined.rend() && node != kFolded; ++in) {
-        node = AddToChild(node, in->function, name_id_of(&*in, in->function), NodeType::kInlined,
-                          count);
+        node = AddToChild(node, step_of_inlined(*in), count);
         if (node != kFolded) nodes_on_path.push_back(node);
       }
       // A frame counts as on the path only with all its nodes: one folded away ends the path.

@@ -79,22 +79,26 @@ class FlameGraph {
     }
   };
 
-  // One stack of an interval, outermost frame first, as Add merges it.
+  // One stack of an interval as Add merges it: its frames, outermost first, are
+  // frames[begin, end) of Add's one array for the whole interval.
   struct Path {
-    const StackSample* sample = nullptr;
-    std::string pid_name;  // "pid N", for a sample without a process name
-    std::vector<const Frame*> frames;
-    absl::string_view process() const {
-      return sample->process.empty() ? absl::string_view(pid_name) : sample->process;
-    }
+    absl::string_view process;  // or "pid N", for a sample without a process name
+    int64_t count;
+    uint32_t begin;
+    uint32_t end;
+  };
+  // The child a frame or an inlined function of the interval steps to, worked out once per frame.
+  struct Step {
+    absl::string_view name;
+    uint32_t name_id;  // kNoName while the name is not in the table
+    NodeType type;
   };
 
-  // Adds `count` to the child of `parent` named `name` (whose id is `name_id`, or kNoName when
-  // not known yet), creating it if the bound allows. Returns the child, or kFolded if the count
-  // went to the parent's "[other]" leaf instead.
-  uint32_t AddToChild(uint32_t parent, absl::string_view name, uint32_t name_id, NodeType type,
-                      int64_t count);
+  // Adds `count` to the child of `parent` that `step` names, creating it if the bound allows.
+  // Returns the child, or kFolded if the count went to the parent's "[other]" leaf instead.
+  uint32_t AddToChild(uint32_t parent, Step& step, int64_t count);
   uint32_t InternName(absl::string_view name);
+  uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
   uint32_t NewNode(uint32_t parent, uint32_t name, NodeType type);
 
   static constexpr uint32_t kFolded = UINT32_MAX;
@@ -106,6 +110,7 @@ class FlameGraph {
   // A deque so the views in name_ids_ stay valid as names are added.
   std::deque<std::string> names_;
   absl::flat_hash_map<absl::string_view, uint32_t> name_ids_;
+  uint32_t other_name_ = kNoName;  // "[other]" enters the name table with the first fold
 
   int64_t total_samples_ = 0;
   int64_t folded_samples_ = 0;
