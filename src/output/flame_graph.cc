@@ -138,8 +138,11 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   };
   // Stacks in order of their process, then their frames outermost first: each then shares the
   // longest possible prefix of nodes with the one before, whose nodes only need the count added
-  // (no lookups), and only the rest of the stack is looked up.
+  // (no lookups), and only the rest of the stack is looked up. Processes are numbered in name
+  // order, so that the sort compares numbers.
   std::deque<std::string> pid_names;
+  absl::flat_hash_map<absl::string_view, uint32_t> process_ids;  // numbered as they come
+  std::vector<absl::string_view> processes;
   std::vector<const Frame*> frames;
   std::vector<Path> paths;
   paths.reserve(profile.samples.size());
@@ -147,14 +150,23 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     if (s.count <= 0) continue;
     absl::string_view process = s.process;
     if (process.empty()) process = pid_names.emplace_back(absl::StrCat("pid ", s.pid));
+    const auto [id, inserted] = process_ids.try_emplace(process, processes.size());
+    if (inserted) processes.push_back(process);
     const auto begin = static_cast<uint32_t>(frames.size());
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
       if (*it != nullptr) frames.push_back(*it);
     }
-    paths.push_back(Path{process, s.count, begin, static_cast<uint32_t>(frames.size())});
+    paths.push_back(Path{id->second, s.count, begin, static_cast<uint32_t>(frames.size())});
   }
+  std::vector<uint32_t> by_name(processes.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](uint32_t a, uint32_t b) { return processes[a] < processes[b]; });
+  std::vector<uint32_t> rank(processes.size());
+  for (uint32_t i = 0; i < by_name.size(); ++i) rank[by_name[i]] = i;
+  for (Path& path : paths) path.process = rank[path.process];
   std::sort(paths.begin(), paths.end(), [&](const Path& a, const Path& b) {
-    if (const int order = a.process.compare(b.process); order != 0) return order < 0;
+    if (a.process != b.process) return a.process < b.process;
     return std::lexicographical_compare(frames.begin() + a.begin, frames.begin() + a.end,
                                         frames.begin() + b.begin, frames.begin() + b.end,
                                         std::less<const Frame*>());
@@ -184,7 +196,8 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     } else {
       nodes_on_path.clear();
       frame_ends.clear();
-      Step process{path.process, NameId(path.process), NodeType::kProcess};
+      const absl::string_view name = processes[by_name[path.process]];
+      Step process{name, NameId(name), NodeType::kProcess};
       const uint32_t node = AddToChild(0, process, count);
       previous = nullptr;
       if (node == kFolded) continue;

@@ -82,7 +82,7 @@ class FlameGraph {
   // One stack of an interval as Add merges it: its frames, outermost first, are
   // frames[begin, end) of Add's one array for the whole interval.
   struct Path {
-    absl::string_view process;  // or "pid N", for a sample without a process name
+    uint32_t process;  // the rank of its process's name (or "pid N") among the interval's
     int64_t count;
     uint32_t begin;
     uint32_t end;
