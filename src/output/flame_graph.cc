@@ -71,7 +71,8 @@ uint32_t FlameGraph::NameId(absl::string_view name) const {
 }
 
 uint32_t FlameGraph::NewNode(uint32_t parent, uint32_t name, NodeType type) {
-  nodes_.push_back(Node{name, parent, 0, type});
+  nodes_.push_back(Node{name, parent, 0});
+  types_.push_back(type);
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
@@ -277,7 +278,7 @@ std::string FlameGraph::ToJson() const {
     const uint32_t i = stack.back();
     stack.pop_back();
     const Node& node = nodes_[i];
-    absl::StrAppend(&out, first_entry ? "" : ",", node.name, ",", static_cast<int>(node.type), ",",
+    absl::StrAppend(&out, first_entry ? "" : ",", node.name, ",", static_cast<int>(types_[i]), ",",
                     node.samples, ",", first[i + 1] - first[i]);
     first_entry = false;
     for (uint32_t k = first[i + 1]; k > first[i]; --k) stack.push_back(kids[k - 1]);

@@ -62,11 +62,11 @@ class FlameGraph {
   int64_t SamplesAt(const std::vector<std::string>& path) const;
 
  private:
+  // 16 bytes: a node's type is kept apart (types_), as padding it would cost a third more memory.
   struct Node {
     uint32_t name;
     uint32_t parent;
     int64_t samples;
-    NodeType type;
   };
   struct ChildKey {
     uint32_t parent;
@@ -106,6 +106,7 @@ class FlameGraph {
 
   size_t max_nodes_;
   std::vector<Node> nodes_;
+  std::vector<NodeType> types_;  // by node, as nodes_
   absl::flat_hash_map<ChildKey, uint32_t> children_;
   // A deque so the views in name_ids_ stay valid as names are added.
   std::deque<std::string> names_;
