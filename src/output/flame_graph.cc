@@ -18,6 +18,10 @@ namespace ember {
 namespace {
 
 constexpr absl::string_view kOtherName = "[other]";
+// Keeps name ids within ChildKey's 28 bits; a graph this big would take gigabytes anyway.
+constexpr size_t kMostNodes = (size_t{1} << 28) - 2;
+static_assert(static_cast<uint32_t>(FlameGraph::NodeType::kCPython) < 16,
+              "ChildKey keeps a node type in 4 bits");
 
 // "module+0x1a2b" is how the symbolizer names a frame it could not resolve.
 bool IsUnresolvedName(absl::string_view name) {
@@ -53,7 +57,8 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
 
 }  // namespace
 
-FlameGraph::FlameGraph(size_t max_nodes) : max_nodes_(std::max<size_t>(max_nodes, 1)) {
+FlameGraph::FlameGraph(size_t max_nodes)
+    : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)) {
   NewNode(0, InternName("all"), NodeType::kRoot);
 }
 

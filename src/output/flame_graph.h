@@ -68,14 +68,17 @@ class FlameGraph {
     uint32_t parent;
     int64_t samples;
   };
+  // A child by its parent, name and type in 8 bytes (12-byte index slots, not 16). A name id fits
+  // in 28 bits: names are only added with nodes (and "[other]"), at most max_nodes + 1 of them.
   struct ChildKey {
+    ChildKey(uint32_t parent, uint32_t name, NodeType type)
+        : parent(parent), name_and_type(name << 4 | static_cast<uint32_t>(type)) {}
     uint32_t parent;
-    uint32_t name;
-    NodeType type;
+    uint32_t name_and_type;
     bool operator==(const ChildKey&) const = default;
     template <typename H>
     friend H AbslHashValue(H h, const ChildKey& k) {
-      return H::combine(std::move(h), k.parent, k.name, k.type);
+      return H::combine(std::move(h), uint64_t{k.parent} << 32 | k.name_and_type);
     }
   };
 
