@@ -376,7 +376,7 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
       {"stub", FrameKind::kJit},
       {"Net", FrameKind::kDotnet},
   };
-  std::vector<std::vector<size_t>> seen;  // stacks so far, as indices into specs, leaf first
+  std::vector<std::vector<size_t>> seen;  // stacks so far, as indices into frames, leaf first
   const std::vector<std::pair<uint32_t, std::string>> processes = {
       {10, "app"}, {11, "app"}, {20, "db"}, {30, ""}, {31, ""}, {40, "main"}};
   for (size_t max_nodes : {1, 2, 40, 150, 600, 200000}) {
@@ -393,6 +393,9 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
         f.kind = spec.kind;
         for (const std::string& in : spec.inlined) f.inlined.emplace_back().function = in;
       }
+      // And names that come and go, first met below the bound or only at it: one at two addresses.
+      frames.push_back(Native(absl::StrCat("late", interval % 5)));
+      frames.push_back(Native(absl::StrCat("late", interval % 5)));
       IntervalProfile profile = Interval({});
       profile.start_unix_ns += (interval % 3 == 2 ? -1 : interval) * 10'000'000'000;
       profile.period_ns = 10'000'000 + interval;
@@ -402,7 +405,7 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
           stack = seen[random() % seen.size()];
         } else {
           stack.resize(1 + random() % 9);
-          for (size_t& s : stack) s = random() % specs.size();
+          for (size_t& s : stack) s = random() % frames.size();
           stack.back() = random() % 4 == 0 ? 0 : stack.back();  // often below main
           seen.push_back(stack);
         }
@@ -411,7 +414,7 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
         s.pid = pid;
         s.process = process;
         s.count = static_cast<int64_t>(random() % 6) - 1;  // -1 and 0 are skipped
-        for (size_t spec : stack) s.frames.push_back(&frames[spec]);
+        for (size_t frame : stack) s.frames.push_back(&frames[frame]);
         if (random() % 8 == 0) s.frames.insert(s.frames.begin() + 1, nullptr);
       }
       graph.Add(profile);
