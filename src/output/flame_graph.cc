@@ -91,11 +91,9 @@ uint32_t FlameGraph::AddToChild(uint32_t parent, Step& step, int64_t count) {
     nodes_[it->second].samples += count;
     return it->second;
   }
-  // Full: only existing children count. A name that would only be folded away must not grow the
-  // name table either; it may have entered it through another frame of this interval, though.
-  if (step.name_id == kNoName) {
-    if (auto it = name_ids_.find(step.name); it != name_ids_.end()) step.name_id = it->second;
-  }
+  // Full: only existing children count, and a name that would only be folded away must not grow
+  // the name table either. A step still without a name id has no node: it would have got one
+  // above, where every new name comes in (only "[other]" is added once the bound is reached).
   if (step.name_id != kNoName) {
     if (auto it = children_.find(ChildKey{parent, step.name_id, step.type});
         it != children_.end()) {
