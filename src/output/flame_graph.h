@@ -62,7 +62,7 @@ class FlameGraph {
   int64_t SamplesAt(const std::vector<std::string>& path) const;
 
  private:
-  // 16 bytes: a node's type is kept apart (types_), as padding it would cost a third more memory.
+  // A node's type is kept apart (types_): with it, padding would make a node 24 bytes, not 16.
   struct Node {
     uint32_t name;
     uint32_t parent;
