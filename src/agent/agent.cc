@@ -37,8 +37,12 @@ constexpr int kMaxPollMsBeforeFirstSample = 100;
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
 constexpr std::chrono::seconds kFlameGraphRewrite{60};
-// How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages).
+// How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages),
+// when at least kFileReadsPerLoopRelease were read: the few reads of steady state (CFI rows for
+// the stacks the BPF walk left over) wait for the interval's end, as a release reads
+// /proc/self/maps, hundreds of lines.
 constexpr std::chrono::seconds kFilePagesReleasePeriod{1};
+constexpr uint64_t kFileReadsPerLoopRelease = 256;
 // ... and after this many frames symbolized or modules opened since (a few ms of reading).
 constexpr uint64_t kSymbolizationReadsPerRelease = 128;
 
@@ -726,15 +730,15 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   malloc_trim(0);
 }
 
-void Agent::ReleaseFilePages() {
+void Agent::ReleaseFilePages(uint64_t min_reads) {
   // The mapped ELF files' pages: resident only while read, so RSS shows the agent's own memory
   // and what it reads now (the pages stay in the page cache for the next read).
   const ModuleCfi::RowStats rows = unwinder_.row_stats();
   const uint64_t symbolization_reads = SymbolizationReads();
   const uint64_t reads = symbolization_reads + rows.rows_read + rows.libdwfl_steps;
   file_pages_released_at_ = std::chrono::steady_clock::now();
+  if (reads - file_reads_released_ < std::max<uint64_t>(min_reads, 1)) return;
   symbolization_reads_released_ = symbolization_reads;
-  if (reads == file_reads_released_) return;
   file_reads_released_ = reads;
   const absl::flat_hash_set<uintptr_t> file_mappings = internal::ReadOnlyFileMappings();
   modules_.ReleasePages(file_mappings);
@@ -755,7 +759,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     }
     // Within an interval too, so that symbolizing many new binaries at once (at start-up, or a
     // burst of new processes) does not keep all their pages resident until its end.
-    if (now.steady - file_pages_released_at_ >= kFilePagesReleasePeriod) ReleaseFilePages();
+    if (now.steady - file_pages_released_at_ >= kFilePagesReleasePeriod) {
+      ReleaseFilePages(kFileReadsPerLoopRelease);
+    }
     if (bpf_unwind_ != nullptr) bpf_unwind_->BuildPending(now.steady);
     const auto wait = clock.WaitFor(
         now.steady,

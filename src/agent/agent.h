@@ -66,10 +66,11 @@ class Agent {
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
-  // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when files were read
-  // since the last time (frames symbolized, modules opened, CFI read): in steady state nothing
-  // is read, and nothing need be dropped and read again.
-  void ReleaseFilePages();
+  // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when at least
+  // `min_reads` reads of them (frames symbolized, modules opened, CFI read; at least one) were
+  // counted since the last time: in steady state next to nothing is read, and nothing need be
+  // dropped and read again.
+  void ReleaseFilePages(uint64_t min_reads = 1);
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
