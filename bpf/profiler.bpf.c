@@ -280,6 +280,26 @@ struct {
 #define UNWIND_ROWS_SCANNED 2
 _Static_assert(UNWIND_ADDRESS_MASK + 1 >= 2 * EMBER_MAX_STACK_DEPTH, "a kernel and a user stack");
 
+// The walk reads the stack a window at a time into the buffer's tail, after the addresses: one
+// read of user memory costs about as much as all the rest of a frame's step, and the return
+// addresses of a run of small frames then come from one read. Kept in the map, not on the BPF
+// stack with the walk, so the verifier does not follow its values from step to step (that made
+// it look at ten times the instructions).
+#define UNWIND_WINDOW_BYTES 2048
+#define UNWIND_WINDOW_MASK (UNWIND_WINDOW_BYTES - 1)
+struct unwind_window {
+  __u64 stack_end;  // stack__end's (0: not known, each pair is read on its own)
+  __u64 start;      // the stack's bytes now in `bytes`
+  __u64 size;
+  __u32 tid;
+  __u32 end_cached;  // stack_end came from stack_ends: a failed read drops it there
+  __u8 bytes[UNWIND_WINDOW_BYTES + 16];  // +16: a pair read at a masked offset stays inside
+};
+#define UNWIND_WINDOW_AT (2 * EMBER_MAX_STACK_DEPTH * sizeof(__u64))
+_Static_assert(UNWIND_WINDOW_AT + sizeof(struct unwind_window) <=
+                   sizeof(((struct sample_buffer *)0)->tail),
+               "the window fits in the buffer's tail");
+
 struct unwind_walk {
   const struct ember_unwind_proc *proc;
   struct sample_buffer *buf;
@@ -289,8 +309,9 @@ struct unwind_walk {
   __u64 sp;
   __u64 bp;
   bool bp_known;
-  bool complete;       // the thread's first frame was recorded
-  __u32 last_mapping;  // index of the mapping of the frame before
+  bool complete;                 // the thread's first frame was recorded
+  __u32 last_mapping;            // index of the mapping of the frame before
+  struct unwind_window *window;  // in buf
 };
 
 // One step of a binary search for the last entry at or below `target` among `high` entries:
@@ -392,8 +413,34 @@ static __always_inline const struct ember_unwind_row *unwind__row(
   return bpf_map_lookup_elem(&unwind_rows, &key);
 }
 
-static __always_inline bool unwind__read(__u64 address, __u64 *value) {
-  return bpf_probe_read_user(value, sizeof(*value), (const void *)address) == 0;
+// Reads the 16 bytes at `address` of the stack through the window, reading the window again from
+// `address` when they are not in it. Stack beyond the window's reach (below the frame, past the
+// stack's end, or no known end) is read as it is asked for.
+static __always_inline bool unwind__read_pair(struct unwind_walk *walk, __u64 address,
+                                              __u64 *pair) {
+  struct unwind_window *window = walk->window;
+  if (address < window->start || address + 16 > window->start + window->size) {
+    const __u64 end = window->stack_end;
+    if (address < walk->sp || address >= end || end - address < 16) {
+      return bpf_probe_read_user(pair, 16, (const void *)address) == 0;
+    }
+    __u64 size = end - address;
+    if (size > UNWIND_WINDOW_BYTES) size = UNWIND_WINDOW_BYTES;
+    if (bpf_probe_read_user(window->bytes, size, (const void *)address) != 0) {
+      // A page of the stack not present, or a stale end: each pair is read on its own from here,
+      // and the thread's next sample looks its end up again.
+      if (window->end_cached) bpf_map_delete_elem(&stack_ends, &window->tid);
+      window->stack_end = 0;
+      window->size = 0;
+      return bpf_probe_read_user(pair, 16, (const void *)address) == 0;
+    }
+    window->start = address;
+    window->size = size;
+  }
+  const __u64 offset = (address - window->start) & UNWIND_WINDOW_MASK;
+  pair[0] = *(const __u64 *)(window->bytes + offset);
+  pair[1] = *(const __u64 *)(window->bytes + offset + 8);
+  return true;
 }
 
 // Records the frame walk->pc and steps to its caller. Returns 1 to stop: the thread's first
@@ -403,7 +450,9 @@ static long unwind__step(__u64 index, void *data) {
   if (walk->first > EMBER_MAX_STACK_DEPTH || walk->depth >= EMBER_MAX_STACK_DEPTH) return 1;
   // Masked for the verifier: below 2 * EMBER_MAX_STACK_DEPTH already, inside the buffer's
   // addresses either way.
-  const __u32 at = (walk->first + walk->depth) & UNWIND_ADDRESS_MASK;
+  __u32 at = walk->first + walk->depth;
+  asm volatile("" : "+r"(at));  // keeps the mask below, which the compiler knows is a no-op
+  at &= UNWIND_ADDRESS_MASK;
   // A return address is looked up at its call, the byte before it.
   const __u64 lookup = walk->depth > 0 ? walk->pc - 1 : walk->pc;
   const struct ember_unwind_mapping *mapping =
@@ -429,24 +478,28 @@ static long unwind__step(__u64 index, void *data) {
   // The caller's frame lies above this one: anything else is a bad row or a bad register, and
   // would loop.
   if (cfa <= walk->sp) return 1;
-  __u64 return_address = 0;
+  // The two words below the CFA: the return address, and under it where `push rbp` right after
+  // the call saves rbp, so one read has both.
+  __u64 below_cfa[2] = {0, 0};
+  const bool pair_in_frame = cfa - 16 >= walk->sp;
+  if (pair_in_frame) {
+    if (!unwind__read_pair(walk, cfa - 16, below_cfa)) return 1;
+  } else if (bpf_probe_read_user(&below_cfa[1], 8, (const void *)(cfa - 8)) != 0) {
+    return 1;
+  }
+  const __u64 return_address = below_cfa[1];
   __u64 bp = walk->bp;
   bool bp_known = walk->bp_known;
-  if (row->bp_rule == EMBER_UNWIND_BP_SAVED && row->bp_offset == -16) {
-    // `push rbp` right after the call: the saved rbp and the return address side by side, one
-    // read for both (each read of user memory is a good part of a frame's cost).
-    __u64 pair[2];
-    if (bpf_probe_read_user(pair, sizeof(pair), (const void *)(cfa - 16)) != 0) return 1;
-    bp = pair[0];
-    bp_known = true;
-    return_address = pair[1];
-  } else {
-    if (!unwind__read(cfa - 8, &return_address)) return 1;
-    if (row->bp_rule == EMBER_UNWIND_BP_SAVED) {
-      bp_known = unwind__read(cfa + (__s64)row->bp_offset, &bp);
-    } else if (row->bp_rule == EMBER_UNWIND_BP_UNDEFINED) {
-      bp_known = false;
+  if (row->bp_rule == EMBER_UNWIND_BP_SAVED) {
+    if (row->bp_offset == -16 && pair_in_frame) {
+      bp = below_cfa[0];
+      bp_known = true;
+    } else {
+      bp_known =
+          bpf_probe_read_user(&bp, sizeof(bp), (const void *)(cfa + (__s64)row->bp_offset)) == 0;
     }
+  } else if (row->bp_rule == EMBER_UNWIND_BP_UNDEFINED) {
+    bp_known = false;
   }
   ips[at] = walk->pc;
   walk->depth += 1;
@@ -667,12 +720,17 @@ static __always_inline void python__count(__u32 status) {
 // frames after the kernel's. Returns how many it recorded and sets the sample's flags: a walk that
 // stopped short leaves in s->user_regs the frame the agent is to go on from.
 static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_buffer *buf,
-                                          __u32 pid, __u32 kernel_depth, __u32 *flags) {
+                                          struct task_struct *task, __u64 pid_tgid,
+                                          __u32 kernel_depth, __u32 *flags) {
+  const __u32 pid = pid_tgid >> 32;
   const struct ember_unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &pid);
   if (!proc) {
     stats__add(EMBER_STAT_UNWIND_NO_TABLES);
     return 0;
   }
+  const __u32 tid = (__u32)pid_tgid;
+  bool cached = false;
+  const __u64 stack_end = stack__end(task, tid, s->user_regs[EMBER_USER_REG_SP], &cached);
   struct unwind_walk walk = {
       .proc = proc,
       .buf = buf,
@@ -684,7 +742,13 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
       .bp_known = true,
       .complete = false,
       .last_mapping = 0,
+      .window = (struct unwind_window *)(buf->tail + UNWIND_WINDOW_AT),
   };
+  walk.window->stack_end = stack_end;
+  walk.window->start = 0;
+  walk.window->size = 0;
+  walk.window->tid = tid;
+  walk.window->end_cached = cached;
   bpf_loop(EMBER_MAX_STACK_DEPTH, unwind__step, &walk, 0);
   if (walk.complete) {
     stats__add(EMBER_STAT_UNWIND_COMPLETE);
@@ -742,7 +806,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   struct task_struct *task = bpf_get_current_task_btf();
   if (task->mm && regs__read_user(ctx, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
-    if (unwind_in_bpf) user_depth = unwind__user(s, buf, pid, kernel_depth, &flags);
+    if (unwind_in_bpf) user_depth = unwind__user(s, buf, task, pid_tgid, kernel_depth, &flags);
     if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier
     if (snapshot_limit > 0 && !(flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
       snapshot_bytes =
