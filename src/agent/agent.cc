@@ -789,11 +789,13 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     spdlog::info(
         "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
         "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
-        "did not fit, {} queued); {} tables built in {} ms",
+        "did not fit, {} queued); {} tables built in {} ms, {} not built as their processes had "
+        "exited",
         stats.unwind_complete, stats.unwind_stopped, stats.unwind_no_tables, tables.rows_used,
         tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room,
         tables.files_queued, tables.tables_built,
-        std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count());
+        std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count(),
+        tables.dropped_exited);
   }
   if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +
           stats.python_not_code + stats.python_truncated >

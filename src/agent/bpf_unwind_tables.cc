@@ -1,6 +1,8 @@
 // BpfUnwindTables: files' rows placed in the BPF row map, and each process's mappings of them.
 #include "agent/bpf_unwind_tables.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iterator>
@@ -41,12 +43,18 @@ absl::StatusOr<FileUnwindTable> BpfUnwindTables::TableOfFile(const ExecutableMap
   return FileUnwindTable{.rows = std::move(rows).value(), .layout = (*image)->layout()};
 }
 
+bool BpfUnwindTables::ProcessExists(uint32_t pid) {
+  struct stat info;
+  return stat(absl::StrCat("/proc/", pid).c_str(), &info) == 0;
+}
+
 BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source,
-                                 double build_share)
+                                 double build_share, ProcessAlive alive)
     : maps_(maps),
       row_capacity_(row_capacity),
       source_(std::move(source)),
-      build_share_(build_share) {
+      build_share_(build_share),
+      alive_(std::move(alive)) {
   if (row_capacity_ > 0) free_.emplace(0, row_capacity_);
 }
 
@@ -115,6 +123,11 @@ int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
     pending_.pop_front();
     auto it = files_.find(key);
     if (it == files_.end() || it->second.state != File::State::kQueued) continue;
+    if (!MappedByALiveProcess(key)) {
+      ++dropped_exited_;
+      files_.erase(key);  // queued again if a process maps it later
+      continue;
+    }
     const auto started = std::chrono::steady_clock::now();
     Build(key);
     now = std::chrono::steady_clock::now();
@@ -135,6 +148,23 @@ int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
     if (names_one) WriteEntry(entry.first, entry.second);
   }
   return static_cast<int>(built.size());
+}
+
+bool BpfUnwindTables::MappedByALiveProcess(const FileIdentity& key) {
+  std::vector<uint32_t> exited;
+  bool alive = false;
+  for (const auto& [pid, process] : processes_) {
+    if (std::find(process.files.begin(), process.files.end(), key) == process.files.end()) {
+      continue;
+    }
+    if (alive_(pid)) {
+      alive = true;
+      break;
+    }
+    exited.push_back(pid);
+  }
+  for (uint32_t pid : exited) RemoveProcess(pid);
+  return alive;
 }
 
 void BpfUnwindTables::Build(const FileIdentity& key) {
@@ -275,6 +305,7 @@ BpfUnwindTablesStats BpfUnwindTables::stats() const {
   stats.processes = processes_.size();
   stats.tables_built = tables_built_;
   stats.out_of_room = out_of_room_;
+  stats.dropped_exited = dropped_exited_;
   stats.build_time = build_time_;
   return stats;
 }

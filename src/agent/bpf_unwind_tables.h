@@ -33,8 +33,9 @@ struct BpfUnwindTablesStats {
   size_t rows_used = 0;
   size_t rows_capacity = 0;
   size_t processes = 0;
-  uint64_t tables_built = 0;               // since start
-  uint64_t out_of_room = 0;                // tables that did not fit in the row map
+  uint64_t tables_built = 0;    // since start
+  uint64_t out_of_room = 0;     // tables that did not fit in the row map
+  uint64_t dropped_exited = 0;  // queued files not built: every process mapping them had exited
   std::chrono::nanoseconds build_time{0};  // building and writing tables, since start
 };
 
@@ -43,11 +44,14 @@ class BpfUnwindTables {
   // Builds one file's table; the default reads the file (unwind_table.h).
   using TableSource = std::function<absl::StatusOr<FileUnwindTable>(const ExecutableMapping&)>;
   static absl::StatusOr<FileUnwindTable> TableOfFile(const ExecutableMapping& mapping);
+  // Whether process `pid` still runs; the default looks for /proc/PID.
+  using ProcessAlive = std::function<bool(uint32_t pid)>;
+  static bool ProcessExists(uint32_t pid);
 
   // Building tables may take at most `build_share` of the agent's time (BuildPending): a burst of
   // new big binaries must not stall sampling or cost a core.
   BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source = TableOfFile,
-                  double build_share = 0.05);
+                  double build_share = 0.05, ProcessAlive alive = ProcessExists);
 
   // Gives the walk process `pid`'s executable mappings in place of what it had. Files whose rows
   // are loaded are in its entry at once; the others are queued for BuildPending, and until then
@@ -56,7 +60,10 @@ class BpfUnwindTables {
   void SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings);
   void RemoveProcess(uint32_t pid);
   // Builds queued tables, oldest first, while within the time share, and updates the entries of
-  // the processes that map them. Returns how many it built.
+  // the processes that map them. A queued file whose processes have all exited by then is not
+  // built (a short-lived process, such as a probe's curl, would otherwise have every library it
+  // maps built, and built again each time it runs once the rows were freed), and the exited
+  // processes are removed. Returns how many it built.
   int BuildPending(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
   size_t pending() const { return pending_.size(); }
   // Frees the rows of files that no process has mapped for `keep_generations` generations, and
@@ -84,6 +91,8 @@ class BpfUnwindTables {
     std::vector<FileIdentity> files;          // the distinct files among them
   };
   void Build(const FileIdentity& key);
+  // Whether a process that runs still maps the file; removes the exited ones met on the way.
+  bool MappedByALiveProcess(const FileIdentity& key);
   // Writes the process's entry from the files loaded now.
   void WriteEntry(uint32_t pid, const Process& process);
   // Room for `rows` rows in the row map, freeing unused files' rows if needed.
@@ -95,6 +104,7 @@ class BpfUnwindTables {
   const uint32_t row_capacity_;
   TableSource source_;
   const double build_share_;
+  ProcessAlive alive_;
   std::chrono::steady_clock::time_point next_build_at_{};
   uint64_t generation_ = 0;
   absl::flat_hash_map<FileIdentity, File, FileIdentityHash> files_;
@@ -104,6 +114,7 @@ class BpfUnwindTables {
   size_t rows_used_ = 0;
   uint64_t tables_built_ = 0;
   uint64_t out_of_room_ = 0;
+  uint64_t dropped_exited_ = 0;
   std::chrono::nanoseconds build_time_{0};
 };
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -307,6 +308,9 @@ void ExpectMapped(const FakeMaps& maps, FakeSource& source, uint32_t pid,
   EXPECT_EQ(maps.Buckets(entry->first_row, entry->bucket_count), buckets.first_rows);
 }
 
+// The processes of these tests run until a test says otherwise.
+bool AllRunning(uint32_t) { return true; }
+
 // Builds every queued table: with the whole time as share, no build waits for another.
 int BuildAll(BpfUnwindTables& tables) { return tables.BuildPending(steady_clock::now()); }
 
@@ -321,7 +325,7 @@ TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAnd
   source.SetLayout(non_pie.mapping.name, non_pie.layout);
   source.SetRowCount(own.mapping.name, 5);
   source.SetRowCount(libc.mapping.name, 7);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
 
   // Handed over in descending order of address.
   std::vector<ExecutableMapping> mappings = {own.mapping, non_pie.mapping, libc.mapping};
@@ -358,7 +362,7 @@ TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAnd
 TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
   const ExecutableMapping shared = FakeFile(1);
   const ExecutableMapping only_first = FakeFile(2);
   // The other process maps the same file (same dev and inode) at another address.
@@ -394,7 +398,7 @@ TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
 TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
   const ExecutableMapping file = FakeFile(1);
   auto other = [&](int n, std::string name, uint64_t inode) {
     ExecutableMapping m = FakeFile(n);
@@ -425,7 +429,7 @@ TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
 TEST(BpfUnwindTablesTest, FileWithoutTableIsLeftOutAndNotRetried) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
   const ExecutableMapping good = FakeFile(1);
   const ExecutableMapping bad = FakeFile(2);
   source.Fail(bad.name);
@@ -453,7 +457,7 @@ TEST(BpfUnwindTablesTest, BuildsTablesWithinTheTimeShare) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
   source.SleepFor(std::chrono::milliseconds(20));
-  BpfUnwindTables tables(maps, 64, source.Source(), 0.5);
+  BpfUnwindTables tables(maps, 64, source.Source(), 0.5, AllRunning);
   tables.SetProcess(1, {FakeFile(1), FakeFile(2), FakeFile(3)});
   ASSERT_EQ(tables.pending(), 3u);
 
@@ -477,10 +481,48 @@ TEST(BpfUnwindTablesTest, BuildsTablesWithinTheTimeShare) {
   EXPECT_EQ(tables.pending(), 1u);
 }
 
+TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt) {
+  FakeMaps maps(64);
+  FakeSource source(OwnText().layout);
+  std::set<uint32_t> exited;
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0,
+                         [&exited](uint32_t pid) { return !exited.contains(pid); });
+  // A short-lived process and a long-lived one share file 2; file 1 is the short one's alone.
+  tables.SetProcess(10, {FakeFile(1), FakeFile(2)});
+  tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
+  exited.insert(10);
+  EXPECT_EQ(BuildAll(tables), 2);
+  EXPECT_EQ(source.calls(FakeFile(1).name), 0);
+  EXPECT_EQ(source.calls(FakeFile(2).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(3).name), 1);
+  EXPECT_EQ(maps.Entry(10), nullptr);
+  EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(2).start, FakeFile(3).start}));
+  BpfUnwindTablesStats stats = tables.stats();
+  EXPECT_EQ(stats.dropped_exited, 1u);
+  EXPECT_EQ(stats.processes, 1u);
+  EXPECT_EQ(stats.files_queued, 0u);
+  EXPECT_EQ(stats.files_loaded, 2u);
+
+  // A process that maps the dropped file later has it queued and built like any other.
+  tables.SetProcess(12, {FakeFile(1)});
+  EXPECT_EQ(tables.pending(), 1u);
+  EXPECT_EQ(BuildAll(tables), 1);
+  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  ExpectMapped(maps, source, 12, FakeFile(1));
+
+  // Every process gone before anything was built: nothing is.
+  tables.SetProcess(13, {FakeFile(4), FakeFile(5)});
+  exited.insert(13);
+  EXPECT_EQ(BuildAll(tables), 0);
+  EXPECT_EQ(source.calls(FakeFile(4).name) + source.calls(FakeFile(5).name), 0);
+  EXPECT_EQ(tables.stats().dropped_exited, 3u);
+  EXPECT_EQ(tables.pending(), 0u);
+}
+
 TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) {
   FakeMaps maps(8);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 8, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 8, source.Source(), 1.0, AllRunning);
   const ExecutableMapping old_file = FakeFile(1);
   const ExecutableMapping new_file = FakeFile(2);
   source.SetRowCount(old_file.name, 8);
@@ -509,7 +551,7 @@ TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) 
 TEST(BpfUnwindTablesTest, FileALiveProcessMapsIsNeverFreed) {
   FakeMaps maps(16);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 16, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 16, source.Source(), 1.0, AllRunning);
   const ExecutableMapping live = FakeFile(1);
   const ExecutableMapping gone = FakeFile(2);
   const ExecutableMapping later = FakeFile(3);
@@ -546,7 +588,7 @@ TEST(BpfUnwindTablesTest, FileALiveProcessMapsIsNeverFreed) {
 TEST(BpfUnwindTablesTest, TableThatDoesNotFitIsCountedAndNothingIsWrittenOutsideTheMap) {
   FakeMaps maps(10);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 10, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning);
   const ExecutableMapping first = FakeFile(1);
   const ExecutableMapping second = FakeFile(2);
   const ExecutableMapping huge = FakeFile(3);
@@ -568,7 +610,7 @@ TEST(BpfUnwindTablesTest, TableThatDoesNotFitIsCountedAndNothingIsWrittenOutside
 TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsMakeRoomWhenTheMapIsFull) {
   FakeMaps maps(10);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 10, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning);
   const ExecutableMapping unmapped = FakeFile(1);
   const ExecutableMapping live = FakeFile(2);
   const ExecutableMapping next = FakeFile(3);
@@ -595,7 +637,7 @@ TEST(BpfUnwindTablesTest, EntryHoldsAtMostMaxMappingsTheLowestFirst) {
   constexpr int kFiles = 200;
   FakeMaps maps(2 * kFiles);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 2 * kFiles, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 2 * kFiles, source.Source(), 1.0, AllRunning);
   std::vector<ExecutableMapping> mappings;
   for (int n = kFiles - 1; n >= 0; --n) {
     mappings.push_back(FakeFile(n));
@@ -620,7 +662,7 @@ TEST(BpfUnwindTablesTest, EntryHoldsAtMostMaxMappingsTheLowestFirst) {
 TEST(BpfUnwindTablesTest, SetProcessAgainReplacesTheEntryAndReleasesFilesNoLongerMapped) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
   const ExecutableMapping dropped = FakeFile(1);
   const ExecutableMapping kept = FakeFile(2);
   const ExecutableMapping added = FakeFile(3);
@@ -650,7 +692,7 @@ TEST(BpfUnwindTablesTest, SetProcessAgainReplacesTheEntryAndReleasesFilesNoLonge
 TEST(BpfUnwindTablesTest, FailedRowWriteKeepsOtherFilesRowsCounted) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
   const ExecutableMapping loaded = FakeFile(1);
   const ExecutableMapping unwritten = FakeFile(2);
 
@@ -670,7 +712,7 @@ TEST(BpfUnwindTablesTest, FailedRowWriteKeepsOtherFilesRowsCounted) {
 TEST(BpfUnwindTablesTest, LoadsTheTablesOfThisProcessOwnFiles) {
   constexpr uint32_t kCapacity = 1 << 20;
   FakeMaps maps(kCapacity);
-  BpfUnwindTables tables(maps, kCapacity, BpfUnwindTables::TableOfFile, 1.0);
+  BpfUnwindTables tables(maps, kCapacity, BpfUnwindTables::TableOfFile, 1.0, AllRunning);
   std::vector<ExecutableMapping> mappings;
   for (const MemoryMapping& m : OwnMaps()) {
     if (m.executable) mappings.push_back(ToExecutable(m));
