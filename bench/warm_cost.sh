@@ -156,20 +156,31 @@ sleep 0.5
 # The readings at the window's two moments come from one Python process started before the
 # profiler: a reading must not start programs, which a system-wide profiler would then sample,
 # open and symbolize inside the window (that cost belongs to process churn, which the soak of
-# bench/overhead.sh measures). Asked "PID [PORT]", it answers "CPU_NS BPF_NS BPF_RUNS SAMPLES RSS":
+# bench/overhead.sh measures). Asked "PID [PORT]", it answers
+# "CPU_NS BPF_NS BPF_RUNS SAMPLES RSS TABLES":
 # - CPU_NS: PID's user+sys so far, every thread, exited ones too: its process CPU clock
 #   (clock_getcpuclockid: ~pid << 3 | CPUCLOCK_SCHED), the sum /proc/PID/stat's utime+stime give in
 #   10 ms ticks and wait4() in microseconds;
 # - BPF_NS, BPF_RUNS: run_time_ns and run_cnt summed over the BPF programs PID holds, from the
 #   fdinfo of their fds (kernel.bpf_stats);
-# - SAMPLES, RSS: ember_samples_total and process_resident_memory_bytes from the agent's /metrics
-#   on PORT (0 without a port).
+# - SAMPLES, RSS, TABLES: ember_samples_total, process_resident_memory_bytes and
+#   ember_bpf_unwind_table_build_seconds_total from the agent's /metrics on PORT (0 without a
+#   port). Tables are built once per file while it is in use: in the window only for binaries
+#   first sampled then (on this machine: the script's own bash, the sandbox's tools).
 coproc PROBE {
   exec python3 -u -c '
 import os, sys, time, urllib.request
+first = True
 for line in sys.stdin:
     args = line.split()
     pid = int(args[0])
+    if first and len(args) > 1:
+        # Busy for 0.3 s at the first reading (in the warm-up) so that the profiler samples this
+        # process, and has built its tables, before the window.
+        first = False
+        until = time.monotonic() + 0.3
+        while time.monotonic() < until:
+            pass
     cpu = time.clock_gettime_ns(~pid << 3 | 2)
     programs = {}
     fdinfo = f"/proc/{pid}/fdinfo"
@@ -181,7 +192,7 @@ for line in sys.stdin:
             continue
         if "run_time_ns" in fields:
             programs[fields["prog_id"].strip()] = (int(fields["run_time_ns"]), int(fields["run_cnt"]))
-    samples = rss = 0
+    samples = rss = tables = 0
     if len(args) > 1:
         url = f"http://127.0.0.1:{args[1]}/metrics"
         for l in urllib.request.urlopen(url, timeout=2).read().decode().splitlines():
@@ -189,8 +200,10 @@ for line in sys.stdin:
                 samples = float(l.split()[1])
             elif l.startswith("process_resident_memory_bytes "):
                 rss = float(l.split()[1])
+            elif l.startswith("ember_bpf_unwind_table_build_seconds_total "):
+                tables = float(l.split()[1])
     print(cpu, sum(p[0] for p in programs.values()), sum(p[1] for p in programs.values()),
-          samples, rss)
+          samples, rss, tables)
 '
 }
 started+=("$PROBE_PID")
@@ -213,24 +226,32 @@ if [[ $profiler == ember ]]; then
   agent_pid=$!
   started+=("$agent_pid")
 
-  pause "$warmup"
+  # A reading a third into the warm-up too: the probe maps its HTTP and TLS libraries then, and
+  # runs for 0.3 s, so Ember samples it and builds their tables (libpython and libcrypto: 0.2 s)
+  # before the window instead of in it. Left to the window's first reading, that landed in the
+  # window whenever a sample caught the probe, about one run in two.
+  pause $((warmup / 3))
   probe "$agent_pid" "$port"
-  read -r c0 b0 _ s0 r0 <<<"$reading"
+  pause $((warmup - warmup / 3))
+  probe "$agent_pid" "$port"
+  read -r c0 b0 _ s0 r0 t0 <<<"$reading"
   pause $((seconds - warmup - 2))
   probe "$agent_pid" "$port"
-  read -r c1 b1 _ s1 r1 <<<"$reading"
+  read -r c1 b1 _ s1 r1 t1 <<<"$reading"
   stats_check
   wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
-  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$hz" "$pid_only" <<'EOF'
+  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$t0" "$t1" "$hz" "$pid_only" <<'EOF'
 import sys
-s0, c0, b0, s1, c1, b1, r1 = map(float, sys.argv[1:8])
-hz, pid_only = sys.argv[8], sys.argv[9] == "1"
+s0, c0, b0, s1, c1, b1, r1, t0, t1 = map(float, sys.argv[1:10])
+hz, pid_only = sys.argv[10], sys.argv[11] == "1"
 n = max(1.0, s1 - s0)
 agent = (c1 - c0) / 1e3 / n
 bpf = (b1 - b0) / 1e3 / n
+tables = (t1 - t0) * 1e6 / n
 print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}: {n:.0f} samples "
       f"in the window; per 1000 samples: agent {agent:.1f} ms + BPF {bpf:.1f} ms = "
-      f"{agent + bpf:.1f} ms; RSS {r1 / 1048576:.0f} MB")
+      f"{agent + bpf:.1f} ms (of the agent's, building tables for processes first seen in the "
+      f"window: {tables:.1f} ms); RSS {r1 / 1048576:.0f} MB")
 EOF
   exit 0
 fi

@@ -153,6 +153,7 @@ class Agent {
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
   Gauge* flame_graph_nodes_metric_ = nullptr;
+  DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
   // Frames left unnamed by reason (SymbolizationFailures), and /proc reads that failed by file.
   Counter* unmapped_metric_ = nullptr;

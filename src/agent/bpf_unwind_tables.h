@@ -66,11 +66,14 @@ class BpfUnwindTables {
   // processes are removed. Returns how many it built.
   int BuildPending(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
   size_t pending() const { return pending_.size(); }
+  // When BuildPending may build the next queued table (the time share allows it).
+  std::chrono::steady_clock::time_point next_build_at() const { return next_build_at_; }
   // Frees the rows of files that no process has mapped for `keep_generations` generations, and
   // forgets failed files as long unused. Called once per export interval.
   void NextGeneration(int keep_generations = 3);
 
   BpfUnwindTablesStats stats() const;
+  std::chrono::nanoseconds build_time() const { return build_time_; }  // as in stats()
 
  private:
   struct File {
