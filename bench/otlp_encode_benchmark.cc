@@ -116,6 +116,42 @@ void BM_Gzip(benchmark::State& state) {
 }
 BENCHMARK(BM_Gzip)->Unit(benchmark::kMillisecond);
 
+// The local output's pprof file of one interval: its three steps (the message, its bytes, gzip),
+// then all three as the agent does them (EncodePprofFile, whose message is on an arena).
+void BM_Pprof(benchmark::State& state) {
+  Interval interval =
+      MakeInterval(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                   static_cast<int>(state.range(2)));
+  const int step = static_cast<int>(state.range(3));
+  const perftools::profiles::Profile built = BuildPprof(interval.profile);
+  const std::string bytes = built.SerializeAsString();
+  std::string out;
+  for (auto _ : state) {
+    if (step == 0) {
+      benchmark::DoNotOptimize(BuildPprof(interval.profile).sample_size());
+    } else if (step == 1) {
+      out = built.SerializeAsString();
+    } else if (step == 2) {
+      if (!GzipCompress(bytes, &out).ok()) state.SkipWithError("gzip failed");
+    } else {
+      absl::StatusOr<std::string> file = EncodePprofFile(interval.profile);
+      if (!file.ok()) state.SkipWithError("encoding failed");
+      out = *std::move(file);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<int64_t>(interval.profile.samples.size()));
+  state.counters["bytes/stack"] =
+      static_cast<double>(bytes.size()) / static_cast<double>(interval.profile.samples.size());
+}
+// processes, distinct stacks, frame pool, step (0 build, 1 serialize, 2 gzip, 3 the whole file
+// as the agent encodes it)
+BENCHMARK(BM_Pprof)
+    ->ArgsProduct({{2}, {2000}, {20}, {0, 1, 2, 3}})
+    ->ArgsProduct({{300}, {3000}, {20000}, {0, 1, 2, 3}})
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace ember
 

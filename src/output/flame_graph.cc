@@ -59,7 +59,7 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
 
 FlameGraph::FlameGraph(size_t max_nodes)
     : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)) {
-  NewNode(0, InternName("all"), NodeType::kRoot);
+  NewNode(InternName("all"), NodeType::kRoot);
 }
 
 uint32_t FlameGraph::InternName(absl::string_view name) {
@@ -75,19 +75,31 @@ uint32_t FlameGraph::NameId(absl::string_view name) const {
   return it == name_ids_.end() ? kNoName : it->second;
 }
 
-uint32_t FlameGraph::NewNode(uint32_t parent, uint32_t name, NodeType type) {
-  nodes_.push_back(Node{name, parent, 0});
-  types_.push_back(type);
+uint32_t FlameGraph::NewNode(uint32_t name, NodeType type) {
+  nodes_.push_back(Node{NameAndType(name, type), kNoChild, 0});
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
 uint32_t FlameGraph::AddToChild(uint32_t parent, Step& step, int64_t count) {
+  if (const uint32_t last = nodes_[parent].last_child; last != kNoChild) {
+    Node& child = nodes_[last];
+    if (step.name_id != kNoName && child.name_and_type == NameAndType(step.name_id, step.type)) {
+      child.samples += count;
+      return last;
+    }
+  }
+  const uint32_t child = FindOrAddChild(parent, step, count);
+  if (child != kFolded) nodes_[parent].last_child = child;
+  return child;
+}
+
+uint32_t FlameGraph::FindOrAddChild(uint32_t parent, Step& step, int64_t count) {
   if (nodes_.size() < max_nodes_) {
     // One probe finds the child or makes room for it: a name is interned only with its first node.
     if (step.name_id == kNoName) step.name_id = InternName(step.name);
     const auto [it, inserted] = children_.try_emplace(ChildKey{parent, step.name_id, step.type},
                                                       static_cast<uint32_t>(nodes_.size()));
-    if (inserted) NewNode(parent, step.name_id, step.type);
+    if (inserted) NewNode(step.name_id, step.type);
     nodes_[it->second].samples += count;
     return it->second;
   }
@@ -110,7 +122,7 @@ uint32_t FlameGraph::AddToChild(uint32_t parent, Step& step, int64_t count) {
   if (other_name_ == kNoName) other_name_ = InternName(kOtherName);
   const auto [it, inserted] =
       children_.try_emplace(ChildKey{parent, other_name_, NodeType::kOther}, 0);
-  if (inserted) it->second = NewNode(parent, other_name_, NodeType::kOther);
+  if (inserted) it->second = NewNode(other_name_, NodeType::kOther);
   nodes_[it->second].samples += count;
   folded_samples_ += count;
   return kFolded;
@@ -256,15 +268,21 @@ std::string FlameGraph::ToJson() const {
   const size_t n = nodes_.size();
   // Children lists in one array (CSR), sorted so the page draws the heaviest callee first.
   std::vector<uint32_t> first(n + 1, 0);
-  for (size_t i = 1; i < n; ++i) ++first[nodes_[i].parent + 1];
+  // Every node but the root is the child of one index entry.
+  for (const auto& [key, child] : children_) ++first[key.parent + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
   std::vector<uint32_t> kids(n > 0 ? n - 1 : 0);
   std::vector<uint32_t> fill(first.begin(), first.end() - 1);
-  for (size_t i = 1; i < n; ++i) kids[fill[nodes_[i].parent]++] = static_cast<uint32_t>(i);
+  for (const auto& [key, child] : children_) kids[fill[key.parent]++] = child;
   for (size_t i = 0; i < n; ++i) {
+    // The index's order is its hash's: ties end on the node number, so the page is the same for
+    // the same tree.
     std::sort(kids.begin() + first[i], kids.begin() + first[i + 1], [&](uint32_t a, uint32_t b) {
       if (nodes_[a].samples != nodes_[b].samples) return nodes_[a].samples > nodes_[b].samples;
-      return names_[nodes_[a].name] < names_[nodes_[b].name];
+      if (nodes_[a].name() != nodes_[b].name()) {
+        return names_[nodes_[a].name()] < names_[nodes_[b].name()];
+      }
+      return a < b;
     });
   }
 
@@ -288,8 +306,8 @@ std::string FlameGraph::ToJson() const {
     const uint32_t i = stack.back();
     stack.pop_back();
     const Node& node = nodes_[i];
-    absl::StrAppend(&out, first_entry ? "" : ",", node.name, ",", static_cast<int>(types_[i]), ",",
-                    node.samples, ",", first[i + 1] - first[i]);
+    absl::StrAppend(&out, first_entry ? "" : ",", node.name(), ",", static_cast<int>(node.type()),
+                    ",", node.samples, ",", first[i + 1] - first[i]);
     first_entry = false;
     for (uint32_t k = first[i + 1]; k > first[i]; --k) stack.push_back(kids[k - 1]);
   }

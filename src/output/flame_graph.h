@@ -62,17 +62,26 @@ class FlameGraph {
   int64_t SamplesAt(const std::vector<std::string>& path) const;
 
  private:
-  // A node's type is kept apart (types_): with it, padding would make a node 24 bytes, not 16.
+  // A node's name id and type in one word: name << 4 | type. A name id fits in 28 bits: names are
+  // only added with nodes (and "[other]"), at most max_nodes + 1 of them.
+  static uint32_t NameAndType(uint32_t name, NodeType type) {
+    return name << 4 | static_cast<uint32_t>(type);
+  }
+  // 16 bytes. Its parent is only in the child index, which ToJson reads the tree from.
   struct Node {
-    uint32_t name;
-    uint32_t parent;
+    uint32_t name_and_type;
+    // The child this node's last stack stepped to, tried before the child index: below the first
+    // few levels most nodes have one child, and a path's nodes, made one after another, lie next
+    // to each other, so a walk down a known path reads memory in order instead of hashing.
+    uint32_t last_child;
     int64_t samples;
+    uint32_t name() const { return name_and_type >> 4; }
+    NodeType type() const { return static_cast<NodeType>(name_and_type & 15); }
   };
-  // A child by its parent, name and type in 8 bytes (12-byte index slots, not 16). A name id fits
-  // in 28 bits: names are only added with nodes (and "[other]"), at most max_nodes + 1 of them.
+  // A child by its parent, name and type in 8 bytes (12-byte index slots, not 16).
   struct ChildKey {
     ChildKey(uint32_t parent, uint32_t name, NodeType type)
-        : parent(parent), name_and_type(name << 4 | static_cast<uint32_t>(type)) {}
+        : parent(parent), name_and_type(NameAndType(name, type)) {}
     uint32_t parent;
     uint32_t name_and_type;
     bool operator==(const ChildKey&) const = default;
@@ -100,16 +109,18 @@ class FlameGraph {
   // Adds `count` to the child of `parent` that `step` names, creating it if the bound allows.
   // Returns the child, or kFolded if the count went to the parent's "[other]" leaf instead.
   uint32_t AddToChild(uint32_t parent, Step& step, int64_t count);
+  // AddToChild's work when the parent's last child is not the one: through the child index.
+  uint32_t FindOrAddChild(uint32_t parent, Step& step, int64_t count);
   uint32_t InternName(absl::string_view name);
   uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
-  uint32_t NewNode(uint32_t parent, uint32_t name, NodeType type);
+  uint32_t NewNode(uint32_t name, NodeType type);
 
   static constexpr uint32_t kFolded = UINT32_MAX;
+  static constexpr uint32_t kNoChild = 0;  // the root is no node's child
   static constexpr uint32_t kNoName = UINT32_MAX;
 
   size_t max_nodes_;
   std::vector<Node> nodes_;
-  std::vector<NodeType> types_;  // by node, as nodes_
   absl::flat_hash_map<ChildKey, uint32_t> children_;
   // A deque so the views in name_ids_ stay valid as names are added.
   std::deque<std::string> names_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/profile.h"
 #include "pprof/profile.pb.h"
 
@@ -27,7 +28,10 @@ namespace ember {
 // with two different build ids (same path, different binaries) gets one mapping per build id.
 perftools::profiles::Profile BuildPprof(const IntervalProfile& profile);
 
-// Writes BuildPprof(profile), gzip-compressed, to `path` atomically (tmp file + rename).
+// The bytes of the .pb.gz file: BuildPprof(profile), serialized and gzip-compressed.
+absl::StatusOr<std::string> EncodePprofFile(const IntervalProfile& profile);
+
+// Writes EncodePprofFile(profile) to `path` atomically (tmp file + rename).
 absl::Status WritePprofFile(const IntervalProfile& profile, const std::string& path);
 
 // Gzip-compresses `data` (what pprof expects of a .pb.gz). Exposed for tests and other writers.
