@@ -22,13 +22,8 @@ bool Aggregator::KeyEq::operator()(const KeyView& a, const KeyView& b) const {
 void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view thread,
                      std::span<const Frame* const> frames) {
   ++total_samples_;
-  const KeyView view{pid, process, thread, frames};
-  if (auto it = counts_.find(view); it != counts_.end()) {
-    ++it->second;
-    return;
-  }
-  counts_.emplace(
-      Key{pid, std::string(process), std::string(thread), {frames.begin(), frames.end()}}, 1);
+  // One probe (one hash of the stack) finds the count or makes the key from the view.
+  ++counts_.try_emplace(KeyView{pid, process, thread, frames}, 0).first->second;
 }
 
 IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration_ns,

@@ -24,18 +24,23 @@ class Aggregator {
   size_t distinct_stacks() const { return counts_.size(); }
 
  private:
-  struct Key {
-    uint32_t pid = 0;
-    std::string process;
-    std::string thread;
-    std::vector<const Frame*> frames;
-  };
   // A sample's key as it arrives: looked up without copying it, copied only when new.
   struct KeyView {
     uint32_t pid = 0;
     absl::string_view process;
     absl::string_view thread;
     std::span<const Frame* const> frames;
+  };
+  struct Key {
+    explicit Key(const KeyView& view)
+        : pid(view.pid),
+          process(view.process),
+          thread(view.thread),
+          frames(view.frames.begin(), view.frames.end()) {}
+    uint32_t pid = 0;
+    std::string process;
+    std::string thread;
+    std::vector<const Frame*> frames;
   };
   static KeyView ViewOf(const Key& key) { return {key.pid, key.process, key.thread, key.frames}; }
   struct KeyHash {
