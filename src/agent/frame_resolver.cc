@@ -132,8 +132,19 @@ const Frame* FrameResolver::Kernel(uint64_t ip, bool caller) {
   return Remember(std::move(key), std::move(frame));
 }
 
+size_t FrameResolver::RecentSlot(uint64_t address) {
+  // A multiplicative hash: its top bits depend on all of the address's, whose low bits differ most.
+  return static_cast<size_t>((address * 0x9e3779b97f4a7c15ull) >> (64 - kRecentFrameBits));
+}
+
 const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   ProcessAddress address{caller ? ip - 1 : ip};
+  RecentFrame& recent = recent_[RecentSlot(address.value)];
+  if (recent.frame != nullptr && recent.generation == generation_ &&
+      recent.maps_version == process->maps_version && recent.address == address.value) {
+    ++stats_.hits;
+    return recent.frame;
+  }
   const MemoryMapping* mapping = process->Find(address);
   if (mapping == nullptr && processes_->RefreshMaps(process)) mapping = process->Find(address);
   if (mapping == nullptr || !mapping->IsFileBacked()) {
@@ -150,8 +161,11 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
 
   FileOffset offset = mapping->ToFileOffset(address);
   Key key{.file = mapping->file, .value = offset.value};
-  if (const Frame* frame = Lookup(key)) return frame;
-  return Remember(std::move(key), SymbolizeNative(process, *mapping, offset));
+  const Frame* frame = Lookup(key);
+  if (frame == nullptr)
+    frame = Remember(std::move(key), SymbolizeNative(process, *mapping, offset));
+  recent = RecentFrame{process->maps_version, address.value, generation_, frame};
+  return frame;
 }
 
 const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -79,6 +80,20 @@ class FrameResolver {
     size_t bytes = 0;
   };
 
+  // The last file-backed frame found for an address of a process's maps, in a small table by
+  // address: most samples' frames are ones the samples just before had, and this answers them
+  // without the mapping search, the key and its hash. Good only while `generation` is the
+  // current one (the frame is then one of this interval's, which no eviction drops) and for the
+  // maps of that version (maps versions are never reused, not even by another process).
+  struct RecentFrame {
+    uint64_t maps_version = 0;
+    uint64_t address = 0;  // the process address looked up (a return address less one)
+    uint64_t generation = 0;
+    const Frame* frame = nullptr;
+  };
+  static constexpr int kRecentFrameBits = 10;  // 1024 entries, 32 KiB
+  static size_t RecentSlot(uint64_t address);
+
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
   // The perf map's frame for an address, or nullptr when the map does not name it.
@@ -98,6 +113,7 @@ class FrameResolver {
   // Flat: a lookup per sampled frame is the hot path. The Frame itself is on the heap, so the
   // pointers handed out stay valid as the table grows.
   absl::flat_hash_map<Key, Entry, KeyHash> frames_;
+  std::vector<RecentFrame> recent_ = std::vector<RecentFrame>(size_t{1} << kRecentFrameBits);
   size_t bytes_ = 0;          // EstimatedFrameBytes of every cached frame
   size_t current_bytes_ = 0;  // of those used in the current generation
   FrameResolverStats stats_;

@@ -236,3 +236,47 @@ TEST(JitKindTest, RuntimeFromExecutableOrLibrary) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// The resolver answers an address it resolved a moment ago from a small table of recent frames:
+// a process that maps another file at the same address (an exec, a dlclose and dlopen) must get
+// that file's frames once its maps are read again.
+TEST_F(JitFrameTest, AnotherFileMappedAtAnAddressNamesItsFramesOnceTheMapsAreReadAgain) {
+  const std::string maps = root_ + "/4242/maps";
+  std::ofstream(maps, std::ios::trunc)
+      << "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
+         "7f1000000000-7f1000010000 r-xp 00000000 fd:01 71         /opt/first/libwork.so\n";
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const Frame* first = resolver.User(process, 0x7f1000000100, /*caller=*/true);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->module, "/opt/first/libwork.so");
+  EXPECT_EQ(resolver.User(process, 0x7f1000000100, true), first);
+  resolver.NextGeneration();
+  EXPECT_EQ(resolver.User(process, 0x7f1000000100, true), first);  // still cached, same frame
+
+  std::ofstream(maps, std::ios::trunc)
+      << "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
+         "7f1000000000-7f1000010000 r-xp 00000000 fd:01 72         /opt/second/libwork.so\n";
+  ASSERT_TRUE(processes.ReloadMaps(process));
+  const Frame* second = resolver.User(process, 0x7f1000000100, true);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->module, "/opt/second/libwork.so");
+  EXPECT_EQ(second->address, first->address);
+
+  // Unused for two generations, the frame is dropped: it is made again, not taken from the
+  // recent frames (which would hand out a freed one).
+  for (int i = 0; i < 3; ++i) resolver.NextGeneration();
+  EXPECT_EQ(resolver.size(), 0u);
+  const uint64_t misses = resolver.stats().misses;
+  EXPECT_EQ(resolver.User(process, 0x7f1000000100, true)->module, "/opt/second/libwork.so");
+  EXPECT_EQ(resolver.stats().misses, misses + 1);
+}
+
+}  // namespace
+}  // namespace ember
