@@ -132,14 +132,16 @@ const Frame* FrameResolver::Kernel(uint64_t ip, bool caller) {
   return Remember(std::move(key), std::move(frame));
 }
 
-size_t FrameResolver::RecentSlot(uint64_t address) {
-  // A multiplicative hash: its top bits depend on all of the address's, whose low bits differ most.
-  return static_cast<size_t>((address * 0x9e3779b97f4a7c15ull) >> (64 - kRecentFrameBits));
+size_t FrameResolver::RecentSlot(uint32_t pid, uint64_t address) {
+  // A multiplicative hash: its top bits depend on all of the key's, whose low bits differ most.
+  // The pid keeps apart the processes of one fork, whose code lies at the same addresses.
+  const uint64_t key = address ^ (uint64_t{pid} << 40 | pid);
+  return static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> (64 - kRecentFrameBits));
 }
 
 const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   ProcessAddress address{caller ? ip - 1 : ip};
-  RecentFrame& recent = recent_[RecentSlot(address.value)];
+  RecentFrame& recent = recent_[RecentSlot(process->pid, address.value)];
   if (recent.frame != nullptr && recent.generation == generation_ &&
       recent.maps_version == process->maps_version && recent.address == address.value) {
     ++stats_.hits;

@@ -92,7 +92,7 @@ class FrameResolver {
     const Frame* frame = nullptr;
   };
   static constexpr int kRecentFrameBits = 10;  // 1024 entries, 32 KiB
-  static size_t RecentSlot(uint64_t address);
+  static size_t RecentSlot(uint32_t pid, uint64_t address);
 
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
