@@ -81,8 +81,8 @@ class FrameResolver {
   };
 
   // The last file-backed frame found for an address of a process's maps, in a small table by
-  // address: most samples' frames are ones the samples just before had, and this answers them
-  // without the mapping search, the key and its hash. Good only while `generation` is the
+  // pid and address: most samples' frames are ones the samples just before had, and this answers
+  // them without the mapping search, the key and its hash. Good only while `generation` is the
   // current one (the frame is then one of this interval's, which no eviction drops) and for the
   // maps of that version (maps versions are never reused, not even by another process).
   struct RecentFrame {
