@@ -8,7 +8,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
       clang llvm bpftool libbpf-dev linux-libc-dev \
-      libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev \
+      libelf-dev libdw-dev zlib1g-dev libdeflate-dev libabsl-dev libspdlog-dev \
       libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
       libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev \
       libgtest-dev libgmock-dev libbenchmark-dev openssl \
@@ -27,7 +27,7 @@ FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates \
-      libbpf1 libelf1 libdw1 zlib1g \
+      libbpf1 libelf1 libdw1 zlib1g libdeflate0 \
       libabsl20220623 libspdlog1.10 libfmt9 \
       libprotobuf32 libgrpc++1.51 libgrpc29 \
       libcurl4 libssl3 libmicrohttpd12 libcap2 \

@@ -10,7 +10,7 @@ packages=(
   # BPF: compiler for the bpf target, skeleton generator, loader
   clang llvm bpftool libbpf-dev linux-libc-dev
   # libraries
-  libelf-dev libdw-dev zlib1g-dev libabsl-dev libspdlog-dev
+  libelf-dev libdw-dev zlib1g-dev libdeflate-dev libabsl-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -2,14 +2,13 @@
 // tables once per interval, then emits one Sample per StackSample.
 #include "output/pprof_writer.h"
 
-#include <zlib.h>
+#include <libdeflate.h>
 
 #include <cstdint>
 #include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/arena.h"
 #include "output/atomic_file.h"
@@ -173,24 +172,18 @@ perftools::profiles::Profile BuildPprof(const IntervalProfile& profile) {
 }
 
 absl::Status GzipCompress(std::string_view data, std::string* out) {
-  z_stream zs{};
-  // windowBits 15 + 16 selects the gzip wrapper instead of raw zlib. The fastest level: an
-  // always-on agent writes a file every interval, and the default level took 3 to 4 times the
-  // CPU for files 15 to 18% smaller (docs/benchmarks.md).
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return absl::InternalError("deflateInit2 failed");
-  }
-  out->resize(deflateBound(&zs, data.size()));
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out->data());
-  zs.avail_out = static_cast<uInt>(out->size());
-  const int rc = deflate(&zs, Z_FINISH);
-  out->resize(zs.total_out);
-  deflateEnd(&zs);
-  if (rc != Z_STREAM_END) {
-    return absl::InternalError(absl::StrCat("gzip compression failed (zlib error ", rc, ")"));
-  }
+  // libdeflate's fastest level: an always-on agent writes a file every interval. It took under
+  // half of zlib's fastest level's CPU on an interval's pprof file, for a file 7% smaller; zlib's
+  // default level had taken 3 to 4 times its fastest for files 15 to 18% smaller
+  // (docs/benchmarks.md).
+  libdeflate_compressor* compressor = libdeflate_alloc_compressor(1);
+  if (compressor == nullptr) return absl::ResourceExhaustedError("cannot make a gzip compressor");
+  out->resize(libdeflate_gzip_compress_bound(compressor, data.size()));
+  const size_t size =
+      libdeflate_gzip_compress(compressor, data.data(), data.size(), out->data(), out->size());
+  libdeflate_free_compressor(compressor);
+  if (size == 0) return absl::InternalError("gzip compression failed");
+  out->resize(size);
   return absl::OkStatus();
 }
 
