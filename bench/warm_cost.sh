@@ -40,7 +40,7 @@
 #   (it reads perf.data again for build ids) plus the CPU of bench/overhead.sh's `perf script -F
 #   comm,pid,ip,sym` over the whole perf.data (where perf symbolizes and, for dwarf, unwinds); for
 #   bpftrace, its CPU after SIGINT (it symbolizes and prints its map then). CPU after the signal is
-#   wait4() rusage (/usr/bin/time, truncated to 10 ms) less the CPU clock just before the signal.
+#   wait4() rusage (bench/rusage.py, in microseconds) less the CPU clock just before the signal.
 #   Per 1000 samples of the whole run (perf: every non-idle sample in perf.data; bpftrace: run_cnt
 #   at the signal). In-window plus end-of-run per 1000 is what a sample costs all told.
 # - RSS: ember's current RSS at the second moment (its /metrics); a peer's VmHWM at the second
@@ -101,8 +101,8 @@ done
 need() { command -v "$1" >/dev/null || die "$1 not found: apt-get install $2"; }
 need bpftool bpftool
 case $profiler in
-  perf-*) need perf linux-perf; need /usr/bin/time time ;;
-  bpftrace) need bpftrace bpftrace; need /usr/bin/time time ;;
+  perf-*) need perf linux-perf ;;
+  bpftrace) need bpftrace bpftrace ;;
 esac
 
 tmp=$(mktemp -d)
@@ -256,7 +256,7 @@ EOF
   exit 0
 fi
 
-# A peer: run under /usr/bin/time for its CPU and peak RSS at exit, as bench/overhead.sh does.
+# A peer: run under bench/rusage.py for its CPU and peak RSS at exit.
 period=$((1000000000 / hz))
 case $profiler in
   perf-fp) cmd=(perf record -a -g -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
@@ -264,11 +264,12 @@ case $profiler in
     cmd=(perf record -a --call-graph dwarf,65528 -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
   bpftrace) cmd=(bpftrace -e "profile:hz:$hz { @[ustack, kstack] = count(); }") ;;
 esac
-/usr/bin/time -f '%U %S %M' -o "$tmp/time" 3>&- "${cmd[@]}" >"$tmp/profiler.log" 2>&1 &
+bench/rusage.py "$tmp/time" 3>&- "${cmd[@]}" >"$tmp/profiler.log" 2>&1 &
 time_pid=$!
 started+=("$time_pid")
 for ((i = 0; i < 100; i++)); do
-  prof_pid=$(pgrep -P "$time_pid" || true)
+  # By name: a pyenv python3 shim runs helpers of its own before it execs python.
+  prof_pid=$(pgrep -P "$time_pid" -x "${cmd[0]}" || true)
   [[ -n $prof_pid ]] && break
   sleep 0.05
 done
@@ -315,7 +316,7 @@ kill -INT "$prof_pid"
 wait "$time_pid" || true
 started=("$workload_pid" "$PROBE_PID")  # the profiler is reaped: its pid may be reused
 read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$tmp/time" | tail -1) ||
-  die "no rusage from /usr/bin/time: $(tail -3 "$tmp/time")"
+  die "no rusage from bench/rusage.py: $(tail -3 "$tmp/time")"
 
 script_s=0 script_rss=0 idle=0 lost=0
 if [[ $profiler == perf-* ]]; then
@@ -328,7 +329,7 @@ if [[ $profiler == perf-* ]]; then
         NF == 2 && $2 ~ /:$/ { if ($1 == 0) { if (phase == 1) i++; next } t++; if (phase == 1) w++ }
         END { print w + 0, t + 0, i + 0, marks + 0 }')
   ((marks == 2)) || die "perf.data lacks the window's markers: $(tail -3 "$tmp/count.err")"
-  /usr/bin/time -f '%U %S %M' -o "$tmp/script.time" perf script -i "$tmp/perf.data" \
+  bench/rusage.py "$tmp/script.time" perf script -i "$tmp/perf.data" \
     -F comm,pid,ip,sym >"$tmp/script.txt" 2>"$tmp/script.err" ||
     die "perf script failed: $(tail -3 "$tmp/script.err")"
   read -r script_s script_rss < <(awk '{ print $1 + $2, $3 }' "$tmp/script.time")
@@ -356,7 +357,6 @@ if profiler == "bpftrace":
     at_end = f"bpftrace after SIGINT {end:.1f} ms"
     rss = f"bpftrace {hwm / 1024:.0f} MB in the window, {maxrss / 1024:.0f} MB at exit"
     idle_note = ""
-    rounded = 2  # /usr/bin/time truncates user and sys to 10 ms
 else:
     inside = f"perf record {window:.1f} ms"
     record_end = after_stop * 1e6 / total
@@ -367,11 +367,9 @@ else:
     rss = (f"perf record {hwm / 1024:.0f} MB in the window, {maxrss / 1024:.0f} MB at exit, "
            f"perf script {script_rss / 1024:.0f} MB")
     idle_note = f" ({idle:.0f} idle left out)"
-    rounded = 4
     if lost:
         rss += f"; perf lost {lost:.0f} chunks"
 print(f"warm_cost: {profiler}, {hz} Hz, system-wide: {n:.0f} samples in the window{idle_note}, "
       f"{total:.0f} in the run; per 1000 samples: in the window {inside}; deferred to the end (per "
-      f"1000 of the run's samples) {at_end}; sum {window + bpf + end:.1f} ms; peak RSS {rss} "
-      f"(the end's CPU is truncated to 10 ms: up to {rounded * 1e4 / total:.1f} ms per 1000 more)")
+      f"1000 of the run's samples) {at_end}; sum {window + bpf + end:.1f} ms; peak RSS {rss}")
 EOF

@@ -10,6 +10,8 @@
 namespace ember {
 namespace {
 
+constexpr int kRbp = 6;
+constexpr int kRsp = 7;
 constexpr int kReturnAddress = 16;
 
 bool FitsInt32(int64_t value) {
@@ -55,7 +57,7 @@ bool IsTracked(int reg) {
 
 }  // namespace
 
-CfiRow CompactRowOf(Dwarf_Frame* frame) {
+CfiRow CompactRowOf(Dwarf_Frame* frame, RowRegisters registers) {
   CfiRow row;
   Dwarf_Addr start = 0;
   Dwarf_Addr end = 0;
@@ -76,9 +78,17 @@ CfiRow CompactRowOf(Dwarf_Frame* frame) {
   row.cfa_offset = static_cast<int32_t>(cfa_offset);
 
   for (int i = 0; i < CfiRow::kTrackedCount; ++i) {
-    std::optional<CfiRule> rule = RuleOf(frame, CfiRow::kTracked[i]);
+    const int reg = CfiRow::kTracked[i];
+    if (registers == RowRegisters::kWalk && reg != kRbp && reg != kRsp && reg != kReturnAddress) {
+      continue;
+    }
+    std::optional<CfiRule> rule = RuleOf(frame, reg);
     if (!rule) return row;
     row.rules[i] = *rule;
+  }
+  if (registers == RowRegisters::kWalk) {
+    row.compact = true;
+    return row;
   }
   // A register outside the tracked set must be lost in the caller or unchanged; anything else
   // needs libdwfl.

@@ -41,7 +41,13 @@ struct CfiRow {
 
 // The row of `frame` (from dwarf_cfi_addrframe), or a row with `compact` false when it needs more
 // than the compact form.
-CfiRow CompactRowOf(Dwarf_Frame* frame);
+// Which registers' rules a row is read with: every one (the agent's unwinder, which keeps them
+// all from frame to frame), or only those of rsp, rbp and the return address (the BPF walk, which
+// keeps no other register). The walk's rows leave the other rules undefined, and take a sixth of
+// the calls to libdw.
+enum class RowRegisters { kAll, kWalk };
+
+CfiRow CompactRowOf(Dwarf_Frame* frame, RowRegisters registers = RowRegisters::kAll);
 
 // How StepByRow ended.
 enum class RowStep {

@@ -257,7 +257,7 @@ absl::StatusOr<std::vector<ember_unwind_row>> BuildUnwindTable(const ElfImage& i
       Dwarf_Addr end = 0;
       bool signal_frame = false;
       const bool has_range = dwarf_frame_info(frame, &start, &end, &signal_frame) >= 0;
-      const ember_unwind_row row = UnwindRowOf(CompactRowOf(frame), pc);
+      const ember_unwind_row row = UnwindRowOf(CompactRowOf(frame, RowRegisters::kWalk), pc);
       std::free(frame);
       if (!has_range || end <= pc) break;  // no progress: leave the rest to the NONE row below
       if (!emit(row)) return too_many();

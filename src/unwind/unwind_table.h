@@ -41,8 +41,8 @@ struct UnwindBuckets {
 };
 UnwindBuckets BucketsOf(const std::vector<ember_unwind_row>& rows);
 
-// The BPF form of one CFI row (from CompactRowOf). NONE and OUTERMOST rows carry nothing else, so
-// that equal rows compare equal field by field.
+// The BPF form of one CFI row (from CompactRowOf, RowRegisters::kWalk). NONE and OUTERMOST rows
+// carry nothing else, so that equal rows compare equal field by field.
 ember_unwind_row UnwindRowOf(const CfiRow& row, uint64_t pc);
 
 }  // namespace ember

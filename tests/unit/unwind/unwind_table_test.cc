@@ -132,7 +132,8 @@ Agreement CompareWithLibdw(const Built& built, const std::vector<uint64_t>& addr
       }
       continue;
     }
-    const ember_unwind_row expected = UnwindRowOf(CompactRowOf(frame), address);
+    const ember_unwind_row expected =
+        UnwindRowOf(CompactRowOf(frame, RowRegisters::kWalk), address);
     std::free(frame);
     if (found == nullptr || !SameRule(*found, expected)) {
       if (++mismatches <= 10) {
