@@ -453,6 +453,7 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
     unwound_complete_metric_->Increment();
     return;
   }
+  if (bpf_unwind_ != nullptr) bpf_unwind_->WalkFellShort(header.pid);
   const bool continued = (header.flags & EMBER_SAMPLE_CONTINUE_REGS) != 0;
   if (sample.user_stack.empty()) {
     if (walked_in_bpf) {
@@ -812,11 +813,11 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     spdlog::info(
         "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
         "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
-        "did not fit, {} queued); {} tables built in {} ms, {} not built as their processes had "
-        "exited",
+        "did not fit, {} queued, {} sampled too rarely to build yet); {} tables built in {} ms, "
+        "{} not built as their processes had exited",
         stats.unwind_complete, stats.unwind_stopped, stats.unwind_no_tables, tables.rows_used,
         tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room,
-        tables.files_queued, tables.tables_built,
+        tables.files_queued, tables.files_unwanted, tables.tables_built,
         std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count(),
         tables.dropped_exited);
   }

@@ -49,12 +49,14 @@ bool BpfUnwindTables::ProcessExists(uint32_t pid) {
 }
 
 BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source,
-                                 double build_share, ProcessAlive alive)
+                                 double build_share, ProcessAlive alive,
+                                 int short_walks_before_build)
     : maps_(maps),
       row_capacity_(row_capacity),
       source_(std::move(source)),
       build_share_(build_share),
-      alive_(std::move(alive)) {
+      alive_(std::move(alive)),
+      short_walks_before_build_(short_walks_before_build) {
   if (row_capacity_ > 0) free_.emplace(0, row_capacity_);
 }
 
@@ -78,13 +80,35 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
     file.last_generation = generation_;
     if (inserted) {
       file.opened_as = m;
-      pending_.push_back(key);
+      if (short_walks_before_build_ > 0) {
+        file.state = File::State::kUnwanted;
+      } else {
+        pending_.push_back(key);
+      }
     }
+    if (file.state == File::State::kUnwanted) process.has_unwanted = true;
   }
   auto [it, inserted] = processes_.try_emplace(pid);
   if (!inserted) Release(it->second.files);
   it->second = std::move(process);
   WriteEntry(pid, it->second);
+}
+
+void BpfUnwindTables::WalkFellShort(uint32_t pid) {
+  auto it = processes_.find(pid);
+  if (it == processes_.end() || !it->second.has_unwanted) return;
+  Process& process = it->second;
+  process.has_unwanted = false;
+  for (const FileIdentity& key : process.files) {
+    auto file = files_.find(key);
+    if (file == files_.end() || file->second.state != File::State::kUnwanted) continue;
+    if (++file->second.short_walks < short_walks_before_build_) {
+      process.has_unwanted = true;
+      continue;
+    }
+    file->second.state = File::State::kQueued;
+    pending_.push_back(key);
+  }
 }
 
 void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
@@ -289,6 +313,9 @@ BpfUnwindTablesStats BpfUnwindTables::stats() const {
   BpfUnwindTablesStats stats;
   for (const auto& [key, file] : files_) {
     switch (file.state) {
+      case File::State::kUnwanted:
+        ++stats.files_unwanted;
+        break;
       case File::State::kQueued:
         ++stats.files_queued;
         break;

@@ -30,6 +30,7 @@ struct BpfUnwindTablesStats {
   size_t files_loaded = 0;        // files whose rows are in the map
   size_t files_without_rows = 0;  // files whose table could not be built, or did not fit
   size_t files_queued = 0;        // waiting for BuildPending
+  size_t files_unwanted = 0;      // waiting for enough short walks to build (WalkFellShort)
   size_t rows_used = 0;
   size_t rows_capacity = 0;
   size_t processes = 0;
@@ -48,16 +49,29 @@ class BpfUnwindTables {
   using ProcessAlive = std::function<bool(uint32_t pid)>;
   static bool ProcessExists(uint32_t pid);
 
+  // Samples of a file's processes whose stack the BPF walk does not take whole (the agent unwinds
+  // them from their snapshots) before the file's table is queued for building (WalkFellShort). A
+  // process sampled now and then (a daemon that wakes up, a shell, a cron job) then costs a few
+  // snapshot unwinds of some 10 to 40 µs each, where building its files' tables would cost a few
+  // ms each (about 250 ns a row).
+  static constexpr int kShortWalksBeforeBuild = 4;
+
   // Building tables may take at most `build_share` of the agent's time (BuildPending): a burst of
   // new big binaries must not stall sampling or cost a core.
   BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source = TableOfFile,
-                  double build_share = 0.05, ProcessAlive alive = ProcessExists);
+                  double build_share = 0.05, ProcessAlive alive = ProcessExists,
+                  int short_walks_before_build = kShortWalksBeforeBuild);
 
   // Gives the walk process `pid`'s executable mappings in place of what it had. Files whose rows
-  // are loaded are in its entry at once; the others are queued for BuildPending, and until then
-  // (or for good, when a file has no usable table) the agent unwinds their frames from the
-  // sample's snapshot.
+  // are loaded are in its entry at once. The others wait until their processes have had
+  // `short_walks_before_build` samples that the walk did not take whole (WalkFellShort), then are
+  // queued for BuildPending; until then (or for good, when a file has no usable table) the agent
+  // unwinds their frames from the sample's snapshot.
   void SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings);
+  // A sample of process `pid` whose stack the BPF walk did not take to the thread's first frame:
+  // its files lack rows, or the walk could not go on. Counts towards building the process's files
+  // that have no rows yet.
+  void WalkFellShort(uint32_t pid);
   void RemoveProcess(uint32_t pid);
   // Builds queued tables, oldest first, while within the time share, and updates the entries of
   // the processes that map them. A queued file whose processes have all exited by then is not
@@ -77,8 +91,9 @@ class BpfUnwindTables {
 
  private:
   struct File {
-    enum class State { kQueued, kLoaded, kNoRows };
+    enum class State { kUnwanted, kQueued, kLoaded, kNoRows };
     State state = State::kQueued;
+    int short_walks = 0;     // WalkFellShort calls of its processes while kUnwanted
     uint32_t first_row = 0;  // its buckets start at the same index
     uint32_t row_count = 0;
     uint64_t table_base = 0;
@@ -92,6 +107,7 @@ class BpfUnwindTables {
   struct Process {
     std::vector<ExecutableMapping> mappings;  // file-backed (or the vDSO), ascending by start
     std::vector<FileIdentity> files;          // the distinct files among them
+    bool has_unwanted = false;  // some of `files` may be kUnwanted (WalkFellShort looks)
   };
   void Build(const FileIdentity& key);
   // Whether a process that runs still maps the file; removes the exited ones met on the way.
@@ -108,6 +124,7 @@ class BpfUnwindTables {
   TableSource source_;
   const double build_share_;
   ProcessAlive alive_;
+  const int short_walks_before_build_;
   std::chrono::steady_clock::time_point next_build_at_{};
   uint64_t generation_ = 0;
   absl::flat_hash_map<FileIdentity, File, FileIdentityHash> files_;

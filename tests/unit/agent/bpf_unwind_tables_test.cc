@@ -314,6 +314,9 @@ bool AllRunning(uint32_t) { return true; }
 // Builds every queued table: with the whole time as share, no build waits for another.
 int BuildAll(BpfUnwindTables& tables) { return tables.BuildPending(steady_clock::now()); }
 
+// Most tests queue a file as soon as a process maps it; the waiting for short walks has its own.
+constexpr int kBuildAtOnce = 0;
+
 TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAndBias) {
   const RealText& own = OwnText();
   const RealText libc = TextHolding(LibcFunction());
@@ -325,7 +328,7 @@ TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAnd
   source.SetLayout(non_pie.mapping.name, non_pie.layout);
   source.SetRowCount(own.mapping.name, 5);
   source.SetRowCount(libc.mapping.name, 7);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
 
   // Handed over in descending order of address.
   std::vector<ExecutableMapping> mappings = {own.mapping, non_pie.mapping, libc.mapping};
@@ -362,7 +365,7 @@ TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAnd
 TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping shared = FakeFile(1);
   const ExecutableMapping only_first = FakeFile(2);
   // The other process maps the same file (same dev and inode) at another address.
@@ -398,7 +401,7 @@ TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
 TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping file = FakeFile(1);
   auto other = [&](int n, std::string name, uint64_t inode) {
     ExecutableMapping m = FakeFile(n);
@@ -429,7 +432,7 @@ TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
 TEST(BpfUnwindTablesTest, FileWithoutTableIsLeftOutAndNotRetried) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping good = FakeFile(1);
   const ExecutableMapping bad = FakeFile(2);
   source.Fail(bad.name);
@@ -457,7 +460,7 @@ TEST(BpfUnwindTablesTest, BuildsTablesWithinTheTimeShare) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
   source.SleepFor(std::chrono::milliseconds(20));
-  BpfUnwindTables tables(maps, 64, source.Source(), 0.5, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 0.5, AllRunning, kBuildAtOnce);
   tables.SetProcess(1, {FakeFile(1), FakeFile(2), FakeFile(3)});
   ASSERT_EQ(tables.pending(), 3u);
 
@@ -485,8 +488,9 @@ TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt)
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
   std::set<uint32_t> exited;
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0,
-                         [&exited](uint32_t pid) { return !exited.contains(pid); });
+  BpfUnwindTables tables(
+      maps, 64, source.Source(), 1.0, [&exited](uint32_t pid) { return !exited.contains(pid); },
+      kBuildAtOnce);
   // A short-lived process and a long-lived one share file 2; file 1 is the short one's alone.
   tables.SetProcess(10, {FakeFile(1), FakeFile(2)});
   tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
@@ -522,7 +526,7 @@ TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt)
 TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) {
   FakeMaps maps(8);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 8, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 8, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping old_file = FakeFile(1);
   const ExecutableMapping new_file = FakeFile(2);
   source.SetRowCount(old_file.name, 8);
@@ -551,7 +555,7 @@ TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) 
 TEST(BpfUnwindTablesTest, FileALiveProcessMapsIsNeverFreed) {
   FakeMaps maps(16);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 16, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 16, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping live = FakeFile(1);
   const ExecutableMapping gone = FakeFile(2);
   const ExecutableMapping later = FakeFile(3);
@@ -588,7 +592,7 @@ TEST(BpfUnwindTablesTest, FileALiveProcessMapsIsNeverFreed) {
 TEST(BpfUnwindTablesTest, TableThatDoesNotFitIsCountedAndNothingIsWrittenOutsideTheMap) {
   FakeMaps maps(10);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping first = FakeFile(1);
   const ExecutableMapping second = FakeFile(2);
   const ExecutableMapping huge = FakeFile(3);
@@ -610,7 +614,7 @@ TEST(BpfUnwindTablesTest, TableThatDoesNotFitIsCountedAndNothingIsWrittenOutside
 TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsMakeRoomWhenTheMapIsFull) {
   FakeMaps maps(10);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 10, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping unmapped = FakeFile(1);
   const ExecutableMapping live = FakeFile(2);
   const ExecutableMapping next = FakeFile(3);
@@ -637,7 +641,7 @@ TEST(BpfUnwindTablesTest, EntryHoldsAtMostMaxMappingsTheLowestFirst) {
   constexpr int kFiles = 200;
   FakeMaps maps(2 * kFiles);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 2 * kFiles, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 2 * kFiles, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   std::vector<ExecutableMapping> mappings;
   for (int n = kFiles - 1; n >= 0; --n) {
     mappings.push_back(FakeFile(n));
@@ -662,7 +666,7 @@ TEST(BpfUnwindTablesTest, EntryHoldsAtMostMaxMappingsTheLowestFirst) {
 TEST(BpfUnwindTablesTest, SetProcessAgainReplacesTheEntryAndReleasesFilesNoLongerMapped) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping dropped = FakeFile(1);
   const ExecutableMapping kept = FakeFile(2);
   const ExecutableMapping added = FakeFile(3);
@@ -692,7 +696,7 @@ TEST(BpfUnwindTablesTest, SetProcessAgainReplacesTheEntryAndReleasesFilesNoLonge
 TEST(BpfUnwindTablesTest, FailedRowWriteKeepsOtherFilesRowsCounted) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping loaded = FakeFile(1);
   const ExecutableMapping unwritten = FakeFile(2);
 
@@ -712,7 +716,8 @@ TEST(BpfUnwindTablesTest, FailedRowWriteKeepsOtherFilesRowsCounted) {
 TEST(BpfUnwindTablesTest, LoadsTheTablesOfThisProcessOwnFiles) {
   constexpr uint32_t kCapacity = 1 << 20;
   FakeMaps maps(kCapacity);
-  BpfUnwindTables tables(maps, kCapacity, BpfUnwindTables::TableOfFile, 1.0, AllRunning);
+  BpfUnwindTables tables(maps, kCapacity, BpfUnwindTables::TableOfFile, 1.0, AllRunning,
+                         kBuildAtOnce);
   std::vector<ExecutableMapping> mappings;
   for (const MemoryMapping& m : OwnMaps()) {
     if (m.executable) mappings.push_back(ToExecutable(m));
@@ -740,6 +745,54 @@ TEST(BpfUnwindTablesTest, LoadsTheTablesOfThisProcessOwnFiles) {
     ASSERT_FALSE(rows.empty());
     EXPECT_LE(rows.front().pc, pc - entry->bias);
     EXPECT_LT(pc - entry->bias, rows.back().pc);
+  }
+}
+
+TEST(BpfUnwindTablesTest, FileIsBuiltOnlyOnceItsProcessesStacksFellShortOftenEnough) {
+  FakeMaps maps(64);
+  FakeSource source(OwnText().layout);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning,
+                         /*short_walks_before_build=*/3);
+  tables.SetProcess(10, {FakeFile(1), FakeFile(2)});
+  EXPECT_EQ(BuildAll(tables), 0) << "built before any sample needed it";
+  EXPECT_EQ(tables.stats().files_unwanted, 2u);
+  EXPECT_EQ(tables.stats().files_queued, 0u);
+  tables.WalkFellShort(10);
+  tables.WalkFellShort(10);
+  EXPECT_EQ(BuildAll(tables), 0);
+  EXPECT_EQ(source.total_calls(), 0);
+  EXPECT_EQ(maps.Entry(10), nullptr);
+
+  tables.WalkFellShort(10);
+  EXPECT_EQ(tables.stats().files_queued, 2u);
+  EXPECT_EQ(BuildAll(tables), 2);
+  EXPECT_EQ(Starts(maps.Entry(10)), (std::vector<uint64_t>{FakeFile(1).start, FakeFile(2).start}));
+  // Loaded, file 2 is in a new process's entry at once; its other file waits for walks of its own.
+  tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
+  EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(2).start}));
+  EXPECT_EQ(tables.stats().files_unwanted, 1u);
+  tables.WalkFellShort(10);  // names no file without rows: changes nothing
+  tables.WalkFellShort(99);  // a process it was never given
+  EXPECT_EQ(tables.stats().files_unwanted, 1u);
+  EXPECT_EQ(BuildAll(tables), 0);
+  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(2).name), 1);
+}
+
+TEST(BpfUnwindTablesTest, ShortWalksOfEveryProcessMappingAFileAddUp) {
+  FakeMaps maps(64);
+  FakeSource source(OwnText().layout);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning,
+                         /*short_walks_before_build=*/3);
+  // Three short-lived runs of one program, one sample each, as a busy shell script starts them.
+  for (uint32_t pid = 20; pid < 23; ++pid) {
+    tables.SetProcess(pid, {FakeFile(1)});
+    tables.WalkFellShort(pid);
+    EXPECT_EQ(BuildAll(tables), pid == 22 ? 1 : 0) << "pid " << pid;
+  }
+  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  for (uint32_t pid = 20; pid < 23; ++pid) {
+    EXPECT_EQ(Starts(maps.Entry(pid)), (std::vector<uint64_t>{FakeFile(1).start})) << pid;
   }
 }
 
