@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "common/gzip.h"
 #include "common/profile.h"
 #include "otlp/profiles_builder.h"
 #include "output/pprof_writer.h"

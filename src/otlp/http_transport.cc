@@ -3,7 +3,6 @@
 // status, Retry-After and the ExportProfilesServiceResponse. One easy handle on a multi handle,
 // so the connection is kept between intervals and Cancel can wake a transfer in progress.
 #include <curl/curl.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/gzip.h"
 #include "google/rpc/status.pb.h"
 #include "opentelemetry/proto/collector/profiles/v1development/profiles_service.pb.h"
 #include "otlp/export_transport.h"
@@ -28,21 +28,6 @@ namespace collector_pb = opentelemetry::proto::collector::profiles::v1developmen
 constexpr size_t kMaxResponseBody = 64 << 10;
 // How often a transfer wakes when nothing happens (Cancel wakes it at once anyway).
 constexpr int kPollMs = 1000;
-
-std::string Gzip(const std::string& data) {
-  z_stream stream{};
-  // 16 + 15: a gzip wrapper around a 32 KiB window.
-  deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&stream, data.size()), '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  deflate(&stream, Z_FINISH);  // the buffer holds deflateBound bytes: one call finishes
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
 
 // Local mistakes no retry fixes; every other transfer error may pass (the receiver comes back,
 // its certificate is replaced).
@@ -154,7 +139,12 @@ class HttpTransport final : public ExportTransport {
 
   SendResult Send(const std::string& request) override {
     std::string compressed;
-    if (config_.gzip) compressed = Gzip(request);
+    if (config_.gzip) {
+      if (absl::Status status = GzipCompress(request, &compressed); !status.ok()) {
+        return {.outcome = SendResult::Outcome::kFailed,
+                .reason = absl::StrCat("OTLP/HTTP: ", status.message())};
+      }
+    }
     const std::string& body = config_.gzip ? compressed : request;
     curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));

@@ -2,14 +2,13 @@
 // tables once per interval, then emits one Sample per StackSample.
 #include "output/pprof_writer.h"
 
-#include <libdeflate.h>
-
 #include <cstdint>
 #include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "common/gzip.h"
 #include "google/protobuf/arena.h"
 #include "output/atomic_file.h"
 
@@ -169,22 +168,6 @@ perftools::profiles::Profile BuildPprof(const IntervalProfile& profile) {
   pb::Profile out;
   PprofBuilder(&out).Build(profile);
   return out;
-}
-
-absl::Status GzipCompress(std::string_view data, std::string* out) {
-  // libdeflate's fastest level: an always-on agent writes a file every interval. It took under
-  // half of zlib's fastest level's CPU on an interval's pprof file, for a file 7% smaller; zlib's
-  // default level had taken 3 to 4 times its fastest for files 15 to 18% smaller
-  // (docs/benchmarks.md).
-  libdeflate_compressor* compressor = libdeflate_alloc_compressor(1);
-  if (compressor == nullptr) return absl::ResourceExhaustedError("cannot make a gzip compressor");
-  out->resize(libdeflate_gzip_compress_bound(compressor, data.size()));
-  const size_t size =
-      libdeflate_gzip_compress(compressor, data.data(), data.size(), out->data(), out->size());
-  libdeflate_free_compressor(compressor);
-  if (size == 0) return absl::InternalError("gzip compression failed");
-  out->resize(size);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EncodePprofFile(const IntervalProfile& profile) {

@@ -34,7 +34,4 @@ absl::StatusOr<std::string> EncodePprofFile(const IntervalProfile& profile);
 // Writes EncodePprofFile(profile) to `path` atomically (tmp file + rename).
 absl::Status WritePprofFile(const IntervalProfile& profile, const std::string& path);
 
-// Gzip-compresses `data` (what pprof expects of a .pb.gz). Exposed for tests and other writers.
-absl::Status GzipCompress(std::string_view data, std::string* out);
-
 }  // namespace ember
