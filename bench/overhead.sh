@@ -4,13 +4,17 @@
 # paths) run alone and under each profiler, every configuration once per round in a random order,
 # and a soak mode. Needs root.
 #
-#   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--configs LIST] [--quick]
-#                     [--write-docs] | --soak MINUTES [--soak-processes 200] [--build-dir build]
+#   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--settle 1] [--configs LIST]
+#                     [--quick] [--write-docs] | --soak MINUTES [--soak-processes 200]
+#                     [--build-dir build]
 #
 # LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace
-# (default all; alone is always added, the others are compared with it). --quick is a smoke run:
-# 1 round of 4 s. --write-docs puts the figures into docs/benchmarks.md (or --docs FILE), between
-# its "bench/overhead.sh" markers, replaced on every write.
+# (default all; alone is always added, the others are compared with it). --settle is how long a
+# profiler runs before the workload starts (its start-up, such as Ember reading the symbols and
+# building the unwind tables of every running binary, is then not in the workload's time: use it
+# to measure the steady state's slowdown). --quick is a smoke run: 1 round of 4 s. --write-docs
+# puts the figures into docs/benchmarks.md (or --docs FILE), between its "bench/overhead.sh"
+# markers, replaced on every write.
 #
 # The configurations, all system-wide, because Ember profiles every process by default and
 # bpftrace's profile probe fires on every CPU: comparing like with like means perf gets -a too.
@@ -19,7 +23,7 @@
 #   perf-dwarf         the same with --call-graph dwarf,65528
 #   bpftrace           bpftrace -e 'profile:hz:99 { @[ustack, kstack] = count(); }'
 # Each run: start the workload blocked on its start byte, start the profiler, wait until it is
-# attached and 1 s more, start the workload, wait for it to report its elapsed time, stop the
+# attached and --settle seconds more, start the workload, wait for it to report its elapsed time, stop the
 # profiler (SIGTERM for Ember, SIGINT for perf and bpftrace: bpftrace prints and symbolizes its map
 # then), and only then end the workload, so every profiler can still read its maps.
 #
@@ -59,6 +63,7 @@ all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace)
 build_dir=build
 rounds=3
 seconds=15
+settle=1
 config_list=$(IFS=,; echo "${all_configs[*]}")
 write_docs=0
 docs=docs/benchmarks.md
@@ -75,17 +80,18 @@ while (($#)); do
     --build-dir) need_value "$@"; build_dir=$2; shift 2 ;;
     --rounds) need_value "$@"; rounds=$2; shift 2 ;;
     --seconds) need_value "$@"; seconds=$2; shift 2 ;;
+    --settle) need_value "$@"; settle=$2; shift 2 ;;
     --configs) need_value "$@"; config_list=$2; shift 2 ;;
     --quick) rounds=1; seconds=4; quick=1; shift ;;
     --write-docs) write_docs=1; shift ;;
     --docs) need_value "$@"; docs=$2; shift 2 ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
     --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
-for value in "$rounds" "$seconds" "$soak_minutes" "$soak_processes"; do
+for value in "$rounds" "$seconds" "$settle" "$soak_minutes" "$soak_processes"; do
   [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
 ((rounds > 0 && seconds > 0)) || bad "--rounds and --seconds must be at least 1"
@@ -256,7 +262,7 @@ run() {
     }
     wait_until 30 "$config to attach" ready
     is_gone "$prof_pid" && die "$config exited at start: $(tail -3 "$dir/profiler.log")"
-    sleep 1
+    sleep "$settle"
   fi
   local start_ns=0
   [[ -n $prof_pid ]] && start_ns=$(cpu_ns "$prof_pid")
