@@ -77,7 +77,7 @@ namespace {
 
 // A /proc tree of one process (pid 4242, pid 17 in its own namespace) with anonymous executable
 // memory and a perf map in its root's /tmp.
-class JitFrameTest : public ::testing::Test {
+class NodeProcessFrameTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char pattern[] = "/tmp/ember-jit-resolver-XXXXXX";
@@ -106,7 +106,7 @@ class JitFrameTest : public ::testing::Test {
   std::string map_path_;
 };
 
-TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
+TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
   AppendToMap("7f0000000100 80 JS:*leafAlpha /srv/app.js:3:20\n7f0000000200 40 JS:~main /srv/a");
   ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   ModuleCache modules;
@@ -145,7 +145,7 @@ TEST_F(JitFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false), again);
 }
 
-TEST_F(JitFrameTest, FrameCacheStaysWithinItsByteLimit) {
+TEST_F(NodeProcessFrameTest, FrameCacheStaysWithinItsByteLimit) {
   // 2000 JIT functions; each interval uses 100 new ones.
   constexpr uint64_t kBase = 0x7f0000010000;
   std::string text;
@@ -185,7 +185,7 @@ TEST_F(JitFrameTest, FrameCacheStaysWithinItsByteLimit) {
   EXPECT_EQ(resolver.stats().hits, 2u);
 }
 
-TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
+TEST_F(NodeProcessFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
   ProcessTable processes(root_, std::chrono::hours(1), std::chrono::hours(1));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
@@ -197,7 +197,7 @@ TEST_F(JitFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
 }
 
-TEST_F(JitFrameTest, AReplacedMapIsReadAgain) {
+TEST_F(NodeProcessFrameTest, AReplacedMapIsReadAgain) {
   AppendToMap("7f0000000100 80 first_program\n");
   ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   ModuleCache modules;
@@ -243,7 +243,7 @@ namespace {
 // The resolver answers an address it resolved a moment ago from a small table of recent frames:
 // a process that maps another file at the same address (an exec, a dlclose and dlopen) must get
 // that file's frames once its maps are read again.
-TEST_F(JitFrameTest, AnotherFileMappedAtAnAddressNamesItsFramesOnceTheMapsAreReadAgain) {
+TEST_F(NodeProcessFrameTest, AnotherFileMappedAtAnAddressNamesItsFramesOnceTheMapsAreReadAgain) {
   const std::string maps = root_ + "/4242/maps";
   std::ofstream(maps, std::ios::trunc)
       << "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
