@@ -1,6 +1,7 @@
 // Building a file's BPF unwind table (BuildUnwindTable: every .eh_frame row, read through libdw)
-// for big system files. The agent builds one per file the first time a process that maps
-// it is sampled, so this is the CPU a newly seen binary costs (issue 7). Reports the time per row.
+// for big system files. The agent builds one per file once processes that map it have been
+// sampled a few times (BpfUnwindTables), so this is the CPU a newly busy binary costs (issue 7).
+// Reports the time per row.
 //
 //   build/unwind_table_benchmark [Google Benchmark flags]
 #include <memory>

@@ -140,7 +140,7 @@ class HttpTransport final : public ExportTransport {
   SendResult Send(const std::string& request) override {
     std::string compressed;
     if (config_.gzip) {
-      if (absl::Status status = GzipCompress(request, &compressed); !status.ok()) {
+      if (absl::Status status = GzipCompress(request, &compressed, kGzipSmaller); !status.ok()) {
         return {.outcome = SendResult::Outcome::kFailed,
                 .reason = absl::StrCat("OTLP/HTTP: ", status.message())};
       }

@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <deque>
@@ -24,32 +23,13 @@
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "otlp/request_validator.h"
+#include "support/gunzip.h"
 
 namespace ember::testing {
 namespace {
 
 constexpr size_t kMaxHead = 64 << 10;
 constexpr size_t kMaxBody = 64 << 20;
-
-std::optional<std::string> Gunzip(const std::string& data) {
-  z_stream stream{};
-  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) return std::nullopt;
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  std::string out;
-  char buffer[16384];
-  int result = Z_OK;
-  while (result == Z_OK) {
-    stream.next_out = reinterpret_cast<Bytef*>(buffer);
-    stream.avail_out = sizeof(buffer);
-    result = inflate(&stream, Z_NO_FLUSH);
-    out.append(buffer, sizeof(buffer) - stream.avail_out);
-    if (result == Z_BUF_ERROR && stream.avail_in == 0) break;  // truncated input
-  }
-  inflateEnd(&stream);
-  if (result != Z_STREAM_END) return std::nullopt;
-  return out;
-}
 
 const char* ReasonPhrase(int status) {
   switch (status) {

@@ -2,9 +2,6 @@
 // protobuf parser and with Google's pprof, the tool users will actually point at it.
 #include "output/pprof_writer.h"
 
-#include <zlib.h>
-
-#include <array>
 #include <fstream>
 #include <map>
 #include <set>
@@ -16,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/gunzip.h"
 #include "support/pprof_reader.h"
 #include "support/subprocess.h"
 #include "support/test_frames.h"
@@ -56,25 +54,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::string Gunzip(const std::string& gz) {
-  z_stream zs{};
-  EXPECT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);  // gzip wrapper only
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  zs.avail_in = static_cast<uInt>(gz.size());
-  std::string out;
-  std::array<char, 16384> buf;
-  int rc;
-  do {
-    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
-    zs.avail_out = buf.size();
-    rc = inflate(&zs, Z_NO_FLUSH);
-    out.append(buf.data(), buf.size() - zs.avail_out);
-  } while (rc == Z_OK);
-  inflateEnd(&zs);
-  EXPECT_EQ(rc, Z_STREAM_END) << "not a complete gzip stream";
-  return out;
-}
-
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 class PprofWriterTest : public ::testing::Test {
@@ -82,7 +61,9 @@ class PprofWriterTest : public ::testing::Test {
   void SetUp() override {
     path_ = TempPath("ember_pprof_test.pb.gz");
     ASSERT_TRUE(WritePprofFile(f_.profile, path_).ok());
-    ASSERT_TRUE(p_.ParseFromString(Gunzip(ReadFile(path_))));
+    const std::optional<std::string> bytes = testing::Gunzip(ReadFile(path_));
+    ASSERT_TRUE(bytes.has_value()) << path_ << " is not one complete gzip member";
+    ASSERT_TRUE(p_.ParseFromString(*bytes));
   }
 
   const std::string& Str(int64_t index) const {
