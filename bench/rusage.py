@@ -6,8 +6,11 @@ readings near the end of a run loses nothing to ticks.
 
   bench/rusage.py OUT COMMAND [ARGS...]
 
-Exits as the command did (128 + the signal if a signal ended it)."""
+Exits as the command did (128 + the signal if a signal ended it). Like /usr/bin/time it ignores
+SIGINT itself while it waits: a Ctrl-C reaches the command, which may stop cleanly and is still
+measured."""
 import os
+import signal
 import sys
 
 if len(sys.argv) < 3:
@@ -20,6 +23,7 @@ if pid == 0:
     except OSError as error:
         print(f"rusage.py: cannot run {command[0]}: {error.strerror}", file=sys.stderr)
         os._exit(127)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 _, status, usage = os.wait4(pid, 0)
 with open(out, "w") as f:
     print(f"{usage.ru_utime:.6f} {usage.ru_stime:.6f} {usage.ru_maxrss}", file=f)
