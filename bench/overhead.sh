@@ -23,9 +23,10 @@
 #   perf-dwarf         the same with --call-graph dwarf,65528
 #   bpftrace           bpftrace -e 'profile:hz:99 { @[ustack, kstack] = count(); }'
 # Each run: start the workload blocked on its start byte, start the profiler, wait until it is
-# attached and --settle seconds more, start the workload, wait for it to report its elapsed time, stop the
-# profiler (SIGTERM for Ember, SIGINT for perf and bpftrace: bpftrace prints and symbolizes its map
-# then), and only then end the workload, so every profiler can still read its maps.
+# attached and --settle seconds more, start the workload, wait for it to report its elapsed time,
+# stop the profiler (SIGTERM for Ember, SIGINT for perf and bpftrace: bpftrace prints and
+# symbolizes its map then), and only then end the workload, so every profiler can still read its
+# maps.
 #
 # How each figure is measured (the methods of bench/unwind_vs_perf.sh, issue 3):
 # - CPU: the profiler's user+sys from wait4() rusage (/usr/bin/time, every thread, start-up and
