@@ -8,8 +8,9 @@
 #                     [--quick] [--write-docs] | --soak MINUTES [--soak-processes 200]
 #                     [--build-dir build]
 #
-# LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace
-# (default all; alone is always added, the others are compared with it). --settle is how long a
+# LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace,
+# ember99-idle, timer99 (default: the first six; alone is always added, the others are compared
+# with it). --settle is how long a
 # profiler runs before the workload starts (its start-up, such as Ember reading the symbols and
 # building the unwind tables of every running binary, is then not in the workload's time: use it
 # to measure the steady state's slowdown). --quick is a smoke run: 1 round of 4 s. --write-docs
@@ -22,6 +23,10 @@
 #   perf-fp            perf record -a -g -e cpu-clock -c 10101010 (99 Hz, a fixed period as Ember's)
 #   perf-dwarf         the same with --call-graph dwarf,65528
 #   bpftrace           bpftrace -e 'profile:hz:99 { @[ustack, kstack] = count(); }'
+# and two floors, which take no stacks, to tell the 99 Hz timer's own cost from a profiler's:
+#   ember99-idle       ember99 with --pid of a process that sleeps throughout: Ember's program runs
+#                      on every tick and returns after its pid filter; the agent has nothing to do
+#   timer99            bpftrace -e 'profile:hz:99 { @ = count(); }'
 # Each run: start the workload blocked on its start byte, start the profiler, wait until it is
 # attached and --settle seconds more, start the workload, wait for it to report its elapsed time,
 # stop the profiler (SIGTERM for Ember, SIGINT for perf and bpftrace: bpftrace prints and
@@ -60,12 +65,12 @@ cd "$(dirname "$0")/.."
 # Under set -e a failing command ends the script: say which, rather than end silently.
 trap 'echo "overhead: stopped by a failed command at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace)
+all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace ember99-idle timer99)
 build_dir=build
 rounds=3
 seconds=15
 settle=1
-config_list=$(IFS=,; echo "${all_configs[*]}")
+config_list=alone,ember19,ember99,perf-fp,perf-dwarf,bpftrace
 write_docs=0
 docs=docs/benchmarks.md
 quick=0
@@ -125,7 +130,7 @@ if ((soak_minutes)); then
   need curl curl
 else
   if wants perf; then need perf linux-perf; fi
-  if wants bpftrace; then need bpftrace bpftrace; fi
+  if wants bpftrace || wants timer99; then need bpftrace bpftrace; fi
   if wants ember && [[ ! -x $pprof ]]; then
     echo "overhead: $pprof not found: run scripts/setup.sh" >&2
     exit 1
@@ -224,13 +229,20 @@ run() {
   local workload_pid=$!
   started+=("$workload_pid")
 
-  local time_pid="" prof_pid="" hz=99 load
+  local time_pid="" prof_pid="" hz=99 load sleeper=""
   load=$(loadavg)
   local timefmt='%U %S %M'
   case $config in
     ember19 | ember99)
       hz=${config#ember}
       /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- "$agent" --sampling-hz "$hz" \
+        --metrics-address= --output-dir "$dir/out" >"$dir/profiler.log" 2>&1 &
+      ;;
+    ember99-idle)
+      sleep 100000 &
+      sleeper=$!
+      started+=("$sleeper")
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- "$agent" --sampling-hz 99 --pid "$sleeper" \
         --metrics-address= --output-dir "$dir/out" >"$dir/profiler.log" 2>&1 &
       ;;
     perf-fp)
@@ -245,6 +257,10 @@ run() {
       /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- bpftrace \
         -e 'profile:hz:99 { @[ustack, kstack] = count(); }' >"$dir/profiler.log" 2>&1 &
       ;;
+    timer99)
+      /usr/bin/time -f "$timefmt" -o "$dir/time" 3>&- bpftrace \
+        -e 'profile:hz:99 { @ = count(); }' >"$dir/profiler.log" 2>&1 &
+      ;;
   esac
   if [[ $config != alone ]]; then
     time_pid=$!
@@ -258,7 +274,7 @@ run() {
       case $config in
         ember*) grep -q 'attached to' "$dir/profiler.log" ;;
         perf*) has_perf_events "$prof_pid" ;;
-        bpftrace) has_progs "$prof_pid" ;;
+        bpftrace | timer99) has_progs "$prof_pid" ;;
       esac
     }
     wait_until 30 "$config to attach" ready
@@ -276,7 +292,7 @@ run() {
   local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=- lost=-
   if [[ -n $prof_pid ]]; then
     is_gone "$prof_pid" && die "$config exited early: $(tail -3 "$dir/profiler.log")"
-    [[ $config == ember* || $config == bpftrace ]] && bpf_ns=$(bpf_run_ns "$prof_pid")
+    [[ $config == ember* || $config == bpftrace || $config == timer99 ]] && bpf_ns=$(bpf_run_ns "$prof_pid")
     case $config in
       ember*) stop "$prof_pid" TERM 60 ;;
       *) stop "$prof_pid" INT 60 ;;
@@ -285,6 +301,10 @@ run() {
   fi
   stop "$workload_pid" TERM 10
   wait "$workload_pid" 2>/dev/null || true
+  if [[ -n $sleeper ]]; then
+    kill "$sleeper" 2>/dev/null || true
+    wait "$sleeper" 2>/dev/null || true
+  fi
   local elapsed
   elapsed=$(sed -n 's/^elapsed_s=\([0-9.]*\).*/\1/p' "$dir/workload.out")
 
@@ -294,7 +314,9 @@ run() {
       first_ms=$(sed -n 's/.*first sample \([0-9]*\) ms after start.*/\1/p' "$dir/profiler.log")
       lost=$(sed -n 's/.* done: [0-9]* samples, \([0-9]*\) lost.*/\1/p' "$dir/profiler.log")
       bytes=$(du -sb "$dir/out" | cut -f1)
+      # ember99-idle takes no samples, and may write no pprof file.
       read -r wl wl_main < <(
+        compgen -G "$dir/out/cpu-*.pb.gz" >/dev/null || { echo 0 0; exit 0; }
         "$pprof" -traces -sample_index=samples "$dir"/out/cpu-*.pb.gz 2>/dev/null | awk '
           function flush() { if (count && ow) { n += count; if (has_main) m += count } }
           /^-----------\+/ { flush(); count = 0; has_main = 0; ow = 0; next }
@@ -335,6 +357,10 @@ run() {
           /^[ \t]*main(\+[0-9]+)?$/ { mn = 1 }
           /\]: [0-9]+$/ { c = $NF + 0; s += c; if (ow) { n += c; if (mn) m += c } }
           END { print s + 0, n + 0, m + 0 }' "$dir/profiler.log")
+      ;;
+    timer99)
+      bytes=$(stat -c %s "$dir/profiler.log")
+      samples=$(sed -n 's/^@: \([0-9]*\)$/\1/p' "$dir/profiler.log")
       ;;
   esac
   local user=0 sys=0 maxrss=0
@@ -405,18 +431,22 @@ summarize() {
       }
       printf "| config | runs | samples (workload) | CPU ms /1000 samples | steady | of which BPF | perf script | throughput vs alone, median (min..max) | throughput, mean (95%% CI) | peak RSS MB | bytes /sample | reach main | first sample ms | load |\n"
       printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      n = split("alone ember19 ember99 perf-fp perf-dwarf bpftrace", names, " ")
+      n = split("alone ember19 ember99 perf-fp perf-dwarf bpftrace ember99-idle timer99", names, " ")
       for (i = 1; i <= n; i++) {
         c = names[i]; if (!(c in cnt)) continue
         if (c == "alone") {
           printf "| alone | %d | - | - | - | - | - | 1 (elapsed %.2f s, median) | - | - | - | - | - | %.2f |\n", cnt[c], median(c, "elapsed"), median(c, "load")
           continue
         }
-        printf "| %s | %d | %d (%d) | %.1f | %.1f | %.1f | %s | %.3f (%s) | %s | %.0f | %.0f | %.1f%% | %s | %.2f |\n",
-          c, cnt[c], median(c, "samples"), median(c, "wl"), median(c, "cpu"), median(c, "steady"),
-          median(c, "bpf"), c ~ /^perf/ ? sprintf("%.1f", median(c, "script")) : "-",
-          median(c, "rel"), minmax(c, "rel"), mean_ci(c, "rel"), median(c, "rss"), median(c, "bytes"), median(c, "main"),
-          c ~ /^ember/ ? sprintf("%d", median(c, "first")) : "-", median(c, "load")
+        # The floors take no stacks (ember99-idle no samples at all): no per-sample figures.
+        per = median(c, "samples") > 0; stacks = median(c, "wl") > 0
+        printf "| %s | %d | %d (%d) | %s | %s | %s | %s | %.3f (%s) | %s | %.0f | %s | %s | %s | %.2f |\n",
+          c, cnt[c], median(c, "samples"), median(c, "wl"), per ? sprintf("%.1f", median(c, "cpu")) : "-",
+          per ? sprintf("%.1f", median(c, "steady")) : "-", per ? sprintf("%.1f", median(c, "bpf")) : "-",
+          c ~ /^perf/ ? sprintf("%.1f", median(c, "script")) : "-",
+          median(c, "rel"), minmax(c, "rel"), mean_ci(c, "rel"), median(c, "rss"),
+          per ? sprintf("%.0f", median(c, "bytes")) : "-", stacks ? sprintf("%.1f%%", median(c, "main")) : "-",
+          (c ~ /^ember/ && median(c, "first") >= 0) ? sprintf("%d", median(c, "first")) : "-", median(c, "load")
       }
     }' "$results"
 }
