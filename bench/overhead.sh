@@ -4,16 +4,17 @@
 # paths) run alone and under each profiler, every configuration once per round in a random order,
 # and a soak mode. Needs root.
 #
-#   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--settle 1] [--configs LIST]
-#                     [--quick] [--write-docs] | --soak MINUTES [--soak-processes 200]
-#                     [--build-dir build]
+#   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--settle 1] [--warm 0]
+#                     [--configs LIST] [--quick] [--write-docs]
+#                     | --soak MINUTES [--soak-processes 200] [--build-dir build]
 #
 # LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace,
 # ember99-idle, timer99 (default: the first six; alone is always added, the others are compared
-# with it). --settle is how long a
-# profiler runs before the workload starts (its start-up, such as Ember reading the symbols and
-# building the unwind tables of every running binary, is then not in the workload's time: use it
-# to measure the steady state's slowdown). --quick is a smoke run: 1 round of 4 s. --write-docs
+# with it). --settle is how long a profiler runs before the workload starts (its start-up, such as
+# Ember reading the symbols and building the unwind tables of every running binary, is then not in
+# the workload's time). --warm is how many seconds of work each workload process does, untimed,
+# before its timed work (then the profiler has seen its stacks: its caches are warm). Use both to
+# measure the steady state's slowdown. --quick is a smoke run: 1 round of 4 s. --write-docs
 # puts the figures into docs/benchmarks.md (or --docs FILE), between its "bench/overhead.sh"
 # markers, replaced on every write.
 #
@@ -52,7 +53,9 @@
 # - Reach main: the share of the workload's samples (those with an ow_* frame; bpftrace's map has
 #   no pid) whose stack has a `main` frame: Ember's pprof files through `pprof -traces`, perf's
 #   through `perf script`, bpftrace's printed stacks.
-# - Ember's start to first sample: its log line "first sample N ms after start".
+# - Ember's start to first sample: its log line "first sample N ms after start". Every profiler
+#   starts with half a second of work on one CPU running (bench/overhead_work --calibrate 0.5):
+#   an idle CPU gives no sample, and the first would otherwise wait for whatever ran next.
 # --soak MINUTES: Ember at 99 Hz system-wide while 200 (--soak-processes) long-lived processes
 #   each work 2 ms a second, and about 40 processes a second start and exit (a
 #   quarter of them each in a new cgroup under the cgroup v2 mount), exporting every 5 s to a local
@@ -70,6 +73,7 @@ build_dir=build
 rounds=3
 seconds=15
 settle=1
+warm=0
 config_list=alone,ember19,ember99,perf-fp,perf-dwarf,bpftrace
 write_docs=0
 docs=docs/benchmarks.md
@@ -87,6 +91,7 @@ while (($#)); do
     --rounds) need_value "$@"; rounds=$2; shift 2 ;;
     --seconds) need_value "$@"; seconds=$2; shift 2 ;;
     --settle) need_value "$@"; settle=$2; shift 2 ;;
+    --warm) need_value "$@"; warm=$2; shift 2 ;;
     --configs) need_value "$@"; config_list=$2; shift 2 ;;
     --quick) rounds=1; seconds=4; quick=1; shift ;;
     --write-docs) write_docs=1; shift ;;
@@ -97,7 +102,7 @@ while (($#)); do
     *) bad "unknown argument '$1'" ;;
   esac
 done
-for value in "$rounds" "$seconds" "$settle" "$soak_minutes" "$soak_processes"; do
+for value in "$rounds" "$seconds" "$settle" "$warm" "$soak_minutes" "$soak_processes"; do
   [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
 ((rounds > 0 && seconds > 0)) || bad "--rounds and --seconds must be at least 1"
@@ -213,6 +218,7 @@ cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns 
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
 
 units=$("$workload" --calibrate 1) || die "$workload --calibrate failed"
+warm_units=$((units * warm))
 units=$((units * seconds))
 
 results=$tmp/results.tsv # one line per run
@@ -225,7 +231,7 @@ run() {
   mkdir -p "$dir"
   mkfifo "$dir/go"
   exec 3<>"$dir/go"
-  "$workload" "$units" <"$dir/go" >"$dir/workload.out" 2>&1 &
+  "$workload" "$units" "$(nproc)" "$warm_units" <"$dir/go" >"$dir/workload.out" 2>&1 &
   local workload_pid=$!
   started+=("$workload_pid")
 
@@ -268,6 +274,11 @@ run() {
     wait_until 10 "$config to start" pgrep -P "$time_pid"
     prof_pid=$(pgrep -P "$time_pid")
     started+=("$prof_pid")
+    # Half a second of work on one CPU as the profiler starts: something to sample, so that
+    # Ember's first sample comes as soon as it can take one (an idle machine gives it none).
+    "$workload" --calibrate 0.5 >/dev/null &
+    local busy=$!
+    started+=("$busy")
     # Ready, or exited (told apart below, with its log).
     ready() {
       is_gone "$prof_pid" && return 0
@@ -280,13 +291,14 @@ run() {
     wait_until 30 "$config to attach" ready
     is_gone "$prof_pid" && die "$config exited at start: $(tail -3 "$dir/profiler.log")"
     sleep "$settle"
+    wait "$busy" || die "$workload --calibrate failed"
   fi
   local start_ns=0
   [[ -n $prof_pid ]] && start_ns=$(cpu_ns "$prof_pid")
   echo g >&3
   exec 3>&-
   workload_done() { grep -q elapsed_s "$dir/workload.out" || is_gone "$workload_pid"; }
-  wait_until $((seconds * 6 + 60)) "the workload to finish" workload_done
+  wait_until $(((seconds + warm) * 6 + 60)) "the workload to finish" workload_done
   grep -q elapsed_s "$dir/workload.out" || die "the workload failed: $(tail -3 "$dir/workload.out")"
 
   local bpf_ns=0 script_s=0 samples=0 wl=0 wl_main=0 bytes=0 first_ms=- lost=-

@@ -6,11 +6,15 @@
 //   overhead_work --calibrate SECONDS        prints how many units one process does in SECONDS
 //   overhead_work --pulse BURN_MS SECONDS    works BURN_MS of every second for SECONDS (the soak's
 //                                            long-lived processes)
-//   overhead_work UNITS [WORKERS]            waits for one byte on stdin, forks WORKERS (default:
-//                                            every online CPU) that do UNITS units each, prints
-//                                            "elapsed_s=... units_per_s=...", then stays alive
-//                                            (workers too) until SIGTERM or 600 s, so that a
-//                                            profiler can still read its maps when it stops.
+//   overhead_work UNITS [WORKERS [WARM_UNITS]]
+//                                            waits for one byte on stdin, forks WORKERS (default:
+//                                            every online CPU) that do WARM_UNITS units each
+//                                            (default 0) and wait for each other, then UNITS units
+//                                            each, timed; prints "elapsed_s=... units_per_s=...",
+//                                            then stays alive (workers too) until SIGTERM or 600 s,
+//                                            so that a profiler can still read its maps when it
+//                                            stops. The warm-up lets a profiler see the stacks
+//                                            before the timed part: its caches are then warm.
 //
 // Every function of the workload is named ow_*: bench/overhead.sh tells its samples by that name.
 #include <poll.h>
@@ -127,16 +131,18 @@ static void OnTerm(int sig) { (void)sig; }
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "--calibrate") == 0) return Calibrate(atof(argv[2]));
   if (argc == 4 && strcmp(argv[1], "--pulse") == 0) return Pulse(atof(argv[2]), atof(argv[3]));
-  if (argc < 2 || argc > 3) {
+  if (argc < 2 || argc > 4) {
     fprintf(stderr,
-            "usage: overhead_work UNITS [WORKERS] | --calibrate SECONDS | --pulse MS SECONDS\n");
+            "usage: overhead_work UNITS [WORKERS [WARM_UNITS]] | --calibrate SECONDS"
+            " | --pulse MS SECONDS\n");
     return 2;
   }
-  char* end;
+  char *end, *warm_end = NULL;
   unsigned long long units = strtoull(argv[1], &end, 10);
   long workers = argc > 2 ? atol(argv[2]) : sysconf(_SC_NPROCESSORS_ONLN);
-  if (*end || units == 0 || workers < 1 || workers > kMaxWorkers) {
-    fprintf(stderr, "overhead_work: bad UNITS or WORKERS\n");
+  unsigned long long warm_units = argc > 3 ? strtoull(argv[3], &warm_end, 10) : 0;
+  if (*end || (warm_end != NULL && *warm_end) || units == 0 || workers < 1 || workers > kMaxWorkers) {
+    fprintf(stderr, "overhead_work: bad UNITS, WORKERS or WARM_UNITS\n");
     return 2;
   }
   struct sigaction sa;
@@ -150,23 +156,35 @@ int main(int argc, char** argv) {
   char go;
   if (poll(&in, 1, 600 * 1000) != 1 || read(0, &go, 1) != 1) return 3;
 
-  int done[2];
-  if (pipe(done) != 0) return 4;
+  // done: a byte from each worker when warm, and one when its timed units are done. go: a byte
+  // to each worker when all are warm.
+  int done[2], go_pipe[2];
+  if (pipe(done) != 0 || pipe(go_pipe) != 0) return 4;
   pid_t pids[kMaxWorkers];
-  double start = Now();
   for (long w = 0; w < workers; ++w) {
     pids[w] = fork();
     if (pids[w] < 0) return 4;
     if (pids[w] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() == 1) _exit(5);
+      ow_worker(warm_units);
+      char c = 'w';
+      if (write(done[1], &c, 1) != 1 || read(go_pipe[0], &c, 1) != 1) _exit(4);
       ow_worker(units);
-      char c = 'd';
+      c = 'd';
       if (write(done[1], &c, 1) != 1) _exit(4);
       // Stay alive, asleep, until the parent ends (PDEATHSIG) or 600 s pass.
       sleep(600);
       _exit(0);
     }
+  }
+  for (long w = 0; w < workers; ++w) {
+    char c;
+    if (read(done[0], &c, 1) != 1) return 4;
+  }
+  double start = Now();
+  for (long w = 0; w < workers; ++w) {
+    if (write(go_pipe[1], "g", 1) != 1) return 4;
   }
   for (long w = 0; w < workers; ++w) {
     char c;
