@@ -26,6 +26,22 @@ struct {
   __uint(max_entries, 1 << 20);  // resized by the agent before load
 } samples SEC(".maps");
 
+// The shortest time between two wake-ups of the agent for a process it does not know yet; 0: never.
+const volatile __u64 new_process_wakeup_gap_ns = 0;
+
+// Processes the agent has read (their maps, name and cgroup), set and cleared by the agent. A
+// sample of any other process wakes the agent at once (at most once per new_process_wakeup_gap_ns),
+// so it reads that process while it still runs; other samples wait for the agent's next poll.
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u32);  // tgid
+  __type(value, __u8);
+} known_procs SEC(".maps");
+
+// When a sample last woke the agent for a new process (bpf_ktime_get_ns).
+__u64 new_process_woken_at_ns = 0;
+
 // Thread group ids to sample when filter_pids is set.
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -860,11 +876,18 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_depth = user_depth;
   s->user_snapshot_bytes = snapshot_bytes;
   if (size > sizeof(*buf)) return 0;
-  // The agent drains the ring buffer on its own at least every 100 ms, so a record wakes it only
-  // when the buffer is filling up: a wake-up per sample would cost more than the sample.
+  // The agent drains the ring buffer on its own every second, so a record wakes it only when the
+  // buffer is filling up, or when its process is new to the agent: a wake-up per sample would
+  // cost more than the sample. A process walked in BPF has tables, so the agent knows it.
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                              : BPF_RB_NO_WAKEUP;
+  if (wakeup == BPF_RB_NO_WAKEUP && new_process_wakeup_gap_ns > 0 && task->mm &&
+      !(flags & EMBER_SAMPLE_UNWOUND_IN_BPF) && !bpf_map_lookup_elem(&known_procs, &pid) &&
+      s->timestamp_ns - new_process_woken_at_ns >= new_process_wakeup_gap_ns) {
+    new_process_woken_at_ns = s->timestamp_ns;
+    wakeup = BPF_RB_FORCE_WAKEUP;
+  }
   if (bpf_ringbuf_output(&samples, buf, size, wakeup) == 0) {
     stats__add(EMBER_STAT_SAMPLES);
   } else {

@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   self->skeleton_->rodata->snapshot_limit = config.stack_snapshot_bytes;
   self->skeleton_->rodata->skip_tgid = config.skip_tgid;
   self->skeleton_->rodata->unwind_in_bpf = config.unwind_rows > 0;
+  self->skeleton_->rodata->new_process_wakeup_gap_ns = config.new_process_wakeup_gap_ns;
   if (int err = bpf_map__set_max_entries(self->skeleton_->maps.unwind_rows,
                                          std::max<uint32_t>(config.unwind_rows, 1));
       err != 0) {
@@ -282,6 +283,15 @@ absl::Status BpfProfiler::SetPythonProcess(uint32_t pid, const ember_python_proc
 
 void BpfProfiler::RemovePythonProcess(uint32_t pid) {
   bpf_map__delete_elem(skeleton_->maps.python_procs, &pid, sizeof(pid), 0);
+}
+
+void BpfProfiler::MarkProcessKnown(uint32_t pid) {
+  const uint8_t one = 1;
+  bpf_map__update_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), &one, sizeof(one), BPF_ANY);
+}
+
+void BpfProfiler::ForgetProcess(uint32_t pid) {
+  bpf_map__delete_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), 0);
 }
 
 }  // namespace ember

@@ -30,6 +30,9 @@ struct BpfProfilerConfig {
   // Rows of CFI the BPF program can hold for walking user stacks itself (docs/bpf-unwinding.md);
   // 0: no walk in BPF.
   uint32_t unwind_rows = 0;
+  // The shortest time between two wake-ups of the agent by a sample of a process it has not
+  // marked known (MarkProcessKnown); 0: samples never wake it for that.
+  uint64_t new_process_wakeup_gap_ns = 0;
 };
 
 // Kernel-side counters, summed over CPUs.
@@ -79,6 +82,10 @@ class BpfProfiler {
   absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);
   // Stops walking its Python frames; no-op for a pid without an entry.
   void RemovePythonProcess(uint32_t pid);
+  // Whether samples of process `pid` (tgid) wake the agent at once (new_process_wakeup_gap_ns):
+  // they do until it is marked known. A failed update only costs a wake-up, so none is reported.
+  void MarkProcessKnown(uint32_t pid);
+  void ForgetProcess(uint32_t pid);
   // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
   UnwindMaps* unwind_maps() { return unwind_maps_.get(); }
   // Records the ring buffer held that did not decode (should stay 0).

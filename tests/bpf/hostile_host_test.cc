@@ -392,6 +392,42 @@ TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   EXPECT_GT(exited, 0);
 }
 
+// A process the agent has not read yet wakes it with its first sample: the agent otherwise waits a
+// second between reads of its samples, and a process that lives a fraction of that would be gone,
+// its maps with it, by then.
+TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
+  TempDir out;
+  ASSERT_FALSE(out.path().empty());
+  HostileAgent agent(out.path(), /*duration_s=*/8);
+  ASSERT_TRUE(agent.ready) << agent.process->output();
+  // One after another, each busy for 0.3 s (about 30 samples at 99 Hz).
+  std::vector<int64_t> pids;
+  for (int i = 0; i < 8; ++i) {
+    Subprocess fixture({kPhases, "0.3"});
+    fixture.WriteStdin("g");
+    pids.push_back(fixture.pid());
+    EXPECT_EQ(fixture.Wait(seconds(10)), 0) << fixture.output();
+  }
+  EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
+  int64_t total = 0, named = 0, exited = 0;
+  for (int64_t pid : pids) {
+    std::vector<NamedSample> samples = SamplesOf(out.path(), pid);
+    total += Total(samples);
+    named +=
+        CountSamples(samples, [](const NamedSample& s) { return HasFunction(s, "run_phases"); });
+    exited += CountSamples(samples,
+                           [](const NamedSample& s) { return HasFunction(s, "[process exited]"); });
+  }
+  std::printf("8 processes of 0.3 s: %lld samples, %lld name run_phases, %lld [process exited]\n",
+              static_cast<long long>(total), static_cast<long long>(named),
+              static_cast<long long>(exited));
+  EXPECT_GE(total, 8 * 15) << agent.process->output();
+  EXPECT_GE(static_cast<double>(named), 0.9 * static_cast<double>(total))
+      << named << " of " << total << " samples name run_phases; " << exited
+      << " are [process exited]\n"
+      << agent.process->output();
+}
+
 // The cgroup v2 mount, from /proc/self/mounts ("/sys/fs/cgroup/unified" on hybrid hosts).
 std::string CgroupV2Mount() {
   std::ifstream mounts("/proc/self/mounts");
