@@ -11,6 +11,7 @@
 // process per online CPU. It prints the thread CPU time of one wait and of one touch round.
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@ struct Cost {
   int64_t touch_us = 0;  // CPU time to touch every resident page once after it
 };
 
-Cost Measure(std::vector<char>& memory, int wait_ms, int rounds) {
+Cost Measure(char* memory, size_t bytes, int wait_ms, int rounds) {
   const int epoll = epoll_create1(EPOLL_CLOEXEC);
   if (epoll < 0) {
     std::perror("wake_cost: epoll_create1");
@@ -46,7 +47,7 @@ Cost Measure(std::vector<char>& memory, int wait_ms, int rounds) {
     const int64_t before = ThreadCpuNs();
     epoll_wait(epoll, &event, 1, wait_ms);
     const int64_t woken = ThreadCpuNs();
-    for (size_t at = 0; at < memory.size(); at += 4096) memory[at] += 1;
+    for (size_t at = 0; at < bytes; at += 4096) memory[at] += 1;
     touching += ThreadCpuNs() - woken;
     waiting += woken - before;
   }
@@ -110,16 +111,26 @@ int main(int argc, char** argv) {
   std::printf("| resident MB | CPUs | one wait, µs | one touch of every page, µs |\n");
   std::printf("|---|---|---|---|\n");
   for (int mb : sizes_mb) {
-    std::vector<char> memory(size_t(mb) << 20, 1);
-    const Cost idle = Measure(memory, wait_ms, rounds);
+    // Not inherited by the spinners: shared copy-on-write, every touch would copy a page.
+    const size_t bytes = size_t(mb) << 20;
+    char* memory = bytes == 0 ? nullptr
+                              : static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (memory == MAP_FAILED || (bytes > 0 && madvise(memory, bytes, MADV_DONTFORK) != 0)) {
+      std::perror("wake_cost: mmap");
+      return 1;
+    }
+    if (bytes > 0) std::memset(memory, 1, bytes);
+    const Cost idle = Measure(memory, bytes, wait_ms, rounds);
     std::printf("| %d | idle | %lld | %lld |\n", mb, static_cast<long long>(idle.wait_us),
                 static_cast<long long>(idle.touch_us));
     const std::vector<pid_t> spinners = StartSpinners();
-    const Cost busy = Measure(memory, wait_ms, rounds);
+    const Cost busy = Measure(memory, bytes, wait_ms, rounds);
     StopSpinners(spinners);
     std::printf("| %d | busy | %lld | %lld |\n", mb, static_cast<long long>(busy.wait_us),
                 static_cast<long long>(busy.touch_us));
     std::fflush(stdout);
+    if (bytes > 0) munmap(memory, bytes);
   }
   return 0;
 }
