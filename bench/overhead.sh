@@ -98,7 +98,7 @@ while (($#)); do
     --docs) need_value "$@"; docs=$2; shift 2 ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
     --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
