@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
   unsigned long long units = strtoull(argv[1], &end, 10);
   long workers = argc > 2 ? atol(argv[2]) : sysconf(_SC_NPROCESSORS_ONLN);
   unsigned long long warm_units = argc > 3 ? strtoull(argv[3], &warm_end, 10) : 0;
-  if (*end || (warm_end != NULL && *warm_end) || units == 0 || workers < 1 || workers > kMaxWorkers) {
+  if (*end || (warm_end != NULL && *warm_end) || units == 0 || workers < 1 ||
+      workers > kMaxWorkers) {
     fprintf(stderr, "overhead_work: bad UNITS, WORKERS or WARM_UNITS\n");
     return 2;
   }
