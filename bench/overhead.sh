@@ -68,13 +68,14 @@ cd "$(dirname "$0")/.."
 # Under set -e a failing command ends the script: say which, rather than end silently.
 trap 'echo "overhead: stopped by a failed command at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-all_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace ember99-idle timer99)
+default_configs=(alone ember19 ember99 perf-fp perf-dwarf bpftrace)
+all_configs=("${default_configs[@]}" ember99-idle timer99) # and the two floors
 build_dir=build
 rounds=3
 seconds=15
 settle=1
 warm=0
-config_list=alone,ember19,ember99,perf-fp,perf-dwarf,bpftrace
+config_list=$(IFS=,; echo "${default_configs[*]}")
 write_docs=0
 docs=docs/benchmarks.md
 quick=0
@@ -390,7 +391,7 @@ run() {
 
 # The table: per configuration, medians over rounds (throughput: of the per-round ratios to alone).
 summarize() {
-  awk -F '\t' '
+  awk -F '\t' -v config_order="${all_configs[*]}" '
     # Sorts a[1..k] ascending (insertion sort: mawk has no asort).
     function sort_values(a, k,   i, j, t) {
       for (i = 2; i <= k; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
@@ -443,7 +444,7 @@ summarize() {
       }
       printf "| config | runs | samples (workload) | CPU ms /1000 samples | steady | of which BPF | perf script | throughput vs alone, median (min..max) | throughput, mean (95%% CI) | peak RSS MB | bytes /sample | reach main | first sample ms | load |\n"
       printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      n = split("alone ember19 ember99 perf-fp perf-dwarf bpftrace ember99-idle timer99", names, " ")
+      n = split(config_order, names, " ")  # as in all_configs
       for (i = 1; i <= n; i++) {
         c = names[i]; if (!(c in cnt)) continue
         if (c == "alone") {
