@@ -106,7 +106,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (rounds == 0) rounds = 1;
+  if (rounds == 0) {
+    std::fprintf(stderr, "wake_cost: --rounds must be at least 1\n");
+    return 2;
+  }
   if (sizes_mb.empty()) sizes_mb = {0, 8, 32, 64};
   std::printf("| resident MB | CPUs | one wait, µs | one touch of every page, µs |\n");
   std::printf("|---|---|---|---|\n");
