@@ -29,9 +29,11 @@ struct {
 // The shortest time between two wake-ups of the agent for a process it does not know yet; 0: never.
 const volatile __u64 new_process_wakeup_gap_ns = 0;
 
-// Processes the agent has read (their maps, name and cgroup), set and cleared by the agent. A
-// sample of any other process wakes the agent at once (at most once per new_process_wakeup_gap_ns),
-// so it reads that process while it still runs; other samples wait for the agent's next poll.
+// Processes the agent has read (their maps, name and cgroup), set and cleared by the agent, and
+// cleared here when the process execs (its maps are another program's). A sample of any other
+// process is flagged EMBER_SAMPLE_PROCESS_UNKNOWN and wakes the agent at once (at most once per
+// new_process_wakeup_gap_ns), so it reads that process while it still runs; other samples wait
+// for the agent's next poll.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 16384);
@@ -882,16 +884,30 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                              : BPF_RB_NO_WAKEUP;
-  if (wakeup == BPF_RB_NO_WAKEUP && new_process_wakeup_gap_ns > 0 && task->mm &&
-      !(flags & EMBER_SAMPLE_UNWOUND_IN_BPF) && !bpf_map_lookup_elem(&known_procs, &pid) &&
-      s->timestamp_ns - new_process_woken_at_ns >= new_process_wakeup_gap_ns) {
-    new_process_woken_at_ns = s->timestamp_ns;
-    wakeup = BPF_RB_FORCE_WAKEUP;
+  if (new_process_wakeup_gap_ns > 0 && task->mm && !(flags & EMBER_SAMPLE_UNWOUND_IN_BPF) &&
+      !bpf_map_lookup_elem(&known_procs, &pid)) {
+    s->flags = flags | EMBER_SAMPLE_PROCESS_UNKNOWN;
+    if (wakeup == BPF_RB_NO_WAKEUP &&
+        s->timestamp_ns - new_process_woken_at_ns >= new_process_wakeup_gap_ns) {
+      new_process_woken_at_ns = s->timestamp_ns;
+      wakeup = BPF_RB_FORCE_WAKEUP;
+    }
   }
   if (bpf_ringbuf_output(&samples, buf, size, wakeup) == 0) {
     stats__add(EMBER_STAT_SAMPLES);
   } else {
     stats__add(EMBER_STAT_RINGBUF_FULL);
   }
+  return 0;
+}
+
+// An exec replaces the process's maps: what the agent read of it, and the CFI rows it placed for
+// it, are the old program's. Its samples must not be walked by those rows, and must wake the
+// agent to read it again.
+SEC("raw_tp/sched_process_exec")
+int profile__exec(void *ctx) {
+  __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  bpf_map_delete_elem(&known_procs, &tgid);
+  bpf_map_delete_elem(&unwind_procs, &tgid);
   return 0;
 }

@@ -55,6 +55,8 @@ enum ember_record_kind {
  * The snapshot, if any, starts at that sp. */
 #define EMBER_SAMPLE_CONTINUE_REGS (1u << 8)
 #define EMBER_SAMPLE_CONTINUE_NO_BP (1u << 9)
+/* The process is not among those the agent has read (known_procs): new to it, or exec'd since. */
+#define EMBER_SAMPLE_PROCESS_UNKNOWN (1u << 10)
 
 /* ember_sample.python_status: how the CPython frame walk ended (the agent's WalkStatus + 1). */
 enum ember_python_status {

@@ -36,6 +36,9 @@ namespace {
 // agent's resident memory): once a second, and at most 10 times a second more for new processes.
 constexpr int kMaxPollMs = 1000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
+// How long after its first read a process's maps are read once more before its samples stop
+// waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
+constexpr uint64_t kProcessSettleTimeNs = 100'000'000;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
@@ -415,8 +418,9 @@ void Agent::OnSample(const SampleView& sample) {
   }
   if (process != nullptr) {
     ProcessSeen& seen = seen_[process->pid];
+    MarkKnownOnceSettled(process, header, seen);
     if (seen.maps_version != process->maps_version) {
-      if (seen.maps_version == 0) profiler_->MarkProcessKnown(process->pid);
+      if (seen.maps_version == 0) seen.settle_from_ns = header.timestamp_ns;
       seen.maps_version = process->maps_version;
       seen.start_time = process->start_time;
       if (bpf_unwind_ != nullptr) {
@@ -442,6 +446,26 @@ void Agent::OnSample(const SampleView& sample) {
   if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
     ReleaseFilePages();
   }
+}
+
+void Agent::MarkKnownOnceSettled(Process* process, const ember_sample& header, ProcessSeen& seen) {
+  // Marked, yet unknown to the BPF side in a sample taken after the mark: the process exec'd
+  // (which clears the mark there), or the mark was evicted. Its maps are another program's.
+  if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&
+      polls_ >= seen.marked_in_poll + 2) {
+    processes_.ReloadMaps(process);
+    seen.marked_known = false;
+    seen.settle_from_ns = header.timestamp_ns;
+    return;
+  }
+  if (seen.marked_known || seen.maps_version == 0 ||
+      header.timestamp_ns < seen.settle_from_ns + kProcessSettleTimeNs) {
+    return;
+  }
+  processes_.ReloadMaps(process);
+  profiler_->MarkProcessKnown(process->pid);
+  seen.marked_known = true;
+  seen.marked_in_poll = polls_;
 }
 
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
@@ -797,8 +821,10 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       }
     }
     const auto wait = clock.WaitFor(now.steady, limit);
+    ++polls_;
     RETURN_IF_ERROR(profiler_->Poll(static_cast<int>(wait.count())).status());
   }
+  ++polls_;
   RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
   const ClockReading end = ClockReading::Now();
   ExportInterval(clock.EndInterval(end), end.wall, /*last=*/true);

@@ -53,6 +53,10 @@ class Agent {
   // from where that walk stopped; without either, the frame-pointer walk done in BPF. A stack
   // that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
+  struct ProcessSeen;
+  // Tells the BPF side the process is known once its maps have settled (ProcessSeen), and reads
+  // it again when a sample shows it is not known there any more (an exec).
+  void MarkKnownOnceSettled(Process* process, const ember_sample& header, ProcessSeen& seen);
   // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
   // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
   void UpdatePython(Process* process);
@@ -134,7 +138,17 @@ class Agent {
   struct ProcessSeen {
     uint64_t maps_version = 0;
     uint64_t start_time = 0;
+    // Whether the BPF side was told it is known (MarkProcessKnown), in which poll; until then its
+    // samples wake the agent. That waits for a read kProcessSettleTime after its first (sample
+    // clock, settle_from_ns): a process read while its dynamic loader ran had not mapped its
+    // libraries yet, and if it lives shorter than a poll its later samples come after its exit.
+    bool marked_known = false;
+    uint64_t marked_in_poll = 0;
+    uint64_t settle_from_ns = 0;
   };
+  // Polls of the ring buffer so far: a sample read two polls after a process was marked known was
+  // taken after the mark.
+  uint64_t polls_ = 0;
   std::unordered_map<uint32_t, ProcessSeen> seen_;
   // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0.
   std::unique_ptr<BpfUnwindTables> bpf_unwind_;

@@ -208,11 +208,16 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
     }
     self->links_.push_back(link);
   }
+  self->exec_link_ = bpf_program__attach(self->skeleton_->progs.profile__exec);
+  if (self->exec_link_ == nullptr) {
+    return ErrnoStatus(errno, "attaching to the sched_process_exec tracepoint");
+  }
   return self;
 }
 
 BpfProfiler::~BpfProfiler() {
   for (bpf_link* link : links_) bpf_link__destroy(link);
+  if (exec_link_ != nullptr) bpf_link__destroy(exec_link_);
   for (int fd : perf_fds_) close(fd);
   ring_buffer__free(ring_);
   profiler_bpf__destroy(skeleton_);

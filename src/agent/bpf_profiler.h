@@ -82,8 +82,10 @@ class BpfProfiler {
   absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);
   // Stops walking its Python frames; no-op for a pid without an entry.
   void RemovePythonProcess(uint32_t pid);
-  // Whether samples of process `pid` (tgid) wake the agent at once (new_process_wakeup_gap_ns):
-  // they do until it is marked known. A failed update only costs a wake-up, so none is reported.
+  // Whether samples of process `pid` (tgid) wake the agent at once (new_process_wakeup_gap_ns)
+  // and carry EMBER_SAMPLE_PROCESS_UNKNOWN: they do until it is marked known, and again after it
+  // execs (the BPF side then forgets it, and its CFI rows' placement). A failed update only costs
+  // a wake-up, so none is reported.
   void MarkProcessKnown(uint32_t pid);
   void ForgetProcess(uint32_t pid);
   // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
@@ -97,7 +99,8 @@ class BpfProfiler {
 
   struct profiler_bpf* skeleton_ = nullptr;
   std::vector<int> perf_fds_;
-  std::vector<struct bpf_link*> links_;
+  std::vector<struct bpf_link*> links_;   // one per CPU's perf event
+  struct bpf_link* exec_link_ = nullptr;  // sched_process_exec: forgets what an exec replaced
   struct ring_buffer* ring_ = nullptr;
   SampleHandler handler_;
   std::unique_ptr<UnwindMaps> unwind_maps_;

@@ -78,8 +78,11 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
     File& file = it->second;
     ++file.processes;
     file.last_generation = generation_;
+    // The newest process's mapping opens it: the one that first mapped it may be gone by the
+    // time it is built.
+    const bool waiting = file.state == File::State::kUnwanted || file.state == File::State::kQueued;
+    if (inserted || (waiting && !m.open_path.empty())) file.opened_as = m;
     if (inserted) {
-      file.opened_as = m;
       if (short_walks_before_build_ > 0) {
         file.state = File::State::kUnwanted;
       } else {

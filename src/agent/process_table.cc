@@ -1,6 +1,7 @@
 // Reads /proc/PID/{comm,stat,maps,exe} for the process table.
 #include "agent/process_table.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -175,7 +176,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   if (executable_path != process->executable_path) DropPerfMap(process);
   process->executable_path = std::move(executable_path);
   if (!read) {
-    ++read_failures_.maps;
+    if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
     return false;
   }
   auto mappings = ParseProcMaps(maps);
@@ -252,7 +253,16 @@ std::string ProcessTable::OpenPath(const Process& process, const MemoryMapping& 
       absl::StrFormat("%s/map_files/%x-%x", PidDir(process.pid), mapping.start, mapping.end);
   if (access(map_file.c_str(), R_OK) == 0) return map_file;
   const std::string& dir = process.proc_dir.empty() ? PidDir(process.pid) : process.proc_dir;
-  return absl::StrCat(dir, "/root", mapping.path);
+  std::string under_root = absl::StrCat(dir, "/root", mapping.path);
+  if (access(dir.c_str(), F_OK) == 0) return under_root;
+  // The process is gone. The same file (device and inode) at the same path here, as for a
+  // process of the agent's own mount namespace, is still the file it ran.
+  struct stat here;
+  if (stat(mapping.path.c_str(), &here) == 0 && here.st_dev == mapping.file.dev &&
+      here.st_ino == mapping.file.inode) {
+    return mapping.path;
+  }
+  return "";  // nothing to open it through now, which says nothing about the file itself
 }
 
 std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const Process& process) {

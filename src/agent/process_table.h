@@ -114,7 +114,10 @@ class ProcessTable {
   const ProcReadFailures& read_failures() const { return read_failures_; }
 
   // The path to open a mapped file through: map_files (works for deleted files and in other
-  // mount namespaces) when it is readable, else the path under the process's root.
+  // mount namespaces) when it is readable, else the path under the process's root. Once the
+  // process has gone, its path in the agent's own namespace when that is the same file (device
+  // and inode), else "": the file cannot be reached now, and caches must not remember that as
+  // a fact about the file (another process may map it).
   std::string OpenPath(const Process& process, const MemoryMapping& mapping) const;
 
  private:

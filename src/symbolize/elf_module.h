@@ -122,9 +122,10 @@ class ElfModule {
 
 // Counters since the cache was made.
 struct ModuleCacheStats {
-  uint64_t hits = 0;     // Get found the module (or its cached failure)
-  uint64_t misses = 0;   // Get opened it
-  uint64_t evicted = 0;  // modules dropped to stay within max_modules or max_bytes
+  uint64_t hits = 0;         // Get found the module (or its cached failure)
+  uint64_t misses = 0;       // Get opened it
+  uint64_t unreachable = 0;  // Get had no path to open it through (nothing cached)
+  uint64_t evicted = 0;      // modules dropped to stay within max_modules or max_bytes
 };
 
 // Bounded cache of open modules keyed by file identity, shared across processes, in module count
@@ -137,7 +138,9 @@ class ModuleCache {
   ~ModuleCache();
 
   // Returns the cached module or opens it; nullptr when it cannot be opened (the failure is cached
-  // too, so a broken file is not retried on every sample, and is logged once at warn).
+  // too, so a broken file is not retried on every sample, and is logged once at warn). An empty
+  // open path means the file cannot be reached now (its process is gone): nullptr, and nothing
+  // is cached, as another process may map the same file.
   // Marks the entry used in the current generation. A module grows as it is symbolized with
   // (symbols load on first use, DWARF lookups cache): the growth of the module returned last is
   // counted at the next call, and then, when the cache holds more than max_bytes, the least

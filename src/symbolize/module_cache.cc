@@ -50,6 +50,15 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::strin
                             const std::string& display_path) {
   Reaccount();
   auto [it, inserted] = entries_.try_emplace(id);
+  std::string path;
+  if (inserted) {
+    path = open_path();
+    if (path.empty()) {
+      entries_.erase(it);
+      ++stats_.unreachable;
+      return nullptr;
+    }
+  }
   Entry& entry = it->second;
   entry.last_generation = generation_;
   entry.last_use = ++tick_;
@@ -57,7 +66,7 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::strin
   if (inserted) {
     ++stats_.misses;
     absl::StatusOr<std::unique_ptr<ElfModule>> module =
-        ElfModule::Open(open_path(), display_path, options_);
+        ElfModule::Open(path, display_path, options_);
     if (module.ok()) {
       entry.module = std::move(*module);
     } else {

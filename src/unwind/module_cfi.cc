@@ -291,6 +291,12 @@ size_t ModuleCfi::row_cache_bytes() const {
 
 std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
                                                const std::string& open_path) {
+  if (open_path.empty()) {  // cannot be reached now (its process is gone): nothing to remember
+    auto found = entries_.find(file);
+    if (found == entries_.end()) return nullptr;
+    found->second.last_generation = generation_;
+    return found->second.cfi;
+  }
   auto [it, inserted] = entries_.try_emplace(file);
   it->second.last_generation = generation_;
   if (inserted) {

@@ -126,7 +126,8 @@ class ModuleCfiCache {
       : compact_rows_(compact_rows), max_rows_(max_rows) {}
 
   // The module's CFI, opened on first use; nullptr when the file cannot be opened (cached and
-  // logged once at debug level).
+  // logged once at debug level). An empty open_path (the file cannot be reached now, as its
+  // process is gone) finds only what is cached and caches nothing.
   std::shared_ptr<ModuleCfi> Get(const FileIdentity& file, const std::string& open_path);
   // This process's vDSO: the kernel maps the same image into every process.
   std::shared_ptr<ModuleCfi> Vdso();

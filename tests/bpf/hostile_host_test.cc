@@ -415,6 +415,7 @@ TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
   }
   EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
   int64_t total = 0, named = 0, exited = 0;
+  std::map<std::string, int64_t> unnamed_stacks;  // the others, by their frames, leaf first
   for (int64_t pid : pids) {
     std::vector<NamedSample> samples = SamplesOf(out.path(), pid);
     total += Total(samples);
@@ -422,10 +423,22 @@ TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
         CountSamples(samples, [](const NamedSample& s) { return HasFunction(s, "run_phases"); });
     exited += CountSamples(samples,
                            [](const NamedSample& s) { return HasFunction(s, "[process exited]"); });
+    for (const NamedSample& s : samples) {
+      if (HasFunction(s, "run_phases")) continue;
+      std::string frames = absl::StrCat(s.thread, ":");
+      for (size_t i = 0; i < s.functions.size(); ++i) {
+        absl::StrAppend(&frames, " ", s.functions[i], "@", s.modules[i]);
+      }
+      unnamed_stacks[frames] += s.count;
+    }
   }
+  std::string unnamed;
+  for (const auto& [frames, count] : unnamed_stacks)
+    absl::StrAppend(&unnamed, count, " x ", frames, "\n");
   std::printf("8 processes of 0.3 s: %lld samples, %lld name run_phases, %lld [process exited]\n",
               static_cast<long long>(total), static_cast<long long>(named),
               static_cast<long long>(exited));
+  std::printf("the others:\n%s", unnamed.c_str());
   EXPECT_GE(total, 8 * 15) << agent.process->output();
   EXPECT_GE(static_cast<double>(named), 0.9 * static_cast<double>(total))
       << named << " of " << total << " samples name run_phases; " << exited

@@ -1,6 +1,9 @@
 // The process table over a fixture /proc tree.
 #include "agent/process_table.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -250,6 +253,32 @@ TEST(ProcessTableTest, LeaderThatExitedIsReadThroughALiveThread) {
   EXPECT_TRUE(table.RefreshPerfMap(process));
   ASSERT_NE(process->perf_map, nullptr);
   EXPECT_EQ(process->perf_map->map().size(), 1u);
+  std::filesystem::remove_all(root);
+}
+
+// A process that exited before its samples were symbolized: its files are opened by their own
+// path when that is the same file (device and inode), else not at all ("" for the caches).
+TEST(ProcessTableTest, OpenPathOfAProcessThatIsGoneIsItsOwnFileOrNothing) {
+  std::string root = CopyProcTree("ember-proc-gone-test");
+  const std::string program = root + "/program";
+  WriteText(program, "not really a program");
+  struct stat file;
+  ASSERT_EQ(stat(program.c_str(), &file), 0);
+  WriteText(root + "/4242/maps",
+            absl::StrFormat("55d0c9c00000-55d0c9c01000 r-xp 00000000 %x:%x %u %s\n"
+                            "55d0c9d00000-55d0c9d01000 r-xp 00000000 %x:%x %u %s\n",
+                            major(file.st_dev), minor(file.st_dev), file.st_ino, program,
+                            major(file.st_dev), minor(file.st_dev), file.st_ino + 1,
+                            "/usr/bin/replaced"));
+  ProcessTable table(root);
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  ASSERT_EQ(process->mappings.size(), 2u);
+  // While it runs: under its root, whatever is there.
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]), root + "/4242/root" + program);
+  std::filesystem::remove_all(root + "/4242");
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]), program);
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[1]), "");  // not the file it mapped
   std::filesystem::remove_all(root);
 }
 

@@ -45,6 +45,19 @@ TEST(ModuleCacheTest, CachesFailures) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+// A file whose only process is gone has no path (ProcessTable::OpenPath gives ""). That is not
+// a fact about the file: a process that maps it later still gets it symbolized.
+TEST(ModuleCacheTest, UnreachableFileIsNotCachedAsAFailure) {
+  ModuleCache cache;
+  EXPECT_EQ(cache.Get({1, 9}, "", kProgram), nullptr);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.stats().unreachable, 1u);
+  EXPECT_NE(cache.Get({1, 9}, kProgram, kProgram), nullptr);
+  // Once open, it serves a process that is gone too.
+  EXPECT_NE(cache.Get({1, 9}, "", kProgram), nullptr);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
 TEST(ModuleCacheTest, EvictsEntriesUnusedForKeepGenerations) {
   ModuleCache cache;
   ASSERT_NE(cache.Get({1, 1}, kProgram, kProgram), nullptr);
