@@ -139,7 +139,7 @@ class Agent {
     uint64_t maps_version = 0;
     uint64_t start_time = 0;
     // Whether the BPF side was told it is known (MarkProcessKnown), in which poll; until then its
-    // samples wake the agent. That waits for a read kProcessSettleTime after its first (sample
+    // samples wake the agent. That waits for a read kProcessSettleTimeNs after its first (sample
     // clock, settle_from_ns): a process read while its dynamic loader ran had not mapped its
     // libraries yet, and if it lives shorter than a poll its later samples come after its exit.
     bool marked_known = false;
