@@ -419,7 +419,7 @@ TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
   }
   EXPECT_EQ(agent.process->Wait(seconds(30)), 0) << agent.process->output();
   int64_t total = 0, named = 0, exited = 0;
-  std::map<std::string, int64_t> unnamed_stacks;  // the others, by their frames, leaf first
+  std::vector<NamedSample> all;
   for (int64_t pid : pids) {
     std::vector<NamedSample> samples = SamplesOf(out.path(), pid);
     total += Total(samples);
@@ -427,18 +427,18 @@ TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
         CountSamples(samples, [](const NamedSample& s) { return HasFunction(s, "run_phases"); });
     exited += CountSamples(samples,
                            [](const NamedSample& s) { return HasFunction(s, "[process exited]"); });
-    for (const NamedSample& s : samples) {
-      if (HasFunction(s, "run_phases")) continue;
-      std::string frames = absl::StrCat(s.thread, ":");
-      for (size_t i = 0; i < s.functions.size(); ++i) {
-        absl::StrAppend(&frames, " ", s.functions[i], "@", s.modules[i]);
-      }
-      unnamed_stacks[frames] += s.count;
-    }
+    all.insert(all.end(), samples.begin(), samples.end());
   }
-  std::string unnamed;
-  for (const auto& [frames, count] : unnamed_stacks)
-    absl::StrAppend(&unnamed, count, " x ", frames, "\n");
+  // The others, by thread and frames (with their modules: unnamed ones show module+offset).
+  const std::string unnamed = CommonStacks(
+      all, [](const NamedSample& s) { return !HasFunction(s, "run_phases"); }, 20,
+      [](const NamedSample& s) {
+        std::vector<std::string> frames = {s.thread};
+        for (size_t i = 0; i < s.functions.size(); ++i) {
+          frames.push_back(absl::StrCat(s.functions[i], "@", s.modules[i]));
+        }
+        return frames;
+      });
   std::printf("8 processes of 0.3 s: %lld samples, %lld name run_phases, %lld [process exited]\n",
               static_cast<long long>(total), static_cast<long long>(named),
               static_cast<long long>(exited));
