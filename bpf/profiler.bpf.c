@@ -878,7 +878,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_depth = user_depth;
   s->user_snapshot_bytes = snapshot_bytes;
   if (size > sizeof(*buf)) return 0;
-  // The agent drains the ring buffer on its own every second, so a record wakes it only when the
+  // The agent drains the ring buffer on its own every 2 s, so a record wakes it only when the
   // buffer is filling up, or when its process is new to the agent: a wake-up per sample would
   // cost more than the sample. A process walked in BPF has tables, so the agent knows it.
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);

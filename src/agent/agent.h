@@ -75,6 +75,9 @@ class Agent {
   // counted since the last time: in steady state next to nothing is read, and nothing need be
   // dropped and read again.
   void ReleaseFilePages(uint64_t min_reads = 1);
+  // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
+  // was freed since the last trim.
+  void TrimHeap();
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
@@ -119,6 +122,7 @@ class Agent {
   uint64_t file_reads_released_ = 0;
   uint64_t symbolization_reads_released_ = 0;
   std::chrono::steady_clock::time_point file_pages_released_at_;
+  size_t free_heap_after_trim_ = 0;  // TrimHeap: malloc's free bytes after the last trim
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
