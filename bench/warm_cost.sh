@@ -20,9 +20,13 @@
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
-#   (below) and its BPF programs' run time (kernel.bpf_stats: run_time_ns of the program ids in
-#   /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember unwinds, symbolizes and
-#   aggregates as it goes, so its window holds all of its per-sample work.
+#   (below) and its BPF programs' run time and run count (kernel.bpf_stats: run_time_ns and
+#   run_cnt of the program ids in /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember
+#   unwinds, symbolizes and aggregates as it goes, so its window holds all of its per-sample work.
+#   Its samples in the window are, system-wide, its programs' firings, as bpftrace's are: the
+#   samples it has read lag the firings by up to its longest wait (2 s), which would move a window
+#   of 8,500 samples by up to 400. With --pid-only they are the samples read (ember_samples_total):
+#   the program fires on every CPU's tick, for other processes too.
 # - CPU in the window: the profiler process's user+sys at the two moments, from its
 #   process CPU clock (clock_getcpuclockid(): every thread, exited ones too, in ns; the sum that
 #   /proc/PID/stat's utime+stime give in ticks of 10 ms); for bpftrace plus its BPF programs' run
@@ -234,21 +238,24 @@ if [[ $profiler == ember ]]; then
   probe "$agent_pid" "$port"
   pause $((warmup - warmup / 3))
   probe "$agent_pid" "$port"
-  read -r c0 b0 _ s0 r0 t0 <<<"$reading"
+  read -r c0 b0 n0 s0 r0 t0 <<<"$reading"
   pause $((seconds - warmup - 2))
   probe "$agent_pid" "$port"
-  read -r c1 b1 _ s1 r1 t1 <<<"$reading"
+  read -r c1 b1 n1 s1 r1 t1 <<<"$reading"
   stats_check
   wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
-  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$t0" "$t1" "$hz" "$pid_only" <<'EOF'
+  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$t0" "$t1" "$hz" "$pid_only" "$n0" "$n1" <<'EOF'
 import sys
 s0, c0, b0, s1, c1, b1, r1, t0, t1 = map(float, sys.argv[1:10])
 hz, pid_only = sys.argv[10], sys.argv[11] == "1"
-n = max(1.0, s1 - s0)
+n0, n1 = map(float, sys.argv[12:14])
+read = s1 - s0
+n = max(1.0, read if pid_only else n1 - n0)
 agent = (c1 - c0) / 1e3 / n
 bpf = (b1 - b0) / 1e3 / n
 tables = (t1 - t0) * 1e6 / n
-print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}: {n:.0f} samples "
+taken = "samples" if pid_only else f"samples (program firings; {read:.0f} read)"
+print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}: {n:.0f} {taken} "
       f"in the window; per 1000 samples: agent {agent:.1f} ms + BPF {bpf:.1f} ms = "
       f"{agent + bpf:.1f} ms (of the agent's, building tables for processes first seen in the "
       f"window: {tables:.1f} ms); RSS {r1 / 1048576:.0f} MB")
