@@ -33,9 +33,10 @@ namespace {
 // yet (at most once per kNewProcessWakeupGap), so that it reads a short-lived process's maps
 // while it runs. Each wait is a wake-up, and under load a wake-up costs far more than a sample
 // (the context switch back in; on a host with shadow paging, 0.1 to 1.2 ms, growing with the
-// agent's resident memory): every 2 s, and at most 10 times a second more for new processes.
-// Waking every 1 s instead cost 0.8 ms more per 1000 samples at 99 Hz on 2 busy CPUs.
-constexpr int kMaxPollMs = 2000;
+// agent's resident memory): once a second, and at most 10 times a second more for new processes.
+// Waking every 2 s instead would save 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs, but a
+// stale BPF unwind entry of a process that exec'd then lives up to 2 s (see the session 13 note).
+constexpr int kMaxPollMs = 1000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // How long after its first read a process's maps are read once more before its samples stop
 // waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
@@ -409,8 +410,10 @@ void Agent::OnSample(const SampleView& sample) {
   Process* process = processes_.Get(header.pid);
   // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames
   // and stop its unwinding. Reloading sets the name, so this happens once per rename.
+  bool renamed = false;
   if (process != nullptr && header.tid == header.pid && thread != process->name) {
     processes_.ReloadMaps(process);
+    renamed = true;
   }
   // The container is looked up when a process is first seen in a cgroup, not per sample.
   if (process != nullptr && process->cgroup_id != header.cgroup_id) {
@@ -419,7 +422,12 @@ void Agent::OnSample(const SampleView& sample) {
   }
   if (process != nullptr) {
     ProcessSeen& seen = seen_[process->pid];
-    MarkKnownOnceSettled(process, header, seen);
+    if (renamed && seen.maps_version != 0) {
+      // A new program: its loader maps its libraries now, so it settles again.
+      seen.marked_known = false;
+      seen.settle_from_ns = header.timestamp_ns;
+    }
+    MarkKnownOnceSettled(process, sample, seen);
     if (seen.maps_version != process->maps_version) {
       if (seen.maps_version == 0) seen.settle_from_ns = header.timestamp_ns;
       seen.maps_version = process->maps_version;
@@ -449,7 +457,8 @@ void Agent::OnSample(const SampleView& sample) {
   }
 }
 
-void Agent::MarkKnownOnceSettled(Process* process, const ember_sample& header, ProcessSeen& seen) {
+void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, ProcessSeen& seen) {
+  const ember_sample& header = *sample.header;
   // Marked, yet unknown to the BPF side in a sample taken after the mark: the process exec'd
   // (which clears the mark there), or the mark was evicted. Its maps are another program's.
   if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&
@@ -459,8 +468,15 @@ void Agent::MarkKnownOnceSettled(Process* process, const ember_sample& header, P
     seen.settle_from_ns = header.timestamp_ns;
     return;
   }
-  if (seen.marked_known || seen.maps_version == 0 ||
-      header.timestamp_ns < seen.settle_from_ns + kProcessSettleTimeNs) {
+  if (seen.marked_known || seen.maps_version == 0) return;
+  if (header.timestamp_ns < seen.settle_from_ns + kProcessSettleTimeNs) {
+    // Settling: the loader may have mapped a library since the last read. A sample running where
+    // the maps show nothing reads them again now, not once RefreshMaps's 500 ms have passed
+    // (up to 10 samples of [unknown] frames at 99 Hz before the settling read).
+    if (!sample.user_regs.empty() &&
+        process->Find(ProcessAddress{sample.user_regs[EMBER_USER_REG_IP]}) == nullptr) {
+      processes_.ReloadMaps(process);
+    }
     return;
   }
   processes_.ReloadMaps(process);

@@ -56,7 +56,7 @@ class Agent {
   struct ProcessSeen;
   // Tells the BPF side the process is known once its maps have settled (ProcessSeen), and reads
   // it again when a sample shows it is not known there any more (an exec).
-  void MarkKnownOnceSettled(Process* process, const ember_sample& header, ProcessSeen& seen);
+  void MarkKnownOnceSettled(Process* process, const SampleView& sample, ProcessSeen& seen);
   // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
   // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
   void UpdatePython(Process* process);
