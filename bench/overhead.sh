@@ -7,6 +7,7 @@
 #   bench/overhead.sh [--build-dir build] [--rounds 3] [--seconds 15] [--settle 1] [--warm 0]
 #                     [--configs LIST] [--quick] [--write-docs]
 #                     | --soak MINUTES [--soak-processes 200] [--build-dir build]
+#                     | --toggle SECONDS [--configs LIST] [--warm 10] [--settle 1]
 #
 # LIST is a comma-separated subset of: alone, ember19, ember99, perf-fp, perf-dwarf, bpftrace,
 # ember99-idle, timer99 (default: the first six; alone is always added, the others are compared
@@ -63,6 +64,16 @@
 #   anonymous and file-backed RSS, peak RSS, its heap (allocated and held free by malloc), its symbol
 #   and CFI cache bytes, flame graph nodes (thousands), open fds and ember_processes_tracked (from
 #   its /metrics and /proc).
+# --toggle SECONDS: the slowdown of sampling measured inside one run, for each configuration of
+#   LIST in turn (default ember99,bpftrace): with the profiler started and settled,
+#   build/bench/sampling_toggle runs the same workload on every CPU without a break for --warm
+#   seconds (default 10) and then SECONDS more, turning the profiler's perf events off and on in
+#   pairs of phases of random length and order, and prints the throughput with sampling on over
+#   off: the mean over the pairs with its 95% bootstrap interval. Runs of their own differ by 1.5
+#   to 3.5% on this host, pairs 1 s apart by far less. What it leaves out: whatever the profiler
+#   costs with no samples to take (Ember: its wake-up each second), and work that lands in either
+#   kind of phase alike (Ember's export every 10 s of what it aggregated): `bench/warm_cost.sh`
+#   accounts for those in CPU.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 # Under set -e a failing command ends the script: say which, rather than end silently.
@@ -81,6 +92,8 @@ docs=docs/benchmarks.md
 quick=0
 soak_minutes=0
 soak_processes=200
+toggle_seconds=0
+configs_given=0
 bad() {
   echo "overhead: $* (see bench/overhead.sh --help)" >&2
   exit 2
@@ -93,17 +106,19 @@ while (($#)); do
     --seconds) need_value "$@"; seconds=$2; shift 2 ;;
     --settle) need_value "$@"; settle=$2; shift 2 ;;
     --warm) need_value "$@"; warm=$2; shift 2 ;;
-    --configs) need_value "$@"; config_list=$2; shift 2 ;;
+    --configs) need_value "$@"; config_list=$2; configs_given=1; shift 2 ;;
     --quick) rounds=1; seconds=4; quick=1; shift ;;
     --write-docs) write_docs=1; shift ;;
     --docs) need_value "$@"; docs=$2; shift 2 ;;
     --soak) need_value "$@"; soak_minutes=$2; shift 2 ;;
     --soak-processes) need_value "$@"; soak_processes=$2; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --toggle) need_value "$@"; toggle_seconds=$2; shift 2 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
-for value in "$rounds" "$seconds" "$settle" "$warm" "$soak_minutes" "$soak_processes"; do
+for value in "$rounds" "$seconds" "$settle" "$warm" "$soak_minutes" "$soak_processes" \
+  "$toggle_seconds"; do
   [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
 ((rounds > 0 && seconds > 0)) || bad "--rounds and --seconds must be at least 1"
@@ -111,7 +126,14 @@ IFS=, read -r -a configs <<<"$config_list"
 for config in "${configs[@]}"; do
   [[ " ${all_configs[*]} " == *" $config "* ]] || bad "unknown configuration '$config'"
 done
-[[ " ${configs[*]} " == *" alone "* ]] || configs=(alone "${configs[@]}")
+if ((toggle_seconds)); then
+  ((configs_given)) || configs=(ember99 bpftrace)
+  [[ " ${configs[*]} " != *" alone "* ]] || bad "--toggle compares sampling on and off: no 'alone'"
+  ((warm)) || warm=10
+  ((toggle_seconds >= 20)) || bad "--toggle needs at least 20 seconds"
+else
+  [[ " ${configs[*]} " == *" alone "* ]] || configs=(alone "${configs[@]}")
+fi
 
 if [[ $EUID -ne 0 ]]; then
   echo "overhead: needs root (BPF, perf -a, bpf_stats, cgroups): run it with sudo" >&2
@@ -119,6 +141,7 @@ if [[ $EUID -ne 0 ]]; then
 fi
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
+toggler=$build_dir/bench/sampling_toggle
 pprof=.cache/tools/pprof
 if [[ ! -x $agent || ! -x $workload ]]; then
   echo "overhead: $agent or $workload missing:" \
@@ -137,7 +160,11 @@ if ((soak_minutes)); then
 else
   if wants perf; then need perf linux-perf; fi
   if wants bpftrace || wants timer99; then need bpftrace bpftrace; fi
-  if wants ember && [[ ! -x $pprof ]]; then
+  if ((toggle_seconds)) && [[ ! -x $toggler ]]; then
+    echo "overhead: $toggler missing: cmake --build $build_dir --target bench_sampling_toggle" >&2
+    exit 1
+  fi
+  if ((!toggle_seconds)) && wants ember && [[ ! -x $pprof ]]; then
     echo "overhead: $pprof not found: run scripts/setup.sh" >&2
     exit 1
   fi
@@ -226,18 +253,12 @@ results=$tmp/results.tsv # one line per run
 printf 'config\tround\telapsed_s\tsamples\twl_samples\twl_main\tuser_s\tsys_s\tmaxrss_kb'\
 '\tbpf_ns\tscript_s\tbytes\tstart_ns\tfirst_ms\tload\tlost\n' >"$results"
 
-# run CONFIG ROUND: one workload run under CONFIG; appends a line to $results.
-run() {
-  local config=$1 round=$2 dir=$tmp/$1-$2
-  mkdir -p "$dir"
-  mkfifo "$dir/go"
-  exec 3<>"$dir/go"
-  "$workload" "$units" "$(nproc)" "$warm_units" <"$dir/go" >"$dir/workload.out" 2>&1 &
-  local workload_pid=$!
-  started+=("$workload_pid")
-
-  local time_pid="" prof_pid="" hz=99 load sleeper=""
-  load=$(loadavg)
+# start_profiler CONFIG DIR: starts CONFIG's profiler under /usr/bin/time (rusage into DIR/time,
+# log into DIR/profiler.log), waits until it is attached and --settle seconds more; sets time_pid,
+# prof_pid and sleeper (ember99-idle's sleeping process), and adds them to started.
+start_profiler() {
+  local config=$1 dir=$2 hz=99
+  time_pid="" prof_pid="" sleeper=""
   local timefmt='%U %S %M'
   case $config in
     ember19 | ember99)
@@ -269,31 +290,45 @@ run() {
         -e 'profile:hz:99 { @ = count(); }' >"$dir/profiler.log" 2>&1 &
       ;;
   esac
-  if [[ $config != alone ]]; then
-    time_pid=$!
-    started+=("$time_pid")
-    wait_until 10 "$config to start" pgrep -P "$time_pid"
-    prof_pid=$(pgrep -P "$time_pid")
-    started+=("$prof_pid")
-    # Half a second of work on one CPU as the profiler starts: something to sample, so that
-    # Ember's first sample comes as soon as it can take one (an idle machine gives it none).
-    "$workload" --calibrate 0.5 >/dev/null &
-    local busy=$!
-    started+=("$busy")
-    # Ready, or exited (told apart below, with its log).
-    ready() {
-      is_gone "$prof_pid" && return 0
-      case $config in
-        ember*) grep -q 'attached to' "$dir/profiler.log" ;;
-        perf*) has_perf_events "$prof_pid" ;;
-        bpftrace | timer99) has_progs "$prof_pid" ;;
-      esac
-    }
-    wait_until 30 "$config to attach" ready
-    is_gone "$prof_pid" && die "$config exited at start: $(tail -3 "$dir/profiler.log")"
-    sleep "$settle"
-    wait "$busy" || die "$workload --calibrate failed"
-  fi
+  time_pid=$!
+  started+=("$time_pid")
+  wait_until 10 "$config to start" pgrep -P "$time_pid"
+  prof_pid=$(pgrep -P "$time_pid")
+  started+=("$prof_pid")
+  # Half a second of work on one CPU as the profiler starts: something to sample, so that
+  # Ember's first sample comes as soon as it can take one (an idle machine gives it none).
+  "$workload" --calibrate 0.5 >/dev/null &
+  local busy=$!
+  started+=("$busy")
+  # Ready, or exited (told apart below, with its log).
+  ready() {
+    is_gone "$prof_pid" && return 0
+    case $config in
+      ember*) grep -q 'attached to' "$dir/profiler.log" ;;
+      perf*) has_perf_events "$prof_pid" ;;
+      bpftrace | timer99) has_progs "$prof_pid" ;;
+    esac
+  }
+  wait_until 30 "$config to attach" ready
+  is_gone "$prof_pid" && die "$config exited at start: $(tail -3 "$dir/profiler.log")"
+  sleep "$settle"
+  wait "$busy" || die "$workload --calibrate failed"
+}
+
+# run CONFIG ROUND: one workload run under CONFIG; appends a line to $results.
+run() {
+  local config=$1 round=$2 dir=$tmp/$1-$2
+  mkdir -p "$dir"
+  mkfifo "$dir/go"
+  exec 3<>"$dir/go"
+  "$workload" "$units" "$(nproc)" "$warm_units" <"$dir/go" >"$dir/workload.out" 2>&1 &
+  local workload_pid=$!
+  started+=("$workload_pid")
+
+  local load
+  load=$(loadavg)
+  time_pid="" prof_pid="" sleeper=""
+  [[ $config == alone ]] || start_profiler "$config" "$dir"
   local start_ns=0
   [[ -n $prof_pid ]] && start_ns=$(cpu_ns "$prof_pid")
   echo g >&3
@@ -616,6 +651,42 @@ EOF
 
 if ((soak_minutes)); then
   soak "$soak_minutes"
+  exit 0
+fi
+
+# toggle CONFIG: sampling_toggle's pairs under CONFIG's profiler; appends its summary to the table.
+toggle() {
+  local config=$1 dir=$tmp/toggle-$1 line
+  mkdir -p "$dir"
+  start_profiler "$config" "$dir"
+  echo "overhead: $config (pid $prof_pid) attached; $warm s warm, then $toggle_seconds s of pairs"
+  "$toggler" "$prof_pid" "$toggle_seconds" "$warm" >"$dir/toggle.out" 2>"$dir/toggle.err" ||
+    die "sampling_toggle under $config failed: $(tail -3 "$dir/toggle.err")"
+  is_gone "$prof_pid" && die "$config exited during the run: $(tail -3 "$dir/profiler.log")"
+  case $config in
+    ember*) stop "$prof_pid" TERM 60 ;;
+    *) stop "$prof_pid" INT 60 ;;
+  esac
+  wait "$time_pid" 2>/dev/null || true
+  if [[ -n $sleeper ]]; then
+    kill "$sleeper" 2>/dev/null || true
+    wait "$sleeper" 2>/dev/null || true
+  fi
+  started=()
+  line=$(grep '^sampling_toggle:' "$dir/toggle.out") || die "no summary from sampling_toggle"
+  echo "  $config: ${line#sampling_toggle: }"
+  sed -E 's/^sampling_toggle: pid [0-9]+, ([0-9]+) perf events, ([0-9]+) pairs: .*mean ([0-9.]+) \(95% CI ([0-9.]+)\.\.([0-9.]+)\), median ([0-9.]+), standard deviation of a pair ([0-9.]+%)$/| '"$config"' | \2 | \3 (\4..\5) | \6 | \7 | \1 |/' \
+    <<<"$line" >>"$tmp/toggle.md"
+}
+
+if ((toggle_seconds)); then
+  echo "overhead: --toggle $toggle_seconds s under each of ${configs[*]}, $(nproc) CPUs," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  for config in "${configs[@]}"; do toggle "$config"; done
+  echo
+  echo "| config | pairs | throughput with sampling on over off, mean (95% CI) | median | standard deviation of a pair | perf events |"
+  echo "|---|---|---|---|---|---|"
+  cat "$tmp/toggle.md"
   exit 0
 fi
 
