@@ -11,8 +11,8 @@
 // PID: the profiler (every perf event it holds is toggled: for Ember and bpftrace, the sampling
 // events of each CPU; perf record may hold a tracking event as well). WARM_SECONDS (default 10):
 // the workload runs with sampling on before the first pair, so that the profiler has seen its
-// stacks. SETTLE_MS (default 1100): after each switch, this long is not measured: Ember reads its
-// samples up to 1 s after they are taken, and the work on one phase's samples must not be counted
+// stacks. SETTLE_MS (default 2100): after each switch, this long is not measured: Ember reads its
+// samples up to 2 s after they are taken, and the work on one phase's samples must not be counted
 // in the next. A measured part lasts 0.4 to 1.2 s (uniform), so phases do not keep step with the
 // 99 Hz period or the profiler's own timers. Short parts, because on this host the work done in
 // two adjacent windows differs by about 2% whether they last 0.5 s or 5 s: more pairs, not longer
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   long pid = strtol(argv[1], &end_pid, 10);
   double seconds = strtod(argv[2], &end_seconds);
   double warm = argc > 3 ? strtod(argv[3], &end_warm) : 10;
-  double settle = argc > 4 ? strtod(argv[4], &end_settle) / 1000 : 1.1;
+  double settle = argc > 4 ? strtod(argv[4], &end_settle) / 1000 : 2.1;
   if (*end_pid || pid <= 0 || *end_seconds || !(seconds > 0) || (end_warm && *end_warm) ||
       !(warm >= 0) || (end_settle && *end_settle) || !(settle >= 0)) {
     fprintf(stderr, "sampling_toggle: bad PID, SECONDS, WARM_SECONDS or SETTLE_MS\n");

@@ -24,8 +24,8 @@
 #   run_cnt of the program ids in /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember
 #   unwinds, symbolizes and aggregates as it goes, so its window holds all of its per-sample work.
 #   Its samples in the window are, system-wide, its programs' firings, as bpftrace's are: the
-#   samples it has read lag the firings by up to its longest wait (1 s), which would move a window
-#   of 8,500 samples by up to 200. With --pid-only they are the samples read (ember_samples_total):
+#   samples it has read lag the firings by up to its longest wait (2 s), which would move a window
+#   of 8,500 samples by up to 400. With --pid-only they are the samples read (ember_samples_total):
 #   the program fires on every CPU's tick, for other processes too.
 # - CPU in the window: the profiler process's user+sys at the two moments, from its
 #   process CPU clock (clock_getcpuclockid(): every thread, exited ones too, in ns; the sum that

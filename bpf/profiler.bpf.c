@@ -878,12 +878,12 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_depth = user_depth;
   s->user_snapshot_bytes = snapshot_bytes;
   if (size > sizeof(*buf)) return 0;
-  // The agent drains the ring buffer on its own every second, so a record wakes it only when the
+  // The agent drains the ring buffer on its own every 2 s, so a record wakes it only when the
   // buffer is filling up, or when its process is new to the agent: a wake-up per sample would
   // cost more than the sample. Samples walked in BPF are looked up too: an exec clears the
   // process's mark and its unwind entry, but the agent may write the entry again from the maps
   // it read before the exec (it reads samples late); until it reads the process again, such a
-  // walk follows the old program's tables, and without a wake-up that lasted up to a second.
+  // walk follows the old program's tables, and without a wake-up that lasted until the next drain.
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                              : BPF_RB_NO_WAKEUP;

@@ -33,10 +33,11 @@ namespace {
 // yet (at most once per kNewProcessWakeupGap), so that it reads a short-lived process's maps
 // while it runs. Each wait is a wake-up, and under load a wake-up costs far more than a sample
 // (the context switch back in; on a host with shadow paging, 0.1 to 1.2 ms, growing with the
-// agent's resident memory): once a second, and at most 10 times a second more for new processes.
-// Waking every 2 s instead would save 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs, but a
-// stale BPF unwind entry of a process that exec'd then lives up to 2 s (see the session 13 note).
-constexpr int kMaxPollMs = 1000;
+// agent's resident memory): every 2 s, and at most 10 times a second more for new processes.
+// Every 2 s instead of every 1 s saved 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs. A process
+// that exec'd is new again to the BPF side, whether its stack is walked there or copied, so the
+// wait does not keep stale maps or unwind entries in use (docs/benchmarks.md, sessions 13, 14).
+constexpr int kMaxPollMs = 2000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // How long after its first read a process's maps are read once more before its samples stop
 // waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
