@@ -308,6 +308,16 @@ TEST(HostileHostTest, FilesReplacedDeletedTruncatedOrOverwrittenUnderRunningProc
   EXPECT_TRUE(absl::StrContains(log, "cannot symbolize " + cut)) << log;
 }
 
+// A sample's thread, then its frames with their modules (unnamed ones show module+offset): how
+// CommonStacks lists the samples a check did not expect.
+std::vector<std::string> ThreadAndFrames(const NamedSample& s) {
+  std::vector<std::string> frames = {s.thread};
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    frames.push_back(absl::StrCat(s.functions[i], "@", s.modules[i]));
+  }
+  return frames;
+}
+
 TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   TempDir dir;
   TempDir out;
@@ -386,7 +396,14 @@ TEST(HostileHostTest, ProcessesExecAndExitBeforeTheirSamplesAreSymbolized) {
   // After the exec the BPF side no longer knows the process (its exec cleared the mark), so the
   // agent reads busybox's maps while it runs: its samples are in busybox, not unknown addresses.
   EXPECT_GE(static_cast<double>(in_busybox), 0.9 * static_cast<double>(Total(same_name) - in_dash))
-      << "samples neither in dash nor in busybox: " << Total(same_name) - in_dash - in_busybox;
+      << "samples neither in dash nor in busybox: " << Total(same_name) - in_dash - in_busybox
+      << ", by thread and frames:\n"
+      << CommonStacks(
+             same_name,
+             [&](const NamedSample& s) {
+               return !in_module(s, "dash") && !in_module(s, "busybox");
+             },
+             20, ThreadAndFrames);
   // Processes gone before the agent read their /proc entry: counted, and their samples kept
   // under a marker with the thread name the kernel gave.
   EXPECT_GE(Moved(before, after, "ember_proc_read_failures_total{file=\"stat\"}"), 1) << after;
@@ -431,14 +448,7 @@ TEST(HostileHostTest, ShortLivedProcessesAreReadWhileTheyRun) {
   }
   // The others, by thread and frames (with their modules: unnamed ones show module+offset).
   const std::string unnamed = CommonStacks(
-      all, [](const NamedSample& s) { return !HasFunction(s, "run_phases"); }, 20,
-      [](const NamedSample& s) {
-        std::vector<std::string> frames = {s.thread};
-        for (size_t i = 0; i < s.functions.size(); ++i) {
-          frames.push_back(absl::StrCat(s.functions[i], "@", s.modules[i]));
-        }
-        return frames;
-      });
+      all, [](const NamedSample& s) { return !HasFunction(s, "run_phases"); }, 20, ThreadAndFrames);
   std::printf("8 processes of 0.3 s: %lld samples, %lld name run_phases, %lld [process exited]\n",
               static_cast<long long>(total), static_cast<long long>(named),
               static_cast<long long>(exited));
