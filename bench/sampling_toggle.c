@@ -16,9 +16,9 @@
 // in the next. A measured part lasts 0.4 to 1.2 s (uniform), so phases do not keep step with the
 // 99 Hz period or the profiler's own timers. Short parts, because on this host the work done in
 // two adjacent windows differs by about 2% whether they last 0.5 s or 5 s: more pairs, not longer
-// ones, narrow the interval. Prints a line per pair ("pair N ON_RATE OFF_RATE
-// RATIO", units a second), then "sampling_toggle: ..." with the mean ratio and its 95% bootstrap
-// interval. The events are left on at the end, and on any exit of this program.
+// ones, narrow the interval. Prints a line per pair ("pair N ON_RATE OFF_RATE RATIO", units a
+// second), then "sampling_toggle: ..." with the mean ratio and its 95% bootstrap interval. The
+// events are left on at the end, and on any exit of this program.
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
