@@ -315,6 +315,20 @@ start_profiler() {
   wait "$busy" || die "$workload --calibrate failed"
 }
 
+# stop_profiler CONFIG: stops what start_profiler started (SIGTERM for Ember, SIGINT for perf and
+# bpftrace: bpftrace prints and symbolizes its map then) and waits for /usr/bin/time's rusage.
+stop_profiler() {
+  case $1 in
+    ember*) stop "$prof_pid" TERM 60 ;;
+    *) stop "$prof_pid" INT 60 ;;
+  esac
+  wait "$time_pid" 2>/dev/null || true
+  if [[ -n $sleeper ]]; then
+    kill "$sleeper" 2>/dev/null || true
+    wait "$sleeper" 2>/dev/null || true
+  fi
+}
+
 # run CONFIG ROUND: one workload run under CONFIG; appends a line to $results.
 run() {
   local config=$1 round=$2 dir=$tmp/$1-$2
@@ -341,18 +355,10 @@ run() {
   if [[ -n $prof_pid ]]; then
     is_gone "$prof_pid" && die "$config exited early: $(tail -3 "$dir/profiler.log")"
     [[ $config == ember* || $config == bpftrace || $config == timer99 ]] && bpf_ns=$(bpf_run_ns "$prof_pid")
-    case $config in
-      ember*) stop "$prof_pid" TERM 60 ;;
-      *) stop "$prof_pid" INT 60 ;;
-    esac
-    wait "$time_pid" 2>/dev/null || true
+    stop_profiler "$config"
   fi
   stop "$workload_pid" TERM 10
   wait "$workload_pid" 2>/dev/null || true
-  if [[ -n $sleeper ]]; then
-    kill "$sleeper" 2>/dev/null || true
-    wait "$sleeper" 2>/dev/null || true
-  fi
   local elapsed
   elapsed=$(sed -n 's/^elapsed_s=\([0-9.]*\).*/\1/p' "$dir/workload.out")
 
@@ -663,15 +669,7 @@ toggle() {
   "$toggler" "$prof_pid" "$toggle_seconds" "$warm" >"$dir/toggle.out" 2>"$dir/toggle.err" ||
     die "sampling_toggle under $config failed: $(tail -3 "$dir/toggle.err")"
   is_gone "$prof_pid" && die "$config exited during the run: $(tail -3 "$dir/profiler.log")"
-  case $config in
-    ember*) stop "$prof_pid" TERM 60 ;;
-    *) stop "$prof_pid" INT 60 ;;
-  esac
-  wait "$time_pid" 2>/dev/null || true
-  if [[ -n $sleeper ]]; then
-    kill "$sleeper" 2>/dev/null || true
-    wait "$sleeper" 2>/dev/null || true
-  fi
+  stop_profiler "$config"
   started=()
   line=$(grep '^sampling_toggle:' "$dir/toggle.out") || die "no summary from sampling_toggle"
   echo "  $config: ${line#sampling_toggle: }"

@@ -1,12 +1,14 @@
-// The work unit of bench/overhead_work.c and bench/sampling_toggle.c (issue 7): a descent through
-// 24 to 39 frames of eight step functions chosen by a hash of the unit number (4096 paths, so
-// thousands of distinct stacks) down to one of four leaves. Included by one file of each program,
-// built with GCC -O2 -fomit-frame-pointer: only DWARF CFI walks it. Every function is named ow_*:
-// bench/overhead.sh tells the workload's samples by that name.
+// The work unit of bench/overhead_work.c and bench/sampling_toggle.c (issue 7), and the clock
+// both time it with. A unit is a descent through 24 to 39 frames of eight step functions chosen
+// by a hash of the unit number (4096 paths, so thousands of distinct stacks) down to one of four
+// leaves. Included by one file of each program, built with GCC -O2 -fomit-frame-pointer: only
+// DWARF CFI walks it. Every function is named ow_*: bench/overhead.sh tells the workload's
+// samples by that name.
 #ifndef EMBER_BENCH_OVERHEAD_UNITS_H_
 #define EMBER_BENCH_OVERHEAD_UNITS_H_
 
 #include <stdint.h>
+#include <time.h>
 
 #define NOIPA __attribute__((noinline, noipa))
 
@@ -59,6 +61,13 @@ static const StepFn kSteps[8] = {ow_step_0, ow_step_1, ow_step_2, ow_step_3,
 NOIPA uint64_t ow_unit(uint64_t unit) {
   uint64_t h = Mix((unit & 4095) + 1);
   return kSteps[h & 7](h, 22 + (int)((h >> 8) & 15));
+}
+
+// Seconds on the monotonic clock: what both programs time the units with.
+static double Now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 #endif  // EMBER_BENCH_OVERHEAD_UNITS_H_

@@ -40,12 +40,6 @@ NOIPA void ow_worker(uint64_t units) {
   sink = acc;
 }
 
-static double Now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int Calibrate(double seconds) {
   uint64_t units = 0, acc = 0;
   double end = Now() + seconds;

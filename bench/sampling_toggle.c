@@ -54,12 +54,6 @@ struct Counter {
   char pad[56];
 };
 
-static double Now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void SleepFor(double seconds) {
   struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
   while (!stop_requested && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
