@@ -423,12 +423,7 @@ void Agent::OnSample(const SampleView& sample) {
   }
   if (process != nullptr) {
     ProcessSeen& seen = seen_[process->pid];
-    if (renamed && seen.maps_version != 0) {
-      // A new program: its loader maps its libraries now, so it settles again.
-      seen.marked_known = false;
-      seen.settle_from_ns = header.timestamp_ns;
-    }
-    MarkKnownOnceSettled(process, sample, seen);
+    MarkKnownOnceSettled(process, sample, renamed, seen);
     if (seen.maps_version != process->maps_version) {
       if (seen.maps_version == 0) seen.settle_from_ns = header.timestamp_ns;
       seen.maps_version = process->maps_version;
@@ -458,8 +453,16 @@ void Agent::OnSample(const SampleView& sample) {
   }
 }
 
-void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, ProcessSeen& seen) {
+void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
+                                 ProcessSeen& seen) {
   const ember_sample& header = *sample.header;
+  if (renamed && seen.maps_version != 0) {
+    // A new program (its maps were just read again): its loader maps its libraries now, so it
+    // settles again.
+    seen.marked_known = false;
+    seen.settle_from_ns = header.timestamp_ns;
+    return;
+  }
   // Marked, yet unknown to the BPF side in a sample taken after the mark: the process exec'd
   // (which clears the mark there), or the mark was evicted. Its maps are another program's.
   if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&

@@ -54,9 +54,11 @@ class Agent {
   // that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
   struct ProcessSeen;
-  // Tells the BPF side the process is known once its maps have settled (ProcessSeen), and reads
-  // it again when a sample shows it is not known there any more (an exec).
-  void MarkKnownOnceSettled(Process* process, const SampleView& sample, ProcessSeen& seen);
+  // Tells the BPF side the process is known once its maps have settled (ProcessSeen). It settles
+  // again after its main thread renamed (renamed: its maps were just read again) or when a
+  // sample shows it is not known there any more (an exec), whose maps are read again here.
+  void MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
+                            ProcessSeen& seen);
   // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
   // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
   void UpdatePython(Process* process);
