@@ -8,7 +8,7 @@
 #
 #   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 15] [--hz 99]
 #                      [--profiler ember|perf-fp|perf-dwarf|bpftrace] [--pid-only]
-#                      [-- EMBER_AGENT_FLAGS...]
+#                      [--beside OTHER_BUILD_DIR] [-- EMBER_AGENT_FLAGS...]
 #
 # The profilers, system-wide at --hz, run as bench/overhead.sh runs them:
 #   ember       build/ember-agent --sampling-hz HZ --duration SECONDS (the default)
@@ -17,6 +17,13 @@
 #   bpftrace    bpftrace -e 'profile:hz:HZ { @[ustack, kstack] = count(); }'
 # --pid-only (ember only) profiles only the workload's processes (--pid). Flags after -- go to
 # ember-agent as they are (e.g. -- --stack-snapshot-bytes 4096).
+# --beside OTHER_BUILD_DIR (ember only) runs OTHER_BUILD_DIR/ember-agent at the same time, with the
+# same flags, and prints its line too and the ratios of its costs to this build's: an A/B of two
+# builds in one run. Each agent samples the same CPUs in the same seconds (each its own timer, so
+# not the same instants), and the other agent too; this host's speed drifts by up to 2x over
+# minutes (docs/benchmarks.md, sessions 13 and 14), which separate runs cannot tell from a change.
+# Use it with --pid-only: system-wide, each agent also samples the other and symbolizes its binary
+# (tens of MB of DWARF), which is no cost of either build's own.
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
@@ -53,7 +60,7 @@
 # and bpftrace symbolize per process, perf-dwarf unwinds them too): measure on a quiet machine.
 # Not counted for perf: the kernel's work per sample in the sampled task's interrupt (walking frame
 # pointers; for dwarf, copying up to 64 KiB of stack), for which there is no bpf_stats.
-# Prints one line: samples, CPU per 1000 samples, RSS.
+# Prints one line: samples, CPU per 1000 samples, RSS (with --beside, one per agent and the ratios).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,6 +70,7 @@ warmup=15
 hz=99
 pid_only=0
 profiler=ember
+beside=""
 agent_flags=()
 bad() {
   echo "warm_cost: $*" >&2
@@ -81,6 +89,7 @@ while (($#)); do
     --hz) need_value "$@"; hz=$2; shift 2 ;;
     --profiler) need_value "$@"; profiler=$2; shift 2 ;;
     --pid-only) pid_only=1; shift ;;
+    --beside) need_value "$@"; beside=$2; shift 2 ;;
     --) shift; agent_flags=("$@"); break ;;
     *) bad "unknown argument '$1'" ;;
   esac
@@ -96,10 +105,13 @@ case $profiler in
 esac
 ((pid_only == 0)) || [[ $profiler == ember ]] || bad "--pid-only is for --profiler ember only"
 ((${#agent_flags[@]} == 0)) || [[ $profiler == ember ]] || bad "flags after -- are for --profiler ember only"
+[[ -z $beside ]] || [[ $profiler == ember ]] || bad "--beside is for --profiler ember only"
 [[ $(id -u) == 0 ]] || { echo "warm_cost: needs root (BPF, perf -a, bpf_stats)" >&2; exit 1; }
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
-for f in "$agent" "$workload"; do
+agents=("$agent")
+[[ -z $beside ]] || agents+=("$beside/ember-agent")
+for f in "${agents[@]}" "$workload"; do
   [[ -x $f ]] || { echo "warm_cost: $f missing: cmake --build $build_dir" >&2; exit 1; }
 done
 need() { command -v "$1" >/dev/null || die "$1 not found: apt-get install $2"; }
@@ -224,41 +236,69 @@ if [[ $profiler == ember ]]; then
     parent=$(pgrep -f -o "overhead_work $units")
     for child in $(pgrep -P "$parent"); do pid_args+=(--pid "$child"); done
   fi
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$agent" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out" \
-    --metrics-address "127.0.0.1:$port" "${pid_args[@]}" "${agent_flags[@]}" > "$tmp/agent.log" 2>&1 &
-  agent_pid=$!
-  started+=("$agent_pid")
+  agent_pids=() ports=()
+  for ((a = 0; a < ${#agents[@]}; a++)); do
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "${agents[a]}" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out$a" \
+      --metrics-address "127.0.0.1:$port" "${pid_args[@]}" "${agent_flags[@]}" > "$tmp/agent$a.log" 2>&1 &
+    agent_pids+=($!)
+    ports+=("$port")
+    started+=($!)
+  done
+  # read_all: one reading of every agent, into readings[a].
+  readings=()
+  read_all() {
+    for ((a = 0; a < ${#agents[@]}; a++)); do
+      probe "${agent_pids[a]}" "${ports[a]}"
+      readings[a]=$reading
+    done
+  }
 
   # A reading a third into the warm-up too: the probe maps its HTTP and TLS libraries then, and
   # runs for 0.3 s, so Ember samples it and builds their tables (libpython and libcrypto: 0.2 s)
   # before the window instead of in it. Left to the window's first reading, that landed in the
   # window whenever a sample caught the probe, about one run in two.
   pause $((warmup / 3))
-  probe "$agent_pid" "$port"
+  read_all
   pause $((warmup - warmup / 3))
-  probe "$agent_pid" "$port"
-  read -r c0 b0 n0 s0 r0 t0 <<<"$reading"
+  read_all
+  first=("${readings[@]}")
   pause $((seconds - warmup - 2))
-  probe "$agent_pid" "$port"
-  read -r c1 b1 n1 s1 r1 t1 <<<"$reading"
+  read_all
   stats_check
-  wait "$agent_pid" || { echo "warm_cost: ember-agent failed: $(tail -3 "$tmp/agent.log")" >&2; exit 1; }
-  python3 - "$s0" "$c0" "$b0" "$s1" "$c1" "$b1" "$r1" "$t0" "$t1" "$hz" "$pid_only" "$n0" "$n1" <<'EOF'
+  for ((a = 0; a < ${#agents[@]}; a++)); do
+    wait "${agent_pids[a]}" ||
+      { echo "warm_cost: ${agents[a]} failed: $(tail -3 "$tmp/agent$a.log")" >&2; exit 1; }
+  done
+  python3 - "$hz" "$pid_only" "${agents[@]}" -- "${first[@]}" -- "${readings[@]}" <<'EOF'
 import sys
-s0, c0, b0, s1, c1, b1, r1, t0, t1 = map(float, sys.argv[1:10])
-hz, pid_only = sys.argv[10], sys.argv[11] == "1"
-n0, n1 = map(float, sys.argv[12:14])
-read = s1 - s0
-n = max(1.0, read if pid_only else n1 - n0)
-agent = (c1 - c0) / 1e3 / n
-bpf = (b1 - b0) / 1e3 / n
-tables = (t1 - t0) * 1e6 / n
-taken = "samples" if pid_only else f"samples (program firings; {read:.0f} read)"
-print(f"warm_cost: {hz} Hz, {'the workload only' if pid_only else 'system-wide'}: {n:.0f} {taken} "
-      f"in the window; per 1000 samples: agent {agent:.1f} ms + BPF {bpf:.1f} ms = "
-      f"{agent + bpf:.1f} ms (of the agent's, building tables for processes first seen in the "
-      f"window: {tables:.1f} ms); RSS {r1 / 1048576:.0f} MB")
+hz, pid_only = sys.argv[1], sys.argv[2] == "1"
+rest = sys.argv[3:]
+agents = rest[: rest.index("--")]
+rest = rest[rest.index("--") + 1 :]
+first, last = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+costs = []
+for name, r0, r1 in zip(agents, first, last):
+    c0, b0, n0, s0, _, t0 = map(float, r0.split())
+    c1, b1, n1, s1, rss, t1 = map(float, r1.split())
+    read = s1 - s0
+    n = max(1.0, read if pid_only else n1 - n0)
+    agent = (c1 - c0) / 1e3 / n
+    bpf = (b1 - b0) / 1e3 / n
+    tables = (t1 - t0) * 1e6 / n
+    costs.append((c1 - c0, b1 - b0))
+    taken = "samples" if pid_only else f"samples (program firings; {read:.0f} read)"
+    who = f"{name}: " if len(agents) > 1 else ""
+    print(f"warm_cost: {who}{hz} Hz, {'the workload only' if pid_only else 'system-wide'}: "
+          f"{n:.0f} {taken} in the window; per 1000 samples: agent {agent:.1f} ms + BPF "
+          f"{bpf:.1f} ms = {agent + bpf:.1f} ms (of the agent's, building tables for processes "
+          f"first seen in the window: {tables:.1f} ms); RSS {rss / 1048576:.0f} MB")
+if len(costs) == 2:
+    # Ratios of the CPU and BPF time in the window, not per sample read: both agents take the
+    # same samples, and what each has read lags by up to its wait (3% of a 60 s window).
+    (a0, p0), (a1, p1) = costs
+    print(f"warm_cost: {agents[1]} over {agents[0]}: agent {a1 / max(a0, 1e-9):.3f}, "
+          f"BPF {p1 / max(p0, 1e-9):.3f}, total {(a1 + p1) / max(a0 + p0, 1e-9):.3f}")
 EOF
   exit 0
 fi
