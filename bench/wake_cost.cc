@@ -4,11 +4,13 @@
 // host with shadow paging that grows with the resident memory, and more so while other processes
 // keep the CPUs busy, as a profiled host does.
 //
-//   build/wake_cost [--wait-ms 500] [--rounds 10] [MB ...]     (default MB: 0 8 32 64)
+//   build/wake_cost [--wait-ms 500] [--rounds 10] [--huge] [MB ...]   (default MB: 0 8 32 64)
 //
 // For each size it makes that much memory resident, then waits --rounds times for --wait-ms on an
 // empty epoll set, touching every page after each wait; first on its own, then with one spinning
 // process per online CPU. It prints the thread CPU time of one wait and of one touch round.
+// --huge asks for transparent huge pages on the memory (madvise MADV_HUGEPAGE, 2 MiB aligned):
+// whether the wake-up's cost follows the bytes resident or the pages mapped.
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -93,16 +95,19 @@ int WholeNumber(const char* flag, const char* text) {
 
 int main(int argc, char** argv) {
   int wait_ms = 500, rounds = 10;
+  bool huge = false;
   std::vector<int> sizes_mb;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg == "--wait-ms" || arg == "--rounds") && i + 1 < argc) {
       (arg == "--wait-ms" ? wait_ms : rounds) = WholeNumber(argv[i], argv[i + 1]);
       ++i;
+    } else if (arg == "--huge") {
+      huge = true;
     } else if (!arg.empty() && arg[0] != '-') {
       sizes_mb.push_back(WholeNumber("MB", argv[i]));
     } else {
-      std::fprintf(stderr, "usage: wake_cost [--wait-ms 500] [--rounds 10] [MB ...]\n");
+      std::fprintf(stderr, "usage: wake_cost [--wait-ms 500] [--rounds 10] [--huge] [MB ...]\n");
       return 2;
     }
   }
@@ -111,29 +116,42 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (sizes_mb.empty()) sizes_mb = {0, 8, 32, 64};
-  std::printf("| resident MB | CPUs | one wait, µs | one touch of every page, µs |\n");
-  std::printf("|---|---|---|---|\n");
+  std::printf("| resident MB | pages | CPUs | one wait, µs | one touch of every page, µs |\n");
+  std::printf("|---|---|---|---|---|\n");
   for (int mb : sizes_mb) {
     // Not inherited by the spinners: shared copy-on-write, every touch would copy a page.
+    // Mapped 2 MiB larger and aligned up, so that --huge can back every byte with huge pages.
+    constexpr size_t kHuge = size_t{2} << 20;
     const size_t bytes = size_t(mb) << 20;
-    char* memory = bytes == 0 ? nullptr
-                              : static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+    char* mapped = bytes == 0 ? nullptr
+                              : static_cast<char*>(mmap(nullptr, bytes + kHuge,
+                                                        PROT_READ | PROT_WRITE,
                                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (memory == MAP_FAILED || (bytes > 0 && madvise(memory, bytes, MADV_DONTFORK) != 0)) {
+    if (mapped == MAP_FAILED) {
       std::perror("wake_cost: mmap");
       return 1;
     }
+    char* memory = mapped == nullptr ? nullptr
+                                     : reinterpret_cast<char*>(
+                                           (reinterpret_cast<uintptr_t>(mapped) + kHuge - 1) &
+                                           ~(kHuge - 1));
+    if (bytes > 0 && (madvise(memory, bytes, MADV_DONTFORK) != 0 ||
+                      (huge && madvise(memory, bytes, MADV_HUGEPAGE) != 0))) {
+      std::perror("wake_cost: madvise");
+      return 1;
+    }
     if (bytes > 0) std::memset(memory, 1, bytes);
+    const char* pages = huge ? "2 MiB" : "4 KiB";
     const Cost idle = Measure(memory, bytes, wait_ms, rounds);
-    std::printf("| %d | idle | %lld | %lld |\n", mb, static_cast<long long>(idle.wait_us),
+    std::printf("| %d | %s | idle | %lld | %lld |\n", mb, pages, static_cast<long long>(idle.wait_us),
                 static_cast<long long>(idle.touch_us));
     const std::vector<pid_t> spinners = StartSpinners();
     const Cost busy = Measure(memory, bytes, wait_ms, rounds);
     StopSpinners(spinners);
-    std::printf("| %d | busy | %lld | %lld |\n", mb, static_cast<long long>(busy.wait_us),
+    std::printf("| %d | %s | busy | %lld | %lld |\n", mb, pages, static_cast<long long>(busy.wait_us),
                 static_cast<long long>(busy.touch_us));
     std::fflush(stdout);
-    if (bytes > 0) munmap(memory, bytes);
+    if (mapped != nullptr) munmap(mapped, bytes + kHuge);
   }
   return 0;
 }
