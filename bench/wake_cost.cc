@@ -143,13 +143,13 @@ int main(int argc, char** argv) {
     if (bytes > 0) std::memset(memory, 1, bytes);
     const char* pages = huge ? "2 MiB" : "4 KiB";
     const Cost idle = Measure(memory, bytes, wait_ms, rounds);
-    std::printf("| %d | %s | idle | %lld | %lld |\n", mb, pages, static_cast<long long>(idle.wait_us),
-                static_cast<long long>(idle.touch_us));
+    std::printf("| %d | %s | idle | %lld | %lld |\n", mb, pages,
+                static_cast<long long>(idle.wait_us), static_cast<long long>(idle.touch_us));
     const std::vector<pid_t> spinners = StartSpinners();
     const Cost busy = Measure(memory, bytes, wait_ms, rounds);
     StopSpinners(spinners);
-    std::printf("| %d | %s | busy | %lld | %lld |\n", mb, pages, static_cast<long long>(busy.wait_us),
-                static_cast<long long>(busy.touch_us));
+    std::printf("| %d | %s | busy | %lld | %lld |\n", mb, pages,
+                static_cast<long long>(busy.wait_us), static_cast<long long>(busy.touch_us));
     std::fflush(stdout);
     if (mapped != nullptr) munmap(mapped, bytes + kHuge);
   }
