@@ -123,18 +123,18 @@ int main(int argc, char** argv) {
     // Mapped 2 MiB larger and aligned up, so that --huge can back every byte with huge pages.
     constexpr size_t kHuge = size_t{2} << 20;
     const size_t bytes = size_t(mb) << 20;
-    char* mapped = bytes == 0 ? nullptr
-                              : static_cast<char*>(mmap(nullptr, bytes + kHuge,
-                                                        PROT_READ | PROT_WRITE,
-                                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    char* mapped = bytes == 0
+                       ? nullptr
+                       : static_cast<char*>(mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (mapped == MAP_FAILED) {
       std::perror("wake_cost: mmap");
       return 1;
     }
-    char* memory = mapped == nullptr ? nullptr
-                                     : reinterpret_cast<char*>(
-                                           (reinterpret_cast<uintptr_t>(mapped) + kHuge - 1) &
-                                           ~(kHuge - 1));
+    char* memory = mapped == nullptr
+                       ? nullptr
+                       : reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mapped) + kHuge - 1) &
+                                                 ~(kHuge - 1));
     if (bytes > 0 && (madvise(memory, bytes, MADV_DONTFORK) != 0 ||
                       (huge && madvise(memory, bytes, MADV_HUGEPAGE) != 0))) {
       std::perror("wake_cost: madvise");
