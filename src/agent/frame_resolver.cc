@@ -67,6 +67,8 @@ const Frame* FrameResolver::Lookup(const Key& key) {
   if (entry.generation != generation_) {
     entry.generation = generation_;
     current_bytes_ += entry.bytes;
+    // Its module is in use as long as its frames are, though only new addresses open it.
+    if (key.file != FileIdentity{}) modules_->MarkUsed(key.file);
   }
   return entry.frame.get();
 }

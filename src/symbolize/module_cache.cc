@@ -84,6 +84,13 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::strin
   return entry.module.get();
 }
 
+void ModuleCache::MarkUsed(const FileIdentity& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  it->second.last_generation = generation_;
+  it->second.last_use = ++tick_;
+}
+
 void ModuleCache::EvictLeastRecentlyUsed(size_t max_entries, size_t max_bytes, const Entry* keep) {
   std::vector<std::pair<uint64_t, Map::iterator>> by_use;  // (last_use, entry)
   by_use.reserve(entries_.size());
