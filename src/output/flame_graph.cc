@@ -93,26 +93,41 @@ uint32_t FlameGraph::AddToChild(uint32_t parent, Step& step, int64_t count) {
   return child;
 }
 
+uint32_t FlameGraph::FindChild(uint32_t parent, uint32_t name_and_type) const {
+  const uint32_t last = nodes_[parent].last_child;
+  if (last == kNoChild) return kNoChild;
+  if (nodes_[last].name_and_type == name_and_type) return last;
+  // An only child is not in the index: the lookup then finds nothing, as it should.
+  auto it = children_.find(ChildKey{parent, name_and_type});
+  return it == children_.end() ? kNoChild : it->second;
+}
+
+uint32_t FlameGraph::AddChild(uint32_t parent, uint32_t name, NodeType type) {
+  const uint32_t child = NewNode(name, type);
+  const uint32_t first = nodes_[parent].last_child;
+  if (first != kNoChild) {
+    // A second child puts the first in the index too, unless an earlier one did.
+    children_.try_emplace(ChildKey{parent, nodes_[first].name_and_type}, first);
+    children_.emplace(ChildKey{parent, NameAndType(name, type)}, child);
+  }
+  nodes_[parent].last_child = child;
+  return child;
+}
+
 uint32_t FlameGraph::FindOrAddChild(uint32_t parent, Step& step, int64_t count) {
-  if (nodes_.size() < max_nodes_) {
-    // One probe finds the child or makes room for it: a name is interned only with its first node.
+  // A step still without a name id has no node yet: names come in with their first node.
+  uint32_t child =
+      step.name_id == kNoName ? kNoChild : FindChild(parent, NameAndType(step.name_id, step.type));
+  if (child == kNoChild && nodes_.size() < max_nodes_) {
     if (step.name_id == kNoName) step.name_id = InternName(step.name);
-    const auto [it, inserted] = children_.try_emplace(ChildKey{parent, step.name_id, step.type},
-                                                      static_cast<uint32_t>(nodes_.size()));
-    if (inserted) NewNode(step.name_id, step.type);
-    nodes_[it->second].samples += count;
-    return it->second;
+    child = AddChild(parent, step.name_id, step.type);
+  }
+  if (child != kNoChild) {
+    nodes_[child].samples += count;
+    return child;
   }
   // Full: only existing children count, and a name that would only be folded away must not grow
-  // the name table either. A step still without a name id has no node: it would have got one
-  // above, where every new name comes in (only "[other]" is added once the bound is reached).
-  if (step.name_id != kNoName) {
-    if (auto it = children_.find(ChildKey{parent, step.name_id, step.type});
-        it != children_.end()) {
-      nodes_[it->second].samples += count;
-      return it->second;
-    }
-  }
+  // the name table either.
   if (!warned_full_) {
     warned_full_ = true;
     spdlog::warn(
@@ -120,10 +135,9 @@ uint32_t FlameGraph::FindOrAddChild(uint32_t parent, Step& step, int64_t count) 
         max_nodes_);
   }
   if (other_name_ == kNoName) other_name_ = InternName(kOtherName);
-  const auto [it, inserted] =
-      children_.try_emplace(ChildKey{parent, other_name_, NodeType::kOther}, 0);
-  if (inserted) it->second = NewNode(other_name_, NodeType::kOther);
-  nodes_[it->second].samples += count;
+  uint32_t other = FindChild(parent, NameAndType(other_name_, NodeType::kOther));
+  if (other == kNoChild) other = AddChild(parent, other_name_, NodeType::kOther);
+  nodes_[other].samples += count;
   folded_samples_ += count;
   return kFolded;
 }
@@ -135,12 +149,7 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   last_end_ns_ = std::max(last_end_ns_, profile.start_unix_ns + profile.duration_ns);
   period_ns_ = profile.period_ns;
   if (intervals_ == 0) {
-    // The index sized for the bound at once: growing to it by doubling rehashed every entry and
-    // faulted in fresh pages each time (a sixth of growing a tree to the bound). It holds what it
-    // would at the bound anyway, about 4.5 MB by default, resident from a few thousand nodes on
-    // (its entries are spread over all of it); a graph that is never added to costs nothing.
-    children_.reserve(max_nodes_);
-    // The nodes too, with room for some "[other]" leaves past the bound: each doubling of the
+    // The nodes, with room for some "[other]" leaves past the bound: each doubling of the
     // array copied it and faulted in fresh pages (growing to the bound took 14% longer, from
     // untouched memory). Unlike the index's, these pages fill in order, so only the ones in use
     // are resident.
@@ -260,9 +269,9 @@ int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
     auto name_it = name_ids_.find(path[step]);
     if (name_it == name_ids_.end()) return -1;
     for (NodeType type : kTypes) {
-      auto it = children_.find(ChildKey{node, name_it->second, type});
-      if (it == children_.end()) continue;
-      if (int64_t samples = self(self, it->second, step + 1); samples >= 0) return samples;
+      const uint32_t child = FindChild(node, NameAndType(name_it->second, type));
+      if (child == kNoChild) continue;
+      if (int64_t samples = self(self, child, step + 1); samples >= 0) return samples;
     }
     return -1;
   };
@@ -273,12 +282,18 @@ std::string FlameGraph::ToJson() const {
   const size_t n = nodes_.size();
   // Children lists in one array (CSR), sorted so the page draws the heaviest callee first.
   std::vector<uint32_t> first(n + 1, 0);
-  // Every node but the root is the child of one index entry.
+  // Every node but the root is the child of one index entry, or its parent's only child.
   for (const auto& [key, child] : children_) ++first[key.parent + 1];
+  for (size_t i = 0; i < n; ++i) {
+    if (first[i + 1] == 0 && nodes_[i].last_child != kNoChild) first[i + 1] = 1;
+  }
   std::partial_sum(first.begin(), first.end(), first.begin());
   std::vector<uint32_t> kids(n > 0 ? n - 1 : 0);
   std::vector<uint32_t> fill(first.begin(), first.end() - 1);
   for (const auto& [key, child] : children_) kids[fill[key.parent]++] = child;
+  for (size_t i = 0; i < n; ++i) {
+    if (fill[i] == first[i] && first[i + 1] == first[i] + 1) kids[fill[i]++] = nodes_[i].last_child;
+  }
   for (size_t i = 0; i < n; ++i) {
     // The index's order is its hash's: ties end on the node number, so the page is the same for
     // the same tree.

@@ -67,12 +67,16 @@ class FlameGraph {
   static uint32_t NameAndType(uint32_t name, NodeType type) {
     return name << 4 | static_cast<uint32_t>(type);
   }
-  // 16 bytes. Its parent is only in the child index, which ToJson reads the tree from.
+  // 16 bytes. Its parent is only in the child index or in the parent's last_child, which ToJson
+  // reads the tree from.
   struct Node {
     uint32_t name_and_type;
     // The child this node's last stack stepped to, tried before the child index: below the first
     // few levels most nodes have one child, and a path's nodes, made one after another, lie next
     // to each other, so a walk down a known path reads memory in order instead of hashing.
+    // A node's only child is here alone: the index holds the children of nodes with two or more
+    // (all of them), so a stack that reaches new nodes makes its chain of only children without
+    // a hash insert each (a cache miss in the index's megabytes).
     uint32_t last_child;
     int64_t samples;
     uint32_t name() const { return name_and_type >> 4; }
@@ -80,8 +84,6 @@ class FlameGraph {
   };
   // A child by its parent, name and type in 8 bytes (12-byte index slots, not 16).
   struct ChildKey {
-    ChildKey(uint32_t parent, uint32_t name, NodeType type)
-        : parent(parent), name_and_type(NameAndType(name, type)) {}
     uint32_t parent;
     uint32_t name_and_type;
     bool operator==(const ChildKey&) const = default;
@@ -111,6 +113,10 @@ class FlameGraph {
   uint32_t AddToChild(uint32_t parent, Step& step, int64_t count);
   // AddToChild's work when the parent's last child is not the one: through the child index.
   uint32_t FindOrAddChild(uint32_t parent, Step& step, int64_t count);
+  // The child of `parent` with this name and type, or kNoChild.
+  uint32_t FindChild(uint32_t parent, uint32_t name_and_type) const;
+  // Makes a new child of `parent`, known to have none of this name and type, and its last child.
+  uint32_t AddChild(uint32_t parent, uint32_t name, NodeType type);
   uint32_t InternName(absl::string_view name);
   uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
   uint32_t NewNode(uint32_t name, NodeType type);
@@ -121,7 +127,7 @@ class FlameGraph {
 
   size_t max_nodes_;
   std::vector<Node> nodes_;
-  absl::flat_hash_map<ChildKey, uint32_t> children_;
+  absl::flat_hash_map<ChildKey, uint32_t> children_;  // of nodes with two children or more
   // A deque so the views in name_ids_ stay valid as names are added.
   std::deque<std::string> names_;
   absl::flat_hash_map<absl::string_view, uint32_t> name_ids_;
