@@ -117,6 +117,8 @@ class FlameGraph {
   uint32_t FindChild(uint32_t parent, uint32_t name_and_type) const;
   // Makes a new child of `parent`, known to have none of this name and type, and its last child.
   uint32_t AddChild(uint32_t parent, uint32_t name, NodeType type);
+  // ToJson's text, appended to *out (the page is written around it without copying it).
+  void AppendJson(std::string* out) const;
   uint32_t InternName(absl::string_view name);
   uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
   uint32_t NewNode(uint32_t name, NodeType type);
