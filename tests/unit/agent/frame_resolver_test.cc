@@ -36,13 +36,20 @@ __attribute__((noipa)) int Outer(int x) {
 namespace ember {
 namespace {
 
-TEST(FrameResolverTest, NativeFrameCarriesTheFunctionsInlinedAtItsAddress) {
+// A resolver of this test process's own frames.
+class FrameResolverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    self = processes.Get(static_cast<uint32_t>(getpid()));
+    ASSERT_NE(self, nullptr);
+  }
   ProcessTable processes;
   ModuleCache modules;
-  FrameResolver resolver(&processes, &modules, nullptr);
-  Process* self = processes.Get(static_cast<uint32_t>(getpid()));
-  ASSERT_NE(self, nullptr);
+  FrameResolver resolver{&processes, &modules, nullptr};
+  Process* self = nullptr;
+};
 
+TEST_F(FrameResolverTest, NativeFrameCarriesTheFunctionsInlinedAtItsAddress) {
   const auto start = reinterpret_cast<uint64_t>(&ember_resolver_test::Outer);
   const Frame* inlined = nullptr;
   int outer_frames = 0;
@@ -72,12 +79,7 @@ TEST(FrameResolverTest, NativeFrameCarriesTheFunctionsInlinedAtItsAddress) {
 // A file whose sampled addresses are all cached frames is still in use: its module must stay
 // open, or the next new address in it opens the file and reads its DWARF again (libc's,
 // decompressed from libc6-dbg, took 80 ms each time, about once a minute).
-TEST(FrameResolverTest, AModuleStaysOpenWhileOnlyItsCachedFramesAreUsed) {
-  ProcessTable processes;
-  ModuleCache modules;
-  FrameResolver resolver(&processes, &modules, nullptr);
-  Process* self = processes.Get(static_cast<uint32_t>(getpid()));
-  ASSERT_NE(self, nullptr);
+TEST_F(FrameResolverTest, AModuleStaysOpenWhileOnlyItsCachedFramesAreUsed) {
   const auto start = reinterpret_cast<uint64_t>(&ember_resolver_test::Outer);
   ASSERT_EQ(resolver.User(self, start, /*caller=*/false)->function,
             "ember_resolver_test::Outer(int)");
