@@ -41,11 +41,8 @@ struct Workload {
     p.period_ns = 10'101'010;
     p.duration_ns = 10'000'000'000;
     for (size_t i = 0; i < stacks; ++i) {
-      p.samples.push_back({.pid = 100 + static_cast<uint32_t>(i % 2),
-                           .process = "overhead_work",
-                           .thread = "overhead_work",
-                           .frames = paths[random() % paths.size()],
-                           .count = 1});
+      p.AddSample(100 + static_cast<uint32_t>(i % 2), "overhead_work", "overhead_work",
+                  paths[random() % paths.size()], 1);
     }
     return p;
   }
@@ -98,11 +95,7 @@ struct DistinctStacks {
       for (const Frame*& f : path) f = &frames[2 + random() % 8];
       path.end()[-1] = &frames[0];
       path.end()[-2] = &frames[1];
-      p.samples.push_back({.pid = 100 + static_cast<uint32_t>(i % 2),
-                           .process = "overhead_work",
-                           .thread = "overhead_work",
-                           .frames = std::move(path),
-                           .count = 1});
+      p.AddSample(100 + static_cast<uint32_t>(i % 2), "overhead_work", "overhead_work", path, 1);
     }
     return p;
   }

@@ -52,17 +52,16 @@ Interval MakeInterval(int processes, int stacks, int pool) {
   interval.profile.duration_ns = 10'000'000'000;
   interval.profile.period_ns = 1'000'000'000 / 19;
   for (int s = 0; s < stacks; ++s) {
-    StackSample sample;
-    sample.pid = 1000 + static_cast<uint32_t>(s % processes);
-    sample.process = absl::StrCat("service-", s % processes);
-    sample.thread = absl::StrCat("worker-", s % 16);
-    int depth = 8 + static_cast<int>(random() % 33);
-    for (int d = 0; d < depth; ++d) {
-      sample.frames.push_back(interval.frames[random() % interval.frames.size()].get());
+    const uint32_t pid = 1000 + static_cast<uint32_t>(s % processes);
+    const std::string process = absl::StrCat("service-", s % processes);
+    const std::string thread = absl::StrCat("worker-", s % 16);
+    std::vector<const Frame*> frames(8 + random() % 33);
+    for (const Frame*& frame : frames) {
+      frame = interval.frames[random() % interval.frames.size()].get();
     }
-    sample.count = 1 + static_cast<int64_t>(random() % 4);
-    interval.samples += sample.count;
-    interval.profile.samples.push_back(std::move(sample));
+    const int64_t count = 1 + static_cast<int64_t>(random() % 4);
+    interval.samples += count;
+    interval.profile.AddSample(pid, process, thread, frames, count);
   }
   return interval;
 }

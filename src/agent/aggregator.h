@@ -3,12 +3,12 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
-#include <vector>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "common/profile.h"
+#include "common/sample_arena.h"
 
 namespace ember {
 
@@ -24,37 +24,22 @@ class Aggregator {
   size_t distinct_stacks() const { return counts_.size(); }
 
  private:
-  // A sample's key as it arrives: looked up without copying it, copied only when new.
-  struct KeyView {
-    uint32_t pid = 0;
-    absl::string_view process;
-    absl::string_view thread;
-    std::span<const Frame* const> frames;
-  };
+  // A stack's key: views of the sample as it arrives while it is looked up, of arena_ once it is
+  // counted (copied at its first sample only), with its hash worked out once.
   struct Key {
-    explicit Key(const KeyView& view)
-        : pid(view.pid),
-          process(view.process),
-          thread(view.thread),
-          frames(view.frames.begin(), view.frames.end()) {}
     uint32_t pid = 0;
-    std::string process;
-    std::string thread;
-    std::vector<const Frame*> frames;
+    std::string_view process;
+    std::string_view thread;
+    std::span<const Frame* const> frames;
+    size_t hash = 0;
   };
-  static KeyView ViewOf(const Key& key) { return {key.pid, key.process, key.thread, key.frames}; }
   struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(const KeyView& key) const;
-    size_t operator()(const Key& key) const { return (*this)(ViewOf(key)); }
+    size_t operator()(const Key& key) const { return key.hash; }
   };
   struct KeyEq {
-    using is_transparent = void;
-    bool operator()(const KeyView& a, const KeyView& b) const;
-    bool operator()(const Key& a, const Key& b) const { return (*this)(ViewOf(a), ViewOf(b)); }
-    bool operator()(const Key& a, const KeyView& b) const { return (*this)(ViewOf(a), b); }
-    bool operator()(const KeyView& a, const Key& b) const { return (*this)(a, ViewOf(b)); }
+    bool operator()(const Key& a, const Key& b) const;
   };
+  SampleArena arena_;
   absl::flat_hash_map<Key, int64_t, KeyHash, KeyEq> counts_;
   int64_t total_samples_ = 0;
 };

@@ -4,9 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/sample_arena.h"
 
 namespace ember {
 
@@ -75,11 +78,13 @@ struct Frame {
   std::vector<InlineFrame> inlined{};
 };
 
+// One stack's count in an interval. Its names and frame list are views, of the interval's arena
+// (IntervalProfile::AddSample) or of storage that outlives the interval.
 struct StackSample {
   uint32_t pid = 0;
-  std::string process;               // process name (/proc/PID/comm of the main thread)
-  std::string thread;                // thread name at sample time
-  std::vector<const Frame*> frames;  // leaf first: kernel frames, then user frames
+  std::string_view process;              // process name (/proc/PID/comm of the main thread)
+  std::string_view thread;               // thread name at sample time
+  std::span<const Frame* const> frames;  // leaf first: kernel frames, then user frames
   int64_t count = 0;
 };
 
@@ -96,8 +101,20 @@ struct IntervalProfile {
   int64_t duration_ns = 0;
   int64_t period_ns = 0;  // CPU time one sample stands for: 1e9 / sampling Hz
   std::vector<StackSample> samples;
+  // Holds the names and frame lists the samples view. Moving the profile moves no sample data.
+  SampleArena arena;
   // The labels of each process's samples (its container and pod), by pid; absent: none.
   std::map<uint32_t, std::vector<ProcessLabel>> process_labels;
+
+  // Appends a sample whose names and frames are copied into the arena.
+  StackSample& AddSample(uint32_t pid, std::string_view process, std::string_view thread,
+                         std::span<const Frame* const> frames, int64_t count) {
+    return samples.emplace_back(StackSample{.pid = pid,
+                                            .process = arena.CopyString(process),
+                                            .thread = arena.CopyString(thread),
+                                            .frames = arena.CopyFrames(frames),
+                                            .count = count});
+  }
 };
 
 }  // namespace ember

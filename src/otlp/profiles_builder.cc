@@ -269,7 +269,8 @@ collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProf
   std::vector<int32_t> locations;
   for (const auto& [pid, pid_samples] : by_pid) {
     profiles_pb::ResourceProfiles* rp = request.add_resource_profiles();
-    FillResource(pid, pid_samples.front()->process, context, rp->mutable_resource());
+    const std::string_view process = pid_samples.front()->process;
+    FillResource(pid, {process.data(), process.size()}, context, rp->mutable_resource());
     profiles_pb::ScopeProfiles* sp = rp->add_scope_profiles();
     sp->mutable_scope()->set_name(Utf8(context.scope_name));
     sp->mutable_scope()->set_version(Utf8(context.scope_version));
@@ -294,7 +295,10 @@ collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProf
       sample->set_stack_index(dict.Stack(locations));
       // With a period set, Pyroscope takes exactly one value per sample.
       sample->add_values(s->count);
-      if (!s->thread.empty()) sample->add_attribute_indices(dict.Attribute(thread_name, s->thread));
+      if (!s->thread.empty()) {
+        sample->add_attribute_indices(
+            dict.Attribute(thread_name, absl::string_view(s->thread.data(), s->thread.size())));
+      }
     }
   }
   return request;

@@ -187,7 +187,7 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   paths.reserve(profile.samples.size());
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
-    absl::string_view process = s.process;
+    absl::string_view process(s.process.data(), s.process.size());
     if (process.empty()) process = pid_names.emplace_back(absl::StrCat("pid ", s.pid));
     const auto [id, inserted] = process_ids.try_emplace(process, processes.size());
     if (inserted) processes.push_back(process);

@@ -50,8 +50,8 @@ class PprofBuilder {
       pb::Label* pid = sample->add_label();
       pid->set_key(pid_key);
       pid->set_num(s.pid);
-      AddStrLabel(sample, process_key, s.process);
-      AddStrLabel(sample, thread_key, s.thread);
+      AddStrLabel(sample, process_key, {s.process.data(), s.process.size()});
+      AddStrLabel(sample, thread_key, {s.thread.data(), s.thread.size()});
       if (auto it = profile.process_labels.find(s.pid); it != profile.process_labels.end()) {
         for (const ProcessLabel& label : it->second) {
           AddStrLabel(sample, Intern(label.key), label.value);
@@ -76,7 +76,7 @@ class PprofBuilder {
     vt->set_unit(Intern(unit));
   }
 
-  void AddStrLabel(pb::Sample* sample, int64_t key, const std::string& value) {
+  void AddStrLabel(pb::Sample* sample, int64_t key, absl::string_view value) {
     if (value.empty()) return;
     pb::Label* label = sample->add_label();
     label->set_key(key);

@@ -16,9 +16,12 @@
 #include "gtest/gtest.h"
 #include "otlp/request_validator.h"
 #include "support/test_frames.h"
+#include "support/test_samples.h"
 
 namespace ember {
 namespace {
+
+using ::ember::testing::AddSamples;
 
 namespace collector_pb = opentelemetry::proto::collector::profiles::v1development;
 namespace common_pb = opentelemetry::proto::common::v1;
@@ -41,14 +44,14 @@ struct Fixture : ember::testing::TestFrames {
     profile.start_unix_ns = kStart;
     profile.duration_ns = kDuration;
     profile.period_ns = kPeriodNs;
-    profile.samples = {
+    AddSamples(profile, {
         {200, "tool", "tool", {&unnamed, &tool_main}, 4},
         {100, "app", "worker", {&work, &app_main}, 5},
         {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
         {101, "app", "worker", {&work_later, &app_main}, 1},
         {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
         {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
-    };
+    });
     context.host_name = "node-1";
     context.scope_version = "1.2.3";
   }
@@ -248,11 +251,11 @@ TEST(BuildExportRequestTest, InlinedFunctionsAreLinesOfOneLocationInnermostFirst
   Frame app_main{FrameKind::kNative, "main", "src/app.cc", 10, 0x1100, "/usr/bin/app", "abcd01"};
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
-  profile.samples = {
+  AddSamples(profile, {
       {100, "app", "app", {&inlined, &app_main}, 3},
       {101, "app", "app", {&scale, &app_main}, 1},
       {101, "app", "app", {&inlined, &app_main}, 2},
-  };
+  });
   const auto request = BuildExportRequest(profile, ResourceContext{});
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& d = request.dictionary();
@@ -460,13 +463,13 @@ TEST(BuildExportRequestTest, OddInputsStillGiveAValidRequest) {
   Frame repaired{FrameKind::kNative, "f\xEF\xBF\xBD", "", 0, 0x20, "/bin/\xEF\xBF\xBD", ""};
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
-  profile.samples = {
+  AddSamples(profile, {
       {1, "p", "", {}, 2},                         // no frames, no thread name
       {1, "p", "t\xFE", {nullptr, &nameless}, 1},  // null frame skipped
       {1, "p", "t", {&bad_utf8}, 1},
       {1, "p", "t", {&repaired}, 1},     // same text once repaired: same location
       {1, "p", "t\xEF\xBF\xBD", {}, 1},  // same thread name as "t\xFE" once repaired
-  };
+  });
   const auto request = BuildExportRequest(profile, ResourceContext{});
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& d = request.dictionary();
@@ -522,9 +525,9 @@ TEST(BuildExportRequestTest, JitFramesCarryTheirRuntimesFrameType) {
   }
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
-  StackSample sample{7, "p", "t", {}, 1};
+  ::ember::testing::OwnedSample sample{7, "p", "t", {}, 1};
   for (const Frame& frame : frames) sample.frames.push_back(&frame);
-  profile.samples = {sample};
+  ::ember::testing::AddSamples(profile, {sample});
   const auto request = BuildExportRequest(profile, ResourceContext{});
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& d = request.dictionary();

@@ -13,9 +13,12 @@
 #include "gtest/gtest.h"
 #include "opentelemetry/proto/collector/profiles/v1development/profiles_service.grpc.pb.h"
 #include "otlp/profiles_builder.h"
+#include "support/test_samples.h"
 
 namespace ember {
 namespace {
+
+using ::ember::testing::AddSamples;
 
 namespace collector_pb = opentelemetry::proto::collector::profiles::v1development;
 namespace common_pb = opentelemetry::proto::common::v1;
@@ -324,7 +327,7 @@ TEST(WireFormatTest, BuiltRequestDecodesWithoutTheSchema) {
   profile.start_unix_ns = 1'700'000'000'000'000'000;
   profile.duration_ns = 10'000'000'000;
   profile.period_ns = 52'631'578;
-  profile.samples = {{7, "a", "t", {&leaf}, 4}, {8, "b", "u", {&leaf}, 2}};
+  AddSamples(profile, {{7, "a", "t", {&leaf}, 4}, {8, "b", "u", {&leaf}, 2}});
   const auto request = BuildExportRequest(profile, ResourceContext{});
   const auto& d = request.dictionary();
   constexpr auto kLen = UnknownField::TYPE_LENGTH_DELIMITED;

@@ -19,9 +19,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/subprocess.h"
+#include "support/test_samples.h"
 
 namespace ember {
 namespace {
+
+using ::ember::testing::OwnedSample;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -40,12 +43,12 @@ Frame Kernel(std::string name) {
   return f;
 }
 
-IntervalProfile Interval(std::vector<StackSample> samples) {
+IntervalProfile Interval(const std::vector<OwnedSample>& samples) {
   IntervalProfile p;
   p.start_unix_ns = 1'700'000'000'000'000'000;
   p.duration_ns = 10'000'000'000;
   p.period_ns = 10'000'000;
-  p.samples = std::move(samples);
+  ::ember::testing::AddSamples(p, samples);
   return p;
 }
 
@@ -140,7 +143,7 @@ TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
   for (int i = 0; i < 1000; ++i) leaves.push_back(Native(absl::StrCat("leaf", i)));
   int64_t total = 0;
   for (int round = 0; round < 3; ++round) {
-    std::vector<StackSample> samples;
+    std::vector<OwnedSample> samples;
     for (int i = 0; i < 1000; ++i) {
       samples.push_back({1, "app", "app", {&leaves[i], &main_fn}, 1});
       ++total;
@@ -160,7 +163,7 @@ TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
   // A deep new stack under a full tree folds at the first missing frame, not deeper.
   std::vector<Frame> deep;
   for (int i = 0; i < 50; ++i) deep.push_back(Native(absl::StrCat("deep", i)));
-  StackSample s{1, "app", "app", {}, 1};
+  OwnedSample s{1, "app", "app", {}, 1};
   for (Frame& f : deep) s.frames.push_back(&f);
   s.frames.push_back(&main_fn);
   graph.Add(Interval({s}));
@@ -182,9 +185,9 @@ TEST(FlameGraphTest, EveryPrefixCountsTheSamplesOfTheStacksThroughIt) {
   FlameGraph bounded(30);
   int64_t total = 0;
   for (int interval = 0; interval < 5; ++interval) {
-    std::vector<StackSample> samples;
+    std::vector<OwnedSample> samples;
     for (int i = 0; i < 200; ++i) {
-      StackSample s;
+      OwnedSample s;
       s.pid = 40 + static_cast<uint32_t>(random() % 3);
       s.process = processes[s.pid - 40];
       s.count = 1 + static_cast<int64_t>(random() % 4);
@@ -410,12 +413,13 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
           seen.push_back(stack);
         }
         const auto& [pid, process] = processes[random() % processes.size()];
-        StackSample& s = profile.samples.emplace_back();
+        OwnedSample s;
         s.pid = pid;
         s.process = process;
         s.count = static_cast<int64_t>(random() % 6) - 1;  // -1 and 0 are skipped
         for (size_t frame : stack) s.frames.push_back(&frames[frame]);
         if (random() % 8 == 0) s.frames.insert(s.frames.begin() + 1, nullptr);
+        profile.AddSample(s.pid, s.process, s.thread, s.frames, s.count);
       }
       graph.Add(profile);
       reference.Add(profile);
