@@ -818,7 +818,7 @@ void Agent::ReleaseFilePages(uint64_t min_reads) {
   if (reads - file_reads_released_ < std::max<uint64_t>(min_reads, 1)) return;
   symbolization_reads_released_ = symbolization_reads;
   file_reads_released_ = reads;
-  const absl::flat_hash_set<uintptr_t> file_mappings = internal::ReadOnlyFileMappings();
+  internal::FileMappingCheck file_mappings;  // reads /proc/self/maps only for files new since
   modules_.ReleasePages(file_mappings);
   unwinder_.ReleasePages(file_mappings);
 }

@@ -174,29 +174,33 @@ absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path,
   return file;
 }
 
-void ElfFile::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+void ElfFile::ReleasePages(FileMappingCheck& mappings) const {
   size_t size = 0;
   char* image = elf_rawfile(elf_, &size);
-  if (image == nullptr || size == 0 ||
-      !file_mappings.contains(reinterpret_cast<uintptr_t>(image))) {
-    return;
+  if (image == nullptr || size == 0) return;
+  if (image_ == Image::kNotChecked) {
+    image_ = mappings.IsFileMappingStart(reinterpret_cast<uintptr_t>(image)) ? Image::kFileMapping
+                                                                             : Image::kElsewhere;
   }
-  madvise(image, size, MADV_DONTNEED);
+  if (image_ == Image::kFileMapping) madvise(image, size, MADV_DONTNEED);
 }
 
-absl::flat_hash_set<uintptr_t> ReadOnlyFileMappings() {
-  absl::flat_hash_set<uintptr_t> starts;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    unsigned long from = 0, to = 0, offset = 0, inode = 0;
-    char perms[5] = {};
-    if (sscanf(line.c_str(), "%lx-%lx %4s %lx %*s %lu", &from, &to, perms, &offset, &inode) == 5 &&
-        inode != 0 && offset == 0 && perms[0] == 'r' && perms[1] == '-' && perms[3] == 'p') {
-      starts.insert(from);
+bool FileMappingCheck::IsFileMappingStart(uintptr_t address) {
+  if (!starts_.has_value()) {
+    starts_.emplace();
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      unsigned long from = 0, to = 0, offset = 0, inode = 0;
+      char perms[5] = {};
+      if (sscanf(line.c_str(), "%lx-%lx %4s %lx %*s %lu", &from, &to, perms, &offset, &inode) ==
+              5 &&
+          inode != 0 && offset == 0 && perms[0] == 'r' && perms[1] == '-' && perms[3] == 'p') {
+        starts_->insert(from);
+      }
     }
   }
-  return starts;
+  return starts_->contains(address);
 }
 
 ElfFile::~ElfFile() { elf_end(elf_); }

@@ -20,6 +20,17 @@ struct DebugLink {
   uint32_t crc = 0;       // CRC-32 of the whole debug file
 };
 
+// Whether an address starts one of this process's private read-only mappings of a file from its
+// offset 0 (what libelf's ELF_C_READ_MMAP makes). /proc/self/maps, hundreds of lines, is read at
+// the first question, once per check; none when nothing is asked.
+class FileMappingCheck {
+ public:
+  bool IsFileMappingStart(uintptr_t address);
+
+ private:
+  std::optional<absl::flat_hash_set<uintptr_t>> starts_;  // empty when the maps cannot be read
+};
+
 class ElfFile {
  public:
   // Opens `path` read-only, maps it, and checks that every header and section it declares lies
@@ -47,20 +58,20 @@ class ElfFile {
 
   // Drops this process's pages of the file's mapping: they stay in the page cache, and a later
   // read faults them back in. So the agent's resident memory shows what it reads now, not every
-  // page it ever read. Only when `file_mappings` (ReadOnlyFileMappings()) holds the start of the
-  // file's image: libelf may have read the file into the heap instead, whose pages must stay.
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+  // page it ever read. Only when `mappings` finds a file mapping at the start of the file's image:
+  // libelf may have read the file into the heap instead, whose pages must stay. The answer holds
+  // for the file's life, so it is asked once.
+  void ReleasePages(FileMappingCheck& mappings) const;
 
  private:
   ElfFile(Elf* elf, uint64_t file_size) : elf_(elf), file_size_(file_size) {}
 
+  enum class Image : uint8_t { kNotChecked, kFileMapping, kElsewhere };
+
   Elf* elf_;
   uint64_t file_size_;
+  mutable Image image_ = Image::kNotChecked;
 };
-
-// The start addresses of this process's private read-only mappings of files from their offset 0,
-// from /proc/self/maps: what libelf's ELF_C_READ_MMAP makes. Empty when it cannot be read.
-absl::flat_hash_set<uintptr_t> ReadOnlyFileMappings();
 
 // CRC-32 (the .gnu_debuglink checksum) of a whole file; nullopt when it cannot be read.
 std::optional<uint32_t> FileCrc32(const std::string& path);

@@ -132,7 +132,7 @@ ElfModule::~ElfModule() {
   debug_file_.reset();
 }
 
-void ElfModule::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+void ElfModule::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   file_->ReleasePages(file_mappings);
   if (debug_file_ != nullptr) debug_file_->ReleasePages(file_mappings);
 }

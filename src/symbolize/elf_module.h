@@ -10,7 +10,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/profile.h"
@@ -21,6 +20,7 @@ namespace ember {
 namespace internal {
 class DwarfLines;
 class ElfFile;
+class FileMappingCheck;
 class SymbolTable;
 }  // namespace internal
 
@@ -93,7 +93,7 @@ class ElfModule {
   bool file_changed() const { return file_changed_; }
   // Drops this process's pages of the mappings of the file and its debug file
   // (internal::ElfFile::ReleasePages).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const;
 
  private:
   struct Segment {
@@ -163,7 +163,7 @@ class ModuleCache {
   // export interval, after the interval has been written.
   void NextGeneration(int keep_generations = 3);
   // Drops this process's pages of every cached module's file mappings (ElfModule::ReleasePages).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const;
 
   size_t size() const { return entries_.size(); }
   // EstimatedBytes of every cached module (a failed open counts as kFailedEntryBytes), the

@@ -127,7 +127,7 @@ void ModuleCache::NextGeneration(int keep_generations) {
   }
 }
 
-void ModuleCache::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+void ModuleCache::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   for (const auto& [id, entry] : entries_) {
     if (entry.module != nullptr) entry.module->ReleasePages(file_mappings);
   }

@@ -101,7 +101,7 @@ class DwarfUnwinder {
   // any more. Called once per export interval.
   void NextGeneration(int keep_generations = 2);
   // Drops this process's pages of the mappings of the files it unwinds with (ElfFile).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const {
     files_.ReleasePages(file_mappings);
   }
 

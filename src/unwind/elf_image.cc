@@ -20,7 +20,7 @@ ElfImage::~ElfImage() {
   if (file_ == nullptr) elf_end(elf_);  // the vDSO's handle is ours; ElfFile ends its own
 }
 
-void ElfImage::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+void ElfImage::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   if (file_ != nullptr) file_->ReleasePages(file_mappings);
 }
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 
 typedef struct Elf Elf;
@@ -17,6 +16,7 @@ namespace ember {
 
 namespace internal {
 class ElfFile;
+class FileMappingCheck;
 }
 
 // Where one module lies in a process: libdwfl wants the range of the whole file image and derives
@@ -65,7 +65,7 @@ class ElfImage {
   }
   ModulePlacement AtElfAddresses() const { return layout_.AtElfAddresses(); }
   // Drops this process's pages of the file's mapping (internal::ElfFile::ReleasePages).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const;
 
  private:
   ElfImage(std::string path, std::unique_ptr<internal::ElfFile> file, Elf* elf);

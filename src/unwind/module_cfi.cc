@@ -368,7 +368,7 @@ void ModuleCfiCache::ForEachModule(F f) const {
   if (vdso_ && *vdso_ != nullptr) f(**vdso_);
 }
 
-void ModuleCfiCache::ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+void ModuleCfiCache::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   ForEachModule([&](const ModuleCfi& module) { module.ReleasePages(file_mappings); });
 }
 

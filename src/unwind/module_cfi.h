@@ -78,7 +78,7 @@ class ModuleCfi {
   // Empties the row cache; returns how many rows it held.
   size_t ClearRows();
   // Drops this process's pages of the file's mapping (ElfImage::ReleasePages).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const {
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const {
     image_->ReleasePages(file_mappings);
   }
 
@@ -135,7 +135,7 @@ class ModuleCfiCache {
   // hold more than max_row_bytes, empties the biggest ones.
   void NextGeneration(int keep_generations = 3, size_t max_row_bytes = SIZE_MAX);
   // Drops this process's pages of every open file's mapping (ElfImage::ReleasePages).
-  void ReleasePages(const absl::flat_hash_set<uintptr_t>& file_mappings) const;
+  void ReleasePages(internal::FileMappingCheck& file_mappings) const;
   size_t size() const { return entries_.size(); }
   // Row statistics since the cache was made (modules dropped since included; rows_cached is
   // what the open modules hold now), and the bytes of the open modules' row caches.

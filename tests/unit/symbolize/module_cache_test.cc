@@ -1,6 +1,10 @@
 // Tests of ModuleCache: identity keying, cached failures, generation and size eviction.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -208,7 +212,8 @@ TEST(ModuleCacheTest, ReleasedPagesLeaveResidentMemoryAndAreReadBackIntact) {
     before.push_back(module->Symbolize(ElfAddress{address}));  // reads symbols and DWARF
   }
   ASSERT_GT(ResidentKbOf(kProgram), 0);
-  cache.ReleasePages(internal::ReadOnlyFileMappings());
+  internal::FileMappingCheck file_mappings;
+  cache.ReleasePages(file_mappings);
   EXPECT_EQ(ResidentKbOf(kProgram), 0);
   size_t named = 0;
   for (size_t i = 0; i < addresses.size(); ++i) {
@@ -220,6 +225,38 @@ TEST(ModuleCacheTest, ReleasedPagesLeaveResidentMemoryAndAreReadBackIntact) {
     EXPECT_EQ(after->line, before[i]->line);
   }
   EXPECT_GT(named, 0u) << "no address of the fixture's code was named";
+  // Read again, released again: the file's mapping was checked once, and the answer still holds.
+  ASSERT_GT(ResidentKbOf(kProgram), 0);
+  internal::FileMappingCheck second_check;
+  cache.ReleasePages(second_check);
+  EXPECT_EQ(ResidentKbOf(kProgram), 0);
+}
+
+TEST(FileMappingCheckTest, FindsOnlyPrivateReadOnlyMappingsOfAFileFromItsStart) {
+  const int fd = open(kProgram.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* whole = mmap(nullptr, 2 * page, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* from_second_page = mmap(nullptr, page, PROT_READ, MAP_PRIVATE, fd, page);
+  void* shared = mmap(nullptr, page, PROT_READ, MAP_SHARED, fd, 0);
+  void* anonymous = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  close(fd);
+  ASSERT_NE(whole, MAP_FAILED);
+  ASSERT_NE(from_second_page, MAP_FAILED);
+  ASSERT_NE(shared, MAP_FAILED);
+  ASSERT_NE(anonymous, MAP_FAILED);
+  std::vector<char> heap(4 * page);
+  internal::FileMappingCheck check;
+  EXPECT_TRUE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(whole)));
+  EXPECT_FALSE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(whole) + page));
+  EXPECT_FALSE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(from_second_page)));
+  EXPECT_FALSE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(shared)));
+  EXPECT_FALSE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(anonymous)));
+  EXPECT_FALSE(check.IsFileMappingStart(reinterpret_cast<uintptr_t>(heap.data())));
+  munmap(whole, 2 * page);
+  munmap(from_second_page, page);
+  munmap(shared, page);
+  munmap(anonymous, page);
 }
 
 TEST(FileIdentityTest, HashAndEquality) {
