@@ -33,11 +33,13 @@ namespace {
 // yet (at most once per kNewProcessWakeupGap), so that it reads a short-lived process's maps
 // while it runs. Each wait is a wake-up, and under load a wake-up costs far more than a sample
 // (the context switch back in; on a host with shadow paging, 0.1 to 1.2 ms, growing with the
-// agent's resident memory): every 2 s, and at most 10 times a second more for new processes.
-// Every 2 s instead of every 1 s saved 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs. A process
-// that exec'd is new again to the BPF side, whether its stack is walked there or copied, so the
-// wait does not keep stale maps or unwind entries in use (docs/benchmarks.md, sessions 13, 14).
-constexpr int kMaxPollMs = 2000;
+// agent's resident memory): every 5 s, and at most 10 times a second more for new processes.
+// Every 2 s instead of every 1 s saved 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs, every 5 s
+// instead of 2 s about a fifth of the agent's CPU (session 17). A process that exec'd is new again
+// to the BPF side, whether its stack is walked there or copied, so the wait does not keep stale
+// maps or unwind entries in use (docs/benchmarks.md, sessions 13, 14). What is queued when an
+// interval ends is read before it is written.
+constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // How long after its first read a process's maps are read once more before its samples stop
 // waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
@@ -832,6 +834,10 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     const ClockReading now = ClockReading::Now();
     if (clock.Done(now.steady)) break;
     if (clock.ExportDue(now.steady)) {
+      // The interval's last samples belong to it, and their processes are still in the table:
+      // exited ones go at the export.
+      ++polls_;
+      RETURN_IF_ERROR(profiler_->Poll(0).status());
       ExportInterval(clock.EndInterval(now), now.wall, /*last=*/false);
       continue;
     }
