@@ -71,7 +71,7 @@
 #   pairs of phases of random length and order, and prints the throughput with sampling on over
 #   off: the mean over the pairs with its 95% bootstrap interval. Runs of their own differ by 1.5
 #   to 3.5% on this host, pairs 1 s apart by far less. What it leaves out: whatever the profiler
-#   costs with no samples to take (Ember: its wake-up every 2 s), and work that lands in either
+#   costs with no samples to take (Ember: its wake-up every 5 s), and work that lands in either
 #   kind of phase alike (Ember's export every 10 s of what it aggregated): `bench/warm_cost.sh`
 #   accounts for those in CPU.
 set -Eeuo pipefail

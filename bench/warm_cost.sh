@@ -31,9 +31,10 @@
 #   run_cnt of the program ids in /proc/PID/fdinfo, `bpftool prog show`) at the two moments. Ember
 #   unwinds, symbolizes and aggregates as it goes, so its window holds all of its per-sample work.
 #   Its samples in the window are, system-wide, its programs' firings, as bpftrace's are: the
-#   samples it has read lag the firings by up to its longest wait (2 s), which would move a window
-#   of 8,500 samples by up to 400. With --pid-only they are the samples read (ember_samples_total):
-#   the program fires on every CPU's tick, for other processes too.
+#   samples it has read lag the firings by up to its longest wait (5 s), which would move a window
+#   of 8,500 samples by up to 1,000. With --pid-only they are the samples its program wrote
+#   (ember_bpf_samples_total; ember_samples_total, those read, from builds without it): the
+#   program fires on every CPU's tick, for other processes too.
 # - CPU in the window: the profiler process's user+sys at the two moments, from its
 #   process CPU clock (clock_getcpuclockid(): every thread, exited ones too, in ns; the sum that
 #   /proc/PID/stat's utime+stime give in ticks of 10 ms); for bpftrace plus its BPF programs' run
@@ -179,10 +180,11 @@ sleep 0.5
 #   10 ms ticks and wait4() in microseconds;
 # - BPF_NS, BPF_RUNS: run_time_ns and run_cnt summed over the BPF programs PID holds, from the
 #   fdinfo of their fds (kernel.bpf_stats);
-# - SAMPLES, RSS, TABLES: ember_samples_total, process_resident_memory_bytes and
-#   ember_bpf_unwind_table_build_seconds_total from the agent's /metrics on PORT (0 without a
-#   port). Tables are built once per file while it is in use: in the window only for binaries
-#   first sampled then (on this machine: the script's own bash, the sandbox's tools).
+# - SAMPLES, RSS, TABLES: ember_bpf_samples_total (or ember_samples_total),
+#   process_resident_memory_bytes and ember_bpf_unwind_table_build_seconds_total from the agent's
+#   /metrics on PORT (0 without a port). Tables are built once per file while it is in use: in
+#   the window only for binaries first sampled then (on this machine: the script's own bash, the
+#   sandbox's tools).
 coproc PROBE {
   exec python3 -u -c '
 import os, sys, time, urllib.request
@@ -209,17 +211,22 @@ for line in sys.stdin:
         if "run_time_ns" in fields:
             programs[fields["prog_id"].strip()] = (int(fields["run_time_ns"]), int(fields["run_cnt"]))
     samples = rss = tables = 0
+    written = -1
     if len(args) > 1:
         url = f"http://127.0.0.1:{args[1]}/metrics"
         for l in urllib.request.urlopen(url, timeout=2).read().decode().splitlines():
             if l.startswith("ember_samples_total "):
                 samples = float(l.split()[1])
+            elif l.startswith("ember_bpf_samples_total "):
+                written = float(l.split()[1])
             elif l.startswith("process_resident_memory_bytes "):
                 rss = float(l.split()[1])
             elif l.startswith("ember_bpf_unwind_table_build_seconds_total "):
                 tables = float(l.split()[1])
+    # The samples its program wrote as they were taken, where the agent counts them; else those
+    # it has read (an older build).
     print(cpu, sum(p[0] for p in programs.values()), sum(p[1] for p in programs.values()),
-          samples, rss, tables)
+          written if written >= 0 else samples, rss, tables)
 '
 }
 started+=("$PROBE_PID")
@@ -281,13 +288,13 @@ costs = []
 for name, r0, r1 in zip(agents, first, last):
     c0, b0, n0, s0, _, t0 = map(float, r0.split())
     c1, b1, n1, s1, rss, t1 = map(float, r1.split())
-    read = s1 - s0
-    n = max(1.0, read if pid_only else n1 - n0)
+    recorded = s1 - s0
+    n = max(1.0, recorded if pid_only else n1 - n0)
     agent = (c1 - c0) / 1e3 / n
     bpf = (b1 - b0) / 1e3 / n
     tables = (t1 - t0) * 1e6 / n
     costs.append((c1 - c0, b1 - b0))
-    taken = "samples" if pid_only else f"samples (program firings; {read:.0f} read)"
+    taken = "samples" if pid_only else f"samples (program firings; {recorded:.0f} recorded)"
     who = f"{name}: " if len(agents) > 1 else ""
     print(f"warm_cost: {who}{hz} Hz, {'the workload only' if pid_only else 'system-wide'}: "
           f"{n:.0f} {taken} in the window; per 1000 samples: agent {agent:.1f} ms + BPF "
@@ -295,7 +302,7 @@ for name, r0, r1 in zip(agents, first, last):
           f"first seen in the window: {tables:.1f} ms); RSS {rss / 1048576:.0f} MB")
 if len(costs) == 2:
     # Ratios of the CPU and BPF time in the window, not per sample read: both agents take the
-    # same samples, and what each has read lags by up to its wait (3% of a 60 s window).
+    # same samples, and what each has read lags by up to its wait (8% of a 60 s window).
     (a0, p0), (a1, p1) = costs
     print(f"warm_cost: {agents[1]} over {agents[0]}: agent {a1 / max(a0, 1e-9):.3f}, "
           f"BPF {p1 / max(p0, 1e-9):.3f}, total {(a1 + p1) / max(a0 + p0, 1e-9):.3f}")

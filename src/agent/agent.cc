@@ -290,6 +290,11 @@ absl::Status Agent::SetUpStatusEndpoint() {
   {
     // The BPF program's counters, read when scraped.
     BpfProfiler* profiler = profiler_.get();
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_bpf_samples_total",
+        "Samples the BPF program wrote to the ring buffer, as they are taken; ember_samples_total "
+        "counts those the agent has read (every few seconds).",
+        {}, [profiler] { return static_cast<double>(profiler->ReadStats().samples); }));
     using Field = uint64_t BpfStats::*;
     const std::pair<const char*, Field> walks[] = {
         {"ok", &BpfStats::python_ok},

@@ -44,6 +44,7 @@ struct Scrape {
   double evicted = 0;
   double tracked = 0;
   double samples = 0;
+  double bpf_samples = 0;
   double pprof_files = 0;
   double module_bytes = 0;
   double frame_bytes = 0;
@@ -59,6 +60,7 @@ Scrape ScrapeAgent(const std::string& endpoint) {
        {std::pair{"ember_processes_evicted_total", &scrape.evicted},
         std::pair{"ember_processes_tracked", &scrape.tracked},
         std::pair{"ember_samples_total", &scrape.samples},
+        std::pair{"ember_bpf_samples_total", &scrape.bpf_samples},
         std::pair{"ember_pprof_files_written_total", &scrape.pprof_files},
         std::pair{"ember_symbol_cache_bytes{cache=\"elf_modules\"}", &scrape.module_bytes},
         std::pair{"ember_symbol_cache_bytes{cache=\"frames\"}", &scrape.frame_bytes},
@@ -115,6 +117,9 @@ TEST(ProcessLimitTest, EvictsLeastRecentlyUsedProcessesCountsThemAndKeepsProfili
   // ... while samples and intervals keep coming.
   EXPECT_GT(early.samples, 0);
   EXPECT_GT(late.samples, early.samples);
+  // The program's own count is at least what the agent had read before.
+  EXPECT_GE(late.bpf_samples, early.samples);
+  EXPECT_GT(late.bpf_samples, early.bpf_samples);
   EXPECT_GT(late.pprof_files, early.pprof_files);
   // The symbol caches hold the fixture's binary and libc, and their frames, which the processes
   // share: nearly every lookup after the first few is a hit.
