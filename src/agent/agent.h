@@ -78,7 +78,7 @@ class Agent {
   // dropped and read again.
   void ReleaseFilePages(uint64_t min_reads = 1);
   // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
-  // was freed since the last trim.
+  // was freed since the last trim, looking only after the agent grew or its caches shrank.
   void TrimHeap();
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
@@ -124,7 +124,11 @@ class Agent {
   uint64_t file_reads_released_ = 0;
   uint64_t symbolization_reads_released_ = 0;
   std::chrono::steady_clock::time_point file_pages_released_at_;
-  size_t free_heap_after_trim_ = 0;  // TrimHeap: malloc's free bytes after the last trim
+  // TrimHeap: malloc's free bytes after the last trim; the resident bytes after the last look at
+  // the heap, and the caches' largest size since.
+  size_t free_heap_after_trim_ = 0;
+  size_t resident_at_heap_check_ = 0;
+  size_t cache_bytes_peak_ = 0;
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples

@@ -24,11 +24,11 @@ class SampleArena {
   // The moved-from arena is empty: its next copy starts a block of its own.
   SampleArena(SampleArena&& other) noexcept { *this = std::move(other); }
   SampleArena& operator=(SampleArena&& other) noexcept {
+    if (this == &other) return *this;
     blocks_ = std::move(other.blocks_);
     other.blocks_.clear();
     next_ = std::exchange(other.next_, nullptr);
     end_ = std::exchange(other.end_, nullptr);
-    capacity_bytes_ = std::exchange(other.capacity_bytes_, 0);
     return *this;
   }
 
@@ -46,9 +46,6 @@ class SampleArena {
     return {at, text.size()};
   }
 
-  // Bytes held in blocks, used or not.
-  size_t capacity_bytes() const { return capacity_bytes_; }
-
  private:
   // Most intervals' stacks fit in a few blocks; a bigger request gets a block of its own size.
   static constexpr size_t kBlockBytes = 64 * 1024;
@@ -58,7 +55,6 @@ class SampleArena {
     if (next_ == nullptr || bytes + padding > static_cast<size_t>(end_ - next_)) {
       const size_t block = std::max(bytes, kBlockBytes);
       blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(block));
-      capacity_bytes_ += block;
       next_ = blocks_.back().get();  // new[] aligns for any fundamental type
       end_ = next_ + block;
       padding = 0;
@@ -71,7 +67,6 @@ class SampleArena {
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
   std::byte* next_ = nullptr;
   std::byte* end_ = nullptr;
-  size_t capacity_bytes_ = 0;
 };
 
 }  // namespace ember
