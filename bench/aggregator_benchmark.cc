@@ -41,10 +41,7 @@ void BM_AggregatorInterval(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kSamplesPerInterval);
   state.counters["stacks"] = static_cast<double>(taken) / static_cast<double>(state.iterations());
 }
-BENCHMARK(BM_AggregatorInterval)
-    ->Arg(512)
-    ->Arg(kSamplesPerInterval)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AggregatorInterval)->Arg(512)->Arg(kSamplesPerInterval)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ember

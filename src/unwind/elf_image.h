@@ -17,7 +17,7 @@ namespace ember {
 namespace internal {
 class ElfFile;
 class FileMappingCheck;
-}
+}  // namespace internal
 
 // Where one module lies in a process: libdwfl wants the range of the whole file image and derives
 // the load bias from its start.

@@ -44,14 +44,15 @@ struct Fixture : ember::testing::TestFrames {
     profile.start_unix_ns = kStart;
     profile.duration_ns = kDuration;
     profile.period_ns = kPeriodNs;
-    AddSamples(profile, {
-        {200, "tool", "tool", {&unnamed, &tool_main}, 4},
-        {100, "app", "worker", {&work, &app_main}, 5},
-        {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
-        {101, "app", "worker", {&work_later, &app_main}, 1},
-        {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
-        {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
-    });
+    AddSamples(profile,
+               {
+                   {200, "tool", "tool", {&unnamed, &tool_main}, 4},
+                   {100, "app", "worker", {&work, &app_main}, 5},
+                   {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
+                   {101, "app", "worker", {&work_later, &app_main}, 1},
+                   {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
+                   {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
+               });
     context.host_name = "node-1";
     context.scope_version = "1.2.3";
   }
@@ -252,10 +253,10 @@ TEST(BuildExportRequestTest, InlinedFunctionsAreLinesOfOneLocationInnermostFirst
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
   AddSamples(profile, {
-      {100, "app", "app", {&inlined, &app_main}, 3},
-      {101, "app", "app", {&scale, &app_main}, 1},
-      {101, "app", "app", {&inlined, &app_main}, 2},
-  });
+                          {100, "app", "app", {&inlined, &app_main}, 3},
+                          {101, "app", "app", {&scale, &app_main}, 1},
+                          {101, "app", "app", {&inlined, &app_main}, 2},
+                      });
   const auto request = BuildExportRequest(profile, ResourceContext{});
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& d = request.dictionary();
@@ -463,13 +464,14 @@ TEST(BuildExportRequestTest, OddInputsStillGiveAValidRequest) {
   Frame repaired{FrameKind::kNative, "f\xEF\xBF\xBD", "", 0, 0x20, "/bin/\xEF\xBF\xBD", ""};
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
-  AddSamples(profile, {
-      {1, "p", "", {}, 2},                         // no frames, no thread name
-      {1, "p", "t\xFE", {nullptr, &nameless}, 1},  // null frame skipped
-      {1, "p", "t", {&bad_utf8}, 1},
-      {1, "p", "t", {&repaired}, 1},     // same text once repaired: same location
-      {1, "p", "t\xEF\xBF\xBD", {}, 1},  // same thread name as "t\xFE" once repaired
-  });
+  AddSamples(profile,
+             {
+                 {1, "p", "", {}, 2},                         // no frames, no thread name
+                 {1, "p", "t\xFE", {nullptr, &nameless}, 1},  // null frame skipped
+                 {1, "p", "t", {&bad_utf8}, 1},
+                 {1, "p", "t", {&repaired}, 1},     // same text once repaired: same location
+                 {1, "p", "t\xEF\xBF\xBD", {}, 1},  // same thread name as "t\xFE" once repaired
+             });
   const auto request = BuildExportRequest(profile, ResourceContext{});
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& d = request.dictionary();

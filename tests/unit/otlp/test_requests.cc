@@ -22,10 +22,11 @@ ExportRequest MakeTestRequest(int id, size_t padding) {
   profile.start_unix_ns = kBaseTimeNs + id * kIntervalNs;
   profile.duration_ns = kIntervalNs;
   profile.period_ns = 10'000'000;
-  AddSamples(profile, {
-      {4242, "app", "worker" + std::string(padding, 'x'), {&work, &main_frame}, 3 + id},
-      {4242, "app", "main", {&syscall, &work, &main_frame}, 1},
-  });
+  AddSamples(profile,
+             {
+                 {4242, "app", "worker" + std::string(padding, 'x'), {&work, &main_frame}, 3 + id},
+                 {4242, "app", "main", {&syscall, &work, &main_frame}, 1},
+             });
   ResourceContext context;
   context.host_name = "test-host";
   context.scope_version = "0.0.0-test";

@@ -16,8 +16,8 @@
 #include "support/gunzip.h"
 #include "support/pprof_reader.h"
 #include "support/subprocess.h"
-#include "support/test_samples.h"
 #include "support/test_frames.h"
+#include "support/test_samples.h"
 
 namespace ember {
 namespace {
@@ -39,14 +39,15 @@ struct Fixture : ember::testing::TestFrames {
     profile.start_unix_ns = 1'700'000'000'000'000'000;
     profile.duration_ns = 10'000'000'000;
     profile.period_ns = kPeriodNs;
-    AddSamples(profile, {
-        {100, "app", "worker", {&work, &app_main}, 5},
-        {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
-        {101, "app", "worker", {&work_later, &app_main}, 1},
-        {200, "tool", "tool", {&unnamed, &tool_main}, 4},
-        {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
-        {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
-    });
+    AddSamples(profile,
+               {
+                   {100, "app", "worker", {&work, &app_main}, 5},
+                   {100, "app", "main", {&ext4, &syscall, &libc_write, &work_copy, &app_main}, 3},
+                   {101, "app", "worker", {&work_later, &app_main}, 1},
+                   {200, "tool", "tool", {&unnamed, &tool_main}, 4},
+                   {200, "tool", "tool", {&syscall, &libc_write, &tool_main}, 2},
+                   {200, "tool", "idle", {&tool_main}, 0},  // dropped: no samples
+               });
   }
 };
 
@@ -181,8 +182,8 @@ TEST(PprofWriterLabelsTest, ProcessLabelsGoOnEveryOneOfItsSamples) {
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
   AddSamples(profile, {{.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 2},
-                     {.pid = 8, .process = "host", .thread = "b", .frames = {&leaf}, .count = 1},
-                     {.pid = 7, .process = "app", .thread = "c", .frames = {&leaf}, .count = 3}});
+                       {.pid = 8, .process = "host", .thread = "b", .frames = {&leaf}, .count = 1},
+                       {.pid = 7, .process = "app", .thread = "c", .frames = {&leaf}, .count = 3}});
   profile.process_labels[7] = {{"container.id", "3f2a9c"}, {"k8s.pod.name", "web-1"}};
   profile.process_labels[9] = {{"container.id", "not-sampled"}};
   const pb::Profile p = BuildPprof(profile);
@@ -279,9 +280,9 @@ struct InlineFixture {
     inlined.inlined = {{"Scale", "src/app.h", 12}, {"Middle(int)", "src/app.h", 18}};
     profile.period_ns = kPeriodNs;
     AddSamples(profile, {
-        {100, "app", "app", {&inlined, &app_main}, 3},
-        {100, "app", "app", {&scale, &app_main}, 1},
-    });
+                            {100, "app", "app", {&inlined, &app_main}, 3},
+                            {100, "app", "app", {&scale, &app_main}, 1},
+                        });
   }
 };
 

@@ -1,7 +1,6 @@
 // Tests of ModuleCache: identity keying, cached failures, generation and size eviction.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
