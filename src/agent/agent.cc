@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -62,12 +61,12 @@ constexpr uint64_t kSymbolizationReadsPerRelease = 128;
 // export made the next one fault its pages back in (8% of the agent's CPU at 99 Hz on 2 CPUs).
 constexpr size_t kFreeHeapKept = size_t{8} << 20;
 
-// This process's resident bytes, from /proc/self/statm; 0 when it cannot be read.
+// This process's resident bytes, as process_resident_memory_bytes reads them; 0 when they cannot
+// be read.
 size_t ResidentBytes() {
-  const std::string statm = ReadWholeFile("/proc/self/statm").value_or("");
-  unsigned long pages = 0, resident = 0;
-  if (sscanf(statm.c_str(), "%lu %lu", &pages, &resident) != 2) return 0;
-  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const std::optional<ProcStat> stat =
+      ParseProcStat(ReadWholeFile("/proc/self/stat").value_or(""));
+  return stat ? stat->rss_pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
@@ -853,6 +852,11 @@ void Agent::ReleaseFilePages(uint64_t min_reads) {
   unwinder_.ReleasePages(file_mappings);
 }
 
+absl::Status Agent::PollSamples(int timeout_ms) {
+  ++polls_;
+  return profiler_->Poll(timeout_ms).status();
+}
+
 absl::Status Agent::Run(const std::atomic<bool>& stop) {
   IntervalClock clock(interval_start_, std::chrono::steady_clock::now(), options_.export_interval,
                       options_.duration);
@@ -864,8 +868,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     if (clock.ExportDue(now.steady)) {
       // The interval's last samples belong to it, and their processes are still in the table:
       // exited ones go at the export.
-      ++polls_;
-      RETURN_IF_ERROR(profiler_->Poll(0).status());
+      RETURN_IF_ERROR(PollSamples(0));
       ExportInterval(clock.EndInterval(now), now.wall, /*last=*/false);
       continue;
     }
@@ -889,11 +892,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       }
     }
     const auto wait = clock.WaitFor(now.steady, limit);
-    ++polls_;
-    RETURN_IF_ERROR(profiler_->Poll(static_cast<int>(wait.count())).status());
+    RETURN_IF_ERROR(PollSamples(static_cast<int>(wait.count())));
   }
-  ++polls_;
-  RETURN_IF_ERROR(profiler_->Poll(0).status());  // what is already queued belongs to this run
+  RETURN_IF_ERROR(PollSamples(0));  // what is already queued belongs to this run
   const ClockReading end = ClockReading::Now();
   ExportInterval(clock.EndInterval(end), end.wall, /*last=*/true);
   SyncFailureMetrics();

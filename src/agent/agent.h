@@ -80,6 +80,8 @@ class Agent {
   // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
   // was freed since the last trim, looking only after the agent grew or its caches shrank.
   void TrimHeap();
+  // Reads the queued samples, waiting up to timeout_ms for more; counts the poll (polls_).
+  absl::Status PollSamples(int timeout_ms);
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
