@@ -5,7 +5,10 @@
 #include <malloc.h>
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <utility>
 
 #include "common/status_macros.h"
 
@@ -26,12 +29,33 @@ extern "C" size_t __sanitizer_get_free_bytes();
 namespace ember {
 namespace {
 
-struct HeapBytes {
-  double allocated = 0;
-  double free = 0;
+// Hands the reading the first gauge of a scrape took to the second. The registry renders the
+// families in registration order under its lock, so the free gauge follows its allocated gauge;
+// a free gauge that finds no reading (never, unless rendered alone) takes its own.
+class SharedReading {
+ public:
+  explicit SharedReading(std::function<HeapBytes()> read) : read_(std::move(read)) {}
+  HeapBytes Take() {
+    std::lock_guard lock(mu_);
+    HeapBytes bytes = read_();
+    pending_ = bytes;
+    return bytes;
+  }
+  HeapBytes TakePending() {
+    std::lock_guard lock(mu_);
+    std::optional<HeapBytes> pending = std::exchange(pending_, std::nullopt);
+    return pending.has_value() ? *pending : read_();
+  }
+
+ private:
+  std::mutex mu_;
+  std::function<HeapBytes()> read_;
+  std::optional<HeapBytes> pending_;
 };
 
-HeapBytes ReadHeap() {
+}  // namespace
+
+HeapBytes ReadHeapBytes() {
 #ifdef EMBER_HEAP_FROM_SANITIZER
   return {static_cast<double>(__sanitizer_get_current_allocated_bytes()),
           static_cast<double>(__sanitizer_get_free_bytes())};
@@ -42,17 +66,16 @@ HeapBytes ReadHeap() {
 #endif
 }
 
-}  // namespace
-
-absl::Status AddHeapMetrics(MetricsRegistry& registry) {
+absl::Status AddHeapMetrics(MetricsRegistry& registry, std::function<HeapBytes()> read) {
+  auto reading = std::make_shared<SharedReading>(std::move(read));
   RETURN_IF_ERROR(registry.AddCallbackGauge(
       "ember_heap_allocated_bytes",
       "Bytes of the agent's heap in use: allocated by malloc and not yet freed.", {},
-      []() -> std::optional<double> { return ReadHeap().allocated; }));
+      [reading]() -> std::optional<double> { return reading->Take().allocated; }));
   return registry.AddCallbackGauge(
       "ember_heap_free_bytes",
       "Bytes malloc holds free in the agent's heap: freed but not returned to the system.", {},
-      []() -> std::optional<double> { return ReadHeap().free; });
+      [reading]() -> std::optional<double> { return reading->TakePending().free; });
 }
 
 }  // namespace ember

@@ -36,5 +36,21 @@ TEST(HeapMetricsTest, AllocatedBytesFollowMallocAndFree) {
   EXPECT_GE(Scrape(registry, "ember_heap_free_bytes"), 0);
 }
 
+TEST(HeapMetricsTest, AScrapeReadsTheHeapOnceAndShowsBothFiguresOfThatReading) {
+  MetricsRegistry registry;
+  int reads = 0;
+  ASSERT_TRUE(AddHeapMetrics(registry, [&reads] {
+                ++reads;
+                return HeapBytes{.allocated = 1000.0 * reads, .free = 10.0 * reads};
+              }).ok());
+  for (int scrape = 1; scrape <= 3; ++scrape) {
+    auto parsed = ParseExposition(registry.Render());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(reads, scrape);
+    EXPECT_EQ(parsed->samples["ember_heap_allocated_bytes"], 1000.0 * scrape);
+    EXPECT_EQ(parsed->samples["ember_heap_free_bytes"], 10.0 * scrape);
+  }
+}
+
 }  // namespace
 }  // namespace ember
