@@ -8,7 +8,8 @@
 #
 #   bench/warm_cost.sh [--build-dir build] [--seconds 60] [--warmup 15] [--hz 99]
 #                      [--profiler ember|perf-fp|perf-dwarf|bpftrace] [--pid-only]
-#                      [--beside OTHER_BUILD_DIR] [-- EMBER_AGENT_FLAGS...]
+#                      [--beside OTHER_BUILD_DIR] [--with perf-fp|perf-dwarf|bpftrace]
+#                      [-- EMBER_AGENT_FLAGS...]
 #
 # The profilers, system-wide at --hz, run as bench/overhead.sh runs them:
 #   ember       build/ember-agent --sampling-hz HZ --duration SECONDS (the default)
@@ -24,6 +25,14 @@
 # minutes (docs/benchmarks.md, sessions 13 and 14), which separate runs cannot tell from a change.
 # Use it with --pid-only: system-wide, each agent also samples the other and symbolizes its binary
 # (tens of MB of DWARF), which is no cost of either build's own.
+# --with PEER (ember, system-wide) runs that peer at the same time, over the same window, and prints
+# its line too and Ember's cost all told over the peer's: a comparison the host's drift cannot
+# move, where one profiler after the other (interleaved rounds) can land in a slow stretch of the
+# host alone (session 18: 33.5 ms in one round against 12.2 and 12.9 in the rounds around it). Each
+# samples the other as it samples the workload, and their samples in the window are alike. Its
+# warm-up is 60 s (and --seconds 110) unless given: the agent builds the CFI tables of the peer's
+# start-up (bpftrace's libclang, libz3 and libLLVM: over a million rows, about a second of builds
+# at 5% of the agent's time) in the first 50 s, and a build in the window is no per-sample cost.
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
@@ -66,12 +75,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
-seconds=60
-warmup=15
+seconds=""
+warmup=""
 hz=99
 pid_only=0
 profiler=ember
 beside=""
+with_peer=""
 agent_flags=()
 bad() {
   echo "warm_cost: $*" >&2
@@ -91,10 +101,16 @@ while (($#)); do
     --profiler) need_value "$@"; profiler=$2; shift 2 ;;
     --pid-only) pid_only=1; shift ;;
     --beside) need_value "$@"; beside=$2; shift 2 ;;
+    --with) need_value "$@"; with_peer=$2; shift 2 ;;
     --) shift; agent_flags=("$@"); break ;;
     *) bad "unknown argument '$1'" ;;
   esac
 done
+if [[ -n $with_peer ]]; then
+  seconds=${seconds:-110} warmup=${warmup:-60}
+else
+  seconds=${seconds:-60} warmup=${warmup:-15}
+fi
 for value in "$seconds" "$warmup" "$hz"; do
   [[ $value =~ ^[0-9]+$ ]] || bad "'$value' is not a whole number"
 done
@@ -107,6 +123,18 @@ esac
 ((pid_only == 0)) || [[ $profiler == ember ]] || bad "--pid-only is for --profiler ember only"
 ((${#agent_flags[@]} == 0)) || [[ $profiler == ember ]] || bad "flags after -- are for --profiler ember only"
 [[ -z $beside ]] || [[ $profiler == ember ]] || bad "--beside is for --profiler ember only"
+if [[ -n $with_peer ]]; then
+  [[ $profiler == ember ]] || bad "--with is for --profiler ember only"
+  ((pid_only == 0)) || bad "--with is system-wide: the peers profile every process"
+  [[ -z $beside ]] || bad "--with and --beside: one or the other"
+  case $with_peer in
+    perf-fp | perf-dwarf | bpftrace) ;;
+    *) bad "unknown peer '$with_peer' for --with (perf-fp, perf-dwarf or bpftrace)" ;;
+  esac
+fi
+# The peer this run measures: the profiler, or the one --with runs beside Ember.
+peer=$profiler
+[[ -z $with_peer ]] || peer=$with_peer
 [[ $(id -u) == 0 ]] || { echo "warm_cost: needs root (BPF, perf -a, bpf_stats)" >&2; exit 1; }
 agent=$build_dir/ember-agent
 workload=$build_dir/bench/overhead_work
@@ -117,7 +145,7 @@ for f in "${agents[@]}" "$workload"; do
 done
 need() { command -v "$1" >/dev/null || die "$1 not found: apt-get install $2"; }
 need bpftool bpftool
-case $profiler in
+case $peer in
   perf-*) need perf linux-perf ;;
   bpftrace) need bpftrace bpftrace ;;
 esac
@@ -237,170 +265,119 @@ probe() {
   read -r reading <&"${PROBE[0]}" || die "the reading of pid $1 failed"
 }
 
-if [[ $profiler == ember ]]; then
-  pid_args=()
-  if ((pid_only)); then
-    parent=$(pgrep -f -o "overhead_work $units")
-    for child in $(pgrep -P "$parent"); do pid_args+=(--pid "$child"); done
-  fi
-  agent_pids=() ports=()
-  for ((a = 0; a < ${#agents[@]}; a++)); do
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "${agents[a]}" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out$a" \
-      --metrics-address "127.0.0.1:$port" "${pid_args[@]}" "${agent_flags[@]}" > "$tmp/agent$a.log" 2>&1 &
-    agent_pids+=($!)
-    ports+=("$port")
-    started+=($!)
-  done
-  # read_all: one reading of every agent, into readings[a].
-  readings=()
-  read_all() {
-    for ((a = 0; a < ${#agents[@]}; a++)); do
-      probe "${agent_pids[a]}" "${ports[a]}"
-      readings[a]=$reading
-    done
-  }
-
-  # A reading a third into the warm-up too: the probe maps its HTTP and TLS libraries then, and
-  # runs for 0.3 s, so Ember samples it and builds their tables (libpython and libcrypto: 0.2 s)
-  # before the window instead of in it. Left to the window's first reading, that landed in the
-  # window whenever a sample caught the probe, about one run in two.
-  pause $((warmup / 3))
-  read_all
-  pause $((warmup - warmup / 3))
-  read_all
-  first=("${readings[@]}")
-  pause $((seconds - warmup - 2))
-  read_all
-  stats_check
-  for ((a = 0; a < ${#agents[@]}; a++)); do
-    wait "${agent_pids[a]}" ||
-      { echo "warm_cost: ${agents[a]} failed: $(tail -3 "$tmp/agent$a.log")" >&2; exit 1; }
-  done
-  python3 - "$hz" "$pid_only" "${agents[@]}" -- "${first[@]}" -- "${readings[@]}" <<'EOF'
-import sys
-hz, pid_only = sys.argv[1], sys.argv[2] == "1"
-rest = sys.argv[3:]
-agents = rest[: rest.index("--")]
-rest = rest[rest.index("--") + 1 :]
-first, last = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
-costs = []
-for name, r0, r1 in zip(agents, first, last):
-    c0, b0, n0, s0, _, t0 = map(float, r0.split())
-    c1, b1, n1, s1, rss, t1 = map(float, r1.split())
-    recorded = s1 - s0
-    n = max(1.0, recorded if pid_only else n1 - n0)
-    agent = (c1 - c0) / 1e3 / n
-    bpf = (b1 - b0) / 1e3 / n
-    tables = (t1 - t0) * 1e6 / n
-    costs.append((c1 - c0, b1 - b0))
-    taken = "samples" if pid_only else f"samples (program firings; {recorded:.0f} recorded)"
-    who = f"{name}: " if len(agents) > 1 else ""
-    print(f"warm_cost: {who}{hz} Hz, {'the workload only' if pid_only else 'system-wide'}: "
-          f"{n:.0f} {taken} in the window; per 1000 samples: agent {agent:.1f} ms + BPF "
-          f"{bpf:.1f} ms = {agent + bpf:.1f} ms (of the agent's, building tables for processes "
-          f"first seen in the window: {tables:.1f} ms); RSS {rss / 1048576:.0f} MB")
-if len(costs) == 2:
-    # Ratios of the CPU and BPF time in the window, not per sample read: both agents take the
-    # same samples, and what each has read lags by up to its wait (8% of a 60 s window).
-    (a0, p0), (a1, p1) = costs
-    print(f"warm_cost: {agents[1]} over {agents[0]}: agent {a1 / max(a0, 1e-9):.3f}, "
-          f"BPF {p1 / max(p0, 1e-9):.3f}, total {(a1 + p1) / max(a0 + p0, 1e-9):.3f}")
-EOF
-  exit 0
-fi
-
-# A peer: run under bench/rusage.py for its CPU and peak RSS at exit.
+# --- A peer: run under bench/rusage.py for its CPU and peak RSS at exit ---
 period=$((1000000000 / hz))
-case $profiler in
+case $peer in
   perf-fp) cmd=(perf record -a -g -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
   perf-dwarf)
     cmd=(perf record -a --call-graph dwarf,65528 -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
   bpftrace) cmd=(bpftrace -e "profile:hz:$hz { @[ustack, kstack] = count(); }") ;;
+  *) cmd=() ;;
 esac
-bench/rusage.py "$tmp/time" 3>&- "${cmd[@]}" >"$tmp/profiler.log" 2>&1 &
-time_pid=$!
-started+=("$time_pid")
-for ((i = 0; i < 100; i++)); do
-  # By name: a pyenv python3 shim runs helpers of its own before it execs python.
-  prof_pid=$(pgrep -P "$time_pid" -x "${cmd[0]}" || true)
-  [[ -n $prof_pid ]] && break
-  sleep 0.05
-done
-[[ -n $prof_pid ]] || die "$profiler did not start: $(tail -3 "$tmp/profiler.log")"
-# From now on the profiler is signalled, not time: time reaps it and reports, then exits.
-started=("$workload_pid" "$prof_pid" "$PROBE_PID")
-
+prof_pid="" time_pid=""
+# unstart OLD [NEW]: OLD leaves the pids the clean-up signals, NEW (if given) takes its place.
+unstart() {
+  local pid kept=()
+  for pid in "${started[@]}"; do
+    if [[ $pid == "$1" ]]; then
+      [[ -z ${2:-} ]] || kept+=("$2")
+    else
+      kept+=("$pid")
+    fi
+  done
+  started=("${kept[@]}")
+}
+peer_start() {
+  local i
+  bench/rusage.py "$tmp/time" 3>&- "${cmd[@]}" >"$tmp/profiler.log" 2>&1 &
+  time_pid=$!
+  started+=("$time_pid")
+  for ((i = 0; i < 100; i++)); do
+    # By name: a pyenv python3 shim runs helpers of its own before it execs python.
+    prof_pid=$(pgrep -P "$time_pid" -x "${cmd[0]}" || true)
+    [[ -n $prof_pid ]] && break
+    sleep 0.05
+  done
+  [[ -n $prof_pid ]] || die "$peer did not start: $(tail -3 "$tmp/profiler.log")"
+  # From now on the peer is signalled, not time: time reaps it and reports, then exits.
+  unstart "$time_pid" "$prof_pid"
+  ln -s "$(type -P true)" "$tmp/wcmark$$-0"
+  ln -s "$(type -P true)" "$tmp/wcmark$$-1"
+}
 attached() {
   local fd
-  if [[ $profiler == bpftrace ]]; then
+  if [[ $peer == bpftrace ]]; then
     grep -qs prog_id /proc/"$prof_pid"/fdinfo/*
   else
     for fd in /proc/"$prof_pid"/fd/*; do [[ $(readlink "$fd") == *perf_event* ]] && return 0; done
     return 1
   fi
 }
-# At each moment perf gets a marker exec (see the header), then the profiler's CPU is read.
-mark() { [[ $profiler != perf-* ]] || "$tmp/wcmark$$-$1"; }
-ln -s "$(type -P true)" "$tmp/wcmark$$-0"
-ln -s "$(type -P true)" "$tmp/wcmark$$-1"
 alive() {
-  running "$prof_pid" || die "$profiler exited $1: $(tail -3 "$tmp/profiler.log")"
+  running "$prof_pid" || die "$peer exited $1: $(tail -3 "$tmp/profiler.log")"
 }
+# peer_moment 0|1: the window's first or last moment. perf gets a marker exec (see the header),
+# then the peer's CPU is read.
+c0="" b0="" n0="" c1="" b1="" n1="" hwm=""
+peer_moment() {
+  if (($1 == 0)); then
+    alive "during the warm-up"
+    attached || die "$peer not attached after the $warmup s warm-up"
+  else
+    alive "in the window"
+  fi
+  [[ $peer != perf-* ]] || "$tmp/wcmark$$-$1"
+  probe "$prof_pid"
+  if (($1 == 0)); then
+    read -r c0 b0 n0 _ <<<"$reading"
+  else
+    read -r c1 b1 n1 _ <<<"$reading"
+    hwm=$(awk '/^VmHWM/ { print $2 }' /proc/"$prof_pid"/status)
+    [[ $peer != bpftrace ]] || stats_check
+  fi
+}
+# After the window: stops the peer, counts what it deferred to the end, prints its line and
+# writes its cost all told per 1000 samples to $tmp/peer.sum.
+peer_finish() {
+  local c_stop n_stop user sys maxrss script_s=0 script_rss=0 idle=0 lost=0 n_window n_total marks
+  pgrep -f "overhead_work $units\$" >/dev/null || die "the workload ended inside the window"
+  pause 2
+  alive "before the end"
+  probe "$prof_pid"
+  read -r c_stop _ n_stop _ <<<"$reading"
+  kill -INT "$prof_pid"
+  wait "$time_pid" || true
+  unstart "$prof_pid"  # the peer is reaped: its pid may be reused
+  read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$tmp/time" | tail -1) ||
+    die "no rusage from bench/rusage.py: $(tail -3 "$tmp/time")"
+  if [[ $peer == perf-* ]]; then
+    # Non-idle samples between the markers and in all; idle ones in the window.
+    read -r n_window n_total idle marks < <(
+      perf script -i "$tmp/perf.data" -F pid,time --show-task-events 2>"$tmp/count.err" |
+        awk -v m0="exec: wcmark$$-0:" -v m1="exec: wcmark$$-1:" '
+          index($0, m0) { phase = 1; marks++; next }
+          index($0, m1) { phase = 2; marks++; next }
+          NF == 2 && $2 ~ /:$/ { if ($1 == 0) { if (phase == 1) i++; next } t++; if (phase == 1) w++ }
+          END { print w + 0, t + 0, i + 0, marks + 0 }')
+    ((marks == 2)) || die "perf.data lacks the window's markers: $(tail -3 "$tmp/count.err")"
+    bench/rusage.py "$tmp/script.time" perf script -i "$tmp/perf.data" \
+      -F comm,pid,ip,sym >"$tmp/script.txt" 2>"$tmp/script.err" ||
+      die "perf script failed: $(tail -3 "$tmp/script.err")"
+    read -r script_s script_rss < <(awk '{ print $1 + $2, $3 }' "$tmp/script.time")
+    lost=$(cat "$tmp/profiler.log" "$tmp/script.err" |
+      awk '{ while (match($0, /lost [0-9]+ chunks/)) { split(substr($0, RSTART, RLENGTH), w, " ")
+               n += w[2]; $0 = substr($0, RSTART + RLENGTH) } } END { print n + 0 }')
+  else
+    n_window=$((n1 - n0))
+    n_total=$n_stop
+  fi
 
-pause "$warmup"
-alive "during the warm-up"
-attached || die "$profiler not attached after the $warmup s warm-up"
-mark 0
-probe "$prof_pid"
-read -r c0 b0 n0 _ <<<"$reading"
-pause $((seconds - warmup - 2))
-alive "in the window"
-mark 1
-probe "$prof_pid"
-read -r c1 b1 n1 _ <<<"$reading"
-hwm=$(awk '/^VmHWM/ { print $2 }' /proc/"$prof_pid"/status)
-[[ $profiler != bpftrace ]] || stats_check
-pgrep -f "overhead_work $units\$" >/dev/null || die "the workload ended inside the window"
-pause 2
-alive "before the end"
-probe "$prof_pid"
-read -r c_stop _ n_stop _ <<<"$reading"
-kill -INT "$prof_pid"
-wait "$time_pid" || true
-started=("$workload_pid" "$PROBE_PID")  # the profiler is reaped: its pid may be reused
-read -r user sys maxrss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9]+$' "$tmp/time" | tail -1) ||
-  die "no rusage from bench/rusage.py: $(tail -3 "$tmp/time")"
-
-script_s=0 script_rss=0 idle=0 lost=0
-if [[ $profiler == perf-* ]]; then
-  # Non-idle samples between the markers and in all; idle ones in the window.
-  read -r n_window n_total idle marks < <(
-    perf script -i "$tmp/perf.data" -F pid,time --show-task-events 2>"$tmp/count.err" |
-      awk -v m0="exec: wcmark$$-0:" -v m1="exec: wcmark$$-1:" '
-        index($0, m0) { phase = 1; marks++; next }
-        index($0, m1) { phase = 2; marks++; next }
-        NF == 2 && $2 ~ /:$/ { if ($1 == 0) { if (phase == 1) i++; next } t++; if (phase == 1) w++ }
-        END { print w + 0, t + 0, i + 0, marks + 0 }')
-  ((marks == 2)) || die "perf.data lacks the window's markers: $(tail -3 "$tmp/count.err")"
-  bench/rusage.py "$tmp/script.time" perf script -i "$tmp/perf.data" \
-    -F comm,pid,ip,sym >"$tmp/script.txt" 2>"$tmp/script.err" ||
-    die "perf script failed: $(tail -3 "$tmp/script.err")"
-  read -r script_s script_rss < <(awk '{ print $1 + $2, $3 }' "$tmp/script.time")
-  lost=$(cat "$tmp/profiler.log" "$tmp/script.err" |
-    awk '{ while (match($0, /lost [0-9]+ chunks/)) { split(substr($0, RSTART, RLENGTH), w, " ")
-             n += w[2]; $0 = substr($0, RSTART + RLENGTH) } } END { print n + 0 }')
-else
-  n_window=$((n1 - n0))
-  n_total=$n_stop
-fi
-
-python3 - "$profiler" "$hz" "$n_window" "$n_total" "$idle" "$c0" "$c1" "$c_stop" "$b0" "$b1" \
-  "$user" "$sys" "$script_s" "$hwm" "$maxrss" "$script_rss" "$lost" <<'EOF'
+  python3 - "$peer" "$hz" "$n_window" "$n_total" "$idle" "$c0" "$c1" "$c_stop" "$b0" "$b1" \
+    "$user" "$sys" "$script_s" "$hwm" "$maxrss" "$script_rss" "$lost" "$tmp/peer.sum" <<'EOF'
 import sys
 profiler, hz = sys.argv[1:3]
 (n, total, idle, c0, c1, c_stop, b0, b1, user, sys_s, script_s, hwm, maxrss, script_rss,
- lost) = map(float, sys.argv[3:])
+ lost) = map(float, sys.argv[3:18])
 n, total = max(1.0, n), max(1.0, total)
 window = (c1 - c0) / 1e3 / n
 bpf = (b1 - b0) / 1e3 / n
@@ -426,4 +403,101 @@ else:
 print(f"warm_cost: {profiler}, {hz} Hz, system-wide: {n:.0f} samples in the window{idle_note}, "
       f"{total:.0f} in the run; per 1000 samples: in the window {inside}; deferred to the end (per "
       f"1000 of the run's samples) {at_end}; sum {window + bpf + end:.1f} ms; peak RSS {rss}")
+with open(sys.argv[18], "w") as f:
+    print(window + bpf + end, file=f)
 EOF
+}
+
+if [[ $profiler != ember ]]; then
+  peer_start
+  pause "$warmup"
+  peer_moment 0
+  pause $((seconds - warmup - 2))
+  peer_moment 1
+  peer_finish
+  exit 0
+fi
+
+# --- Ember (and with --with, its peer beside it) ---
+[[ -z $with_peer ]] || peer_start
+pid_args=()
+if ((pid_only)); then
+  parent=$(pgrep -f -o "overhead_work $units")
+  for child in $(pgrep -P "$parent"); do pid_args+=(--pid "$child"); done
+fi
+agent_pids=() ports=()
+for ((a = 0; a < ${#agents[@]}; a++)); do
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "${agents[a]}" --sampling-hz "$hz" --duration "${seconds}s" --output-dir "$tmp/out$a" \
+    --metrics-address "127.0.0.1:$port" "${pid_args[@]}" "${agent_flags[@]}" > "$tmp/agent$a.log" 2>&1 &
+  agent_pids+=($!)
+  ports+=("$port")
+  started+=($!)
+done
+# read_all: one reading of every agent, into readings[a].
+readings=()
+read_all() {
+  for ((a = 0; a < ${#agents[@]}; a++)); do
+    probe "${agent_pids[a]}" "${ports[a]}"
+    readings[a]=$reading
+  done
+}
+
+# A reading a third into the warm-up too: the probe maps its HTTP and TLS libraries then, and
+# runs for 0.3 s, so Ember samples it and builds their tables (libpython and libcrypto: 0.2 s)
+# before the window instead of in it. Left to the window's first reading, that landed in the
+# window whenever a sample caught the probe, about one run in two.
+pause $((warmup / 3))
+read_all
+pause $((warmup - warmup / 3))
+read_all
+[[ -z $with_peer ]] || peer_moment 0
+first=("${readings[@]}")
+pause $((seconds - warmup - 2))
+read_all
+[[ -z $with_peer ]] || peer_moment 1
+stats_check
+# The peer stops 2 s after the window, as the agents do.
+[[ -z $with_peer ]] || peer_finish
+for ((a = 0; a < ${#agents[@]}; a++)); do
+  wait "${agent_pids[a]}" ||
+    { echo "warm_cost: ${agents[a]} failed: $(tail -3 "$tmp/agent$a.log")" >&2; exit 1; }
+done
+python3 - "$hz" "$pid_only" "$tmp/ember.sum" "${agents[@]}" -- "${first[@]}" -- "${readings[@]}" <<'EOF'
+import sys
+hz, pid_only, sum_file = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+rest = sys.argv[4:]
+agents = rest[: rest.index("--")]
+rest = rest[rest.index("--") + 1 :]
+first, last = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+costs = []
+for name, r0, r1 in zip(agents, first, last):
+    c0, b0, n0, s0, _, t0 = map(float, r0.split())
+    c1, b1, n1, s1, rss, t1 = map(float, r1.split())
+    recorded = s1 - s0
+    n = max(1.0, recorded if pid_only else n1 - n0)
+    agent = (c1 - c0) / 1e3 / n
+    bpf = (b1 - b0) / 1e3 / n
+    tables = (t1 - t0) * 1e6 / n
+    costs.append((c1 - c0, b1 - b0))
+    if len(costs) == 1:
+        with open(sum_file, "w") as f:
+            print(agent + bpf, file=f)
+    taken = "samples" if pid_only else f"samples (program firings; {recorded:.0f} recorded)"
+    who = f"{name}: " if len(agents) > 1 else ""
+    print(f"warm_cost: {who}{hz} Hz, {'the workload only' if pid_only else 'system-wide'}: "
+          f"{n:.0f} {taken} in the window; per 1000 samples: agent {agent:.1f} ms + BPF "
+          f"{bpf:.1f} ms = {agent + bpf:.1f} ms (of the agent's, building tables for processes "
+          f"first seen in the window: {tables:.1f} ms); RSS {rss / 1048576:.0f} MB")
+if len(costs) == 2:
+    # Ratios of the CPU and BPF time in the window, not per sample read: both agents take the
+    # same samples, and what each has read lags by up to its wait (8% of a 60 s window).
+    (a0, p0), (a1, p1) = costs
+    print(f"warm_cost: {agents[1]} over {agents[0]}: agent {a1 / max(a0, 1e-9):.3f}, "
+          f"BPF {p1 / max(p0, 1e-9):.3f}, total {(a1 + p1) / max(a0 + p0, 1e-9):.3f}")
+EOF
+if [[ -n $with_peer ]]; then
+  awk -v peer="$with_peer" 'NR == FNR { ember = $1; next } {
+      printf "warm_cost: Ember over %s, all told per 1000 samples, same window: %.3f\n", peer,
+        ember / ($1 > 0 ? $1 : 1e-9) }' "$tmp/ember.sum" "$tmp/peer.sum"
+fi
