@@ -450,6 +450,11 @@ void Agent::OnSample(const SampleView& sample) {
     }
     const size_t user_begin = stack_.size();
     AppendUserFrames(process, sample);
+    if (bpf_unwind_ != nullptr && !(header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
+      // The BPF walk fell short: the files of the frames it left to the agent (or to the
+      // frame-pointer walk) count towards having tables of their own.
+      bpf_unwind_->WalkFellShort(process->pid, user_pcs_);
+    }
     if (!sample.python_frames.empty()) {
       const python::PythonProcess* python = python_.Find(header.pid);
       if (python != nullptr && python->bpf.has_value()) SplicePython(*python, sample, user_begin);
@@ -520,7 +525,6 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
     unwound_complete_metric_->Increment();
     return;
   }
-  if (bpf_unwind_ != nullptr) bpf_unwind_->WalkFellShort(header.pid);
   const bool continued = (header.flags & EMBER_SAMPLE_CONTINUE_REGS) != 0;
   if (sample.user_stack.empty()) {
     if (walked_in_bpf) {

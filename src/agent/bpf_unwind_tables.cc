@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,13 +51,13 @@ bool BpfUnwindTables::ProcessExists(uint32_t pid) {
 
 BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source,
                                  double build_share, ProcessAlive alive,
-                                 int short_walks_before_build)
+                                 BuildThreshold threshold)
     : maps_(maps),
       row_capacity_(row_capacity),
       source_(std::move(source)),
       build_share_(build_share),
       alive_(std::move(alive)),
-      short_walks_before_build_(short_walks_before_build) {
+      threshold_(threshold) {
   if (row_capacity_ > 0) free_.emplace(0, row_capacity_);
 }
 
@@ -83,13 +84,13 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
     const bool waiting = file.state == File::State::kUnwanted || file.state == File::State::kQueued;
     if (inserted || (waiting && !m.open_path.empty())) file.opened_as = m;
     if (inserted) {
-      if (short_walks_before_build_ > 0) {
+      if (threshold_.min_short_walks > 0) {
         file.state = File::State::kUnwanted;
+        file.walks_to_build = WalksToBuild(m.end - m.start);
       } else {
         pending_.push_back(key);
       }
     }
-    if (file.state == File::State::kUnwanted) process.has_unwanted = true;
   }
   auto [it, inserted] = processes_.try_emplace(pid);
   if (!inserted) Release(it->second.files);
@@ -97,18 +98,37 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
   WriteEntry(pid, it->second);
 }
 
-void BpfUnwindTables::WalkFellShort(uint32_t pid) {
+int BpfUnwindTables::WalksToBuild(uint64_t code_bytes) const {
+  uint64_t walks = static_cast<uint64_t>(threshold_.min_short_walks);
+  if (threshold_.code_bytes_per_short_walk > 0) {
+    walks += code_bytes / threshold_.code_bytes_per_short_walk;
+  }
+  return static_cast<int>(std::min<uint64_t>(walks, std::numeric_limits<int>::max()));
+}
+
+void BpfUnwindTables::WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs) {
   auto it = processes_.find(pid);
-  if (it == processes_.end() || !it->second.has_unwanted) return;
-  Process& process = it->second;
-  process.has_unwanted = false;
-  for (const FileIdentity& key : process.files) {
-    auto file = files_.find(key);
-    if (file == files_.end() || file->second.state != File::State::kUnwanted) continue;
-    if (++file->second.short_walks < short_walks_before_build_) {
-      process.has_unwanted = true;
+  if (it == processes_.end()) return;
+  const std::vector<ExecutableMapping>& mappings = it->second.mappings;
+  const ExecutableMapping* last = nullptr;  // the mapping of the frame before
+  for (size_t i = 0; i < pcs.size(); ++i) {
+    if (pcs[i] == 0) continue;  // a marker
+    // A caller's return address is looked up at its call, the byte before it.
+    const uint64_t address = i > 0 ? pcs[i] - 1 : pcs[i];
+    if (last != nullptr && last->start <= address && address < last->end) continue;
+    // The last mapping starting at or below the address (they are sorted and do not overlap).
+    auto after = std::upper_bound(
+        mappings.begin(), mappings.end(), address,
+        [](uint64_t a, const ExecutableMapping& m) { return a < m.start; });
+    if (after == mappings.begin() || address >= std::prev(after)->end) {
+      last = nullptr;  // memory that is no file: JIT code
       continue;
     }
+    last = &*std::prev(after);
+    const FileIdentity key = KeyOf(*last);
+    auto file = files_.find(key);
+    if (file == files_.end() || file->second.state != File::State::kUnwanted) continue;
+    if (++file->second.short_walks < file->second.walks_to_build) continue;
     file->second.state = File::State::kQueued;
     pending_.push_back(key);
   }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +41,21 @@ struct BpfUnwindTablesStats {
   std::chrono::nanoseconds build_time{0};  // building and writing tables, since start
 };
 
+// How many samples must stop in a file without rows (WalkFellShort) before its table is queued
+// for building: `min_short_walks`, and one more for each `code_bytes_per_short_walk` bytes of
+// the file's code (0: the minimum alone). Until then the agent unwinds those samples from their
+// snapshots, about 3.5 µs a sample more than a whole walk in BPF (docs/benchmarks.md, session
+// 7), while a table costs 0.25 to 1 µs a row to build, at about one row per 50 bytes of code.
+// So a process sampled now and then (a daemon that wakes up, a shell, a cron job) costs a few
+// snapshot unwinds instead of a few ms of builds per file, and a big binary busy only for a
+// moment (bpftrace compiling its script: libclang, libLLVM and libz3, 1.8 million rows, about
+// a second of builds) is not built for it. The default builds a file once it has cost a
+// twentieth of its build (libc: 140 samples; libLLVM: 10,000).
+struct TableBuildThreshold {
+  int min_short_walks = 4;                      // 0: every file is queued at once
+  uint64_t code_bytes_per_short_walk = 10'000;  // about 200 rows
+};
+
 class BpfUnwindTables {
  public:
   // Builds one file's table; the default reads the file (unwind_table.h).
@@ -49,29 +65,26 @@ class BpfUnwindTables {
   using ProcessAlive = std::function<bool(uint32_t pid)>;
   static bool ProcessExists(uint32_t pid);
 
-  // Samples of a file's processes whose stack the BPF walk does not take whole (the agent unwinds
-  // them from their snapshots) before the file's table is queued for building (WalkFellShort). A
-  // process sampled now and then (a daemon that wakes up, a shell, a cron job) then costs a few
-  // snapshot unwinds of some 10 to 40 µs each, where building its files' tables would cost a few
-  // ms each (about 250 ns a row).
-  static constexpr int kShortWalksBeforeBuild = 4;
+  using BuildThreshold = TableBuildThreshold;
 
   // Building tables may take at most `build_share` of the agent's time (BuildPending): a burst of
   // new big binaries must not stall sampling or cost a core.
   BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source = TableOfFile,
                   double build_share = 0.05, ProcessAlive alive = ProcessExists,
-                  int short_walks_before_build = kShortWalksBeforeBuild);
+                  BuildThreshold threshold = {});
 
   // Gives the walk process `pid`'s executable mappings in place of what it had. Files whose rows
-  // are loaded are in its entry at once. The others wait until their processes have had
-  // `short_walks_before_build` samples that the walk did not take whole (WalkFellShort), then are
-  // queued for BuildPending; until then (or for good, when a file has no usable table) the agent
-  // unwinds their frames from the sample's snapshot.
+  // are loaded are in its entry at once. The others wait until enough samples have stopped in
+  // them (WalkFellShort, BuildThreshold), then are queued for BuildPending; until then (or for
+  // good, when a file has no usable table) the agent unwinds their frames from the snapshot.
   void SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings);
-  // A sample of process `pid` whose stack the BPF walk did not take to the thread's first frame:
-  // its files lack rows, or the walk could not go on. Counts towards building the process's files
-  // that have no rows yet.
-  void WalkFellShort(uint32_t pid);
+  // A sample of process `pid` whose stack the BPF walk did not take to the thread's first frame,
+  // with the user frames the sample has (`pcs`, leaf first; 0 for a marker): those it walked and
+  // those the agent unwound after it, or the frame-pointer walk of a process without an entry.
+  // Counts once towards building each file without rows that its frames run through (a run of
+  // frames in one file counts once); frames in files with rows or in memory that is no file (JIT
+  // code) count for none.
+  void WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs);
   void RemoveProcess(uint32_t pid);
   // Builds queued tables, oldest first, while within the time share, and updates the entries of
   // the processes that map them. A queued file whose processes have all exited by then is not
@@ -94,6 +107,7 @@ class BpfUnwindTables {
     enum class State { kUnwanted, kQueued, kLoaded, kNoRows };
     State state = State::kQueued;
     int short_walks = 0;     // WalkFellShort calls of its processes while kUnwanted
+    int walks_to_build = 0;  // how many make it kQueued (BuildThreshold)
     uint32_t first_row = 0;  // its buckets start at the same index
     uint32_t row_count = 0;
     uint64_t table_base = 0;
@@ -107,8 +121,8 @@ class BpfUnwindTables {
   struct Process {
     std::vector<ExecutableMapping> mappings;  // file-backed (or the vDSO), ascending by start
     std::vector<FileIdentity> files;          // the distinct files among them
-    bool has_unwanted = false;  // some of `files` may be kUnwanted (WalkFellShort looks)
   };
+  int WalksToBuild(uint64_t code_bytes) const;  // BuildThreshold's figure for a file
   void Build(const FileIdentity& key);
   // Whether a process that runs still maps the file; removes the exited ones met on the way.
   bool MappedByALiveProcess(const FileIdentity& key);
@@ -124,7 +138,7 @@ class BpfUnwindTables {
   TableSource source_;
   const double build_share_;
   ProcessAlive alive_;
-  const int short_walks_before_build_;
+  const BuildThreshold threshold_;
   std::chrono::steady_clock::time_point next_build_at_{};
   uint64_t generation_ = 0;
   absl::flat_hash_map<FileIdentity, File, FileIdentityHash> files_;

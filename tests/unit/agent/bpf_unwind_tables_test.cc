@@ -315,7 +315,18 @@ bool AllRunning(uint32_t) { return true; }
 int BuildAll(BpfUnwindTables& tables) { return tables.BuildPending(steady_clock::now()); }
 
 // Most tests queue a file as soon as a process maps it; the waiting for short walks has its own.
-constexpr int kBuildAtOnce = 0;
+constexpr BpfUnwindTables::BuildThreshold kBuildAtOnce{.min_short_walks = 0};
+// Three samples stopped in a file queue it, whatever its size.
+constexpr BpfUnwindTables::BuildThreshold kAfterThreeWalks{.min_short_walks = 3,
+                                                           .code_bytes_per_short_walk = 0};
+
+// An address in file n's code as FakeFile maps it.
+uint64_t In(int n) { return FakeFile(n).start + 64; }
+
+// A sample of `pid` whose stack the BPF walk did not take whole, with these user frames.
+void FellShort(BpfUnwindTables& tables, uint32_t pid, const std::vector<uint64_t>& pcs) {
+  tables.WalkFellShort(pid, pcs);
+}
 
 TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAndBias) {
   const RealText& own = OwnText();
@@ -748,52 +759,90 @@ TEST(BpfUnwindTablesTest, LoadsTheTablesOfThisProcessOwnFiles) {
   }
 }
 
-TEST(BpfUnwindTablesTest, FileIsBuiltOnlyOnceItsProcessesStacksFellShortOftenEnough) {
+TEST(BpfUnwindTablesTest, FileIsBuiltOnlyOnceEnoughUnwalkedStacksRanThroughIt) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning,
-                         /*short_walks_before_build=*/3);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kAfterThreeWalks);
   tables.SetProcess(10, {FakeFile(1), FakeFile(2)});
   EXPECT_EQ(BuildAll(tables), 0) << "built before any sample needed it";
   EXPECT_EQ(tables.stats().files_unwanted, 2u);
   EXPECT_EQ(tables.stats().files_queued, 0u);
-  tables.WalkFellShort(10);
-  tables.WalkFellShort(10);
+  // Frames in both files count once a sample for each, however many of them lie in one file.
+  FellShort(tables, 10, {In(1), In(1) + 100, In(1) + 8, In(2)});
+  // A caller's return address right after file 1's code is its call's, in file 1.
+  FellShort(tables, 10, {In(2) + 100, FakeFile(1).end});
   EXPECT_EQ(BuildAll(tables), 0);
   EXPECT_EQ(source.total_calls(), 0);
   EXPECT_EQ(maps.Entry(10), nullptr);
 
-  tables.WalkFellShort(10);
-  EXPECT_EQ(tables.stats().files_queued, 2u);
-  EXPECT_EQ(BuildAll(tables), 2);
-  EXPECT_EQ(Starts(maps.Entry(10)), (std::vector<uint64_t>{FakeFile(1).start, FakeFile(2).start}));
-  // Loaded, file 2 is in a new process's entry at once; its other file waits for walks of its own.
-  tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
-  EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(2).start}));
-  EXPECT_EQ(tables.stats().files_unwanted, 1u);
-  tables.WalkFellShort(10);  // names no file without rows: changes nothing
-  tables.WalkFellShort(99);  // a process it was never given
-  EXPECT_EQ(tables.stats().files_unwanted, 1u);
+  FellShort(tables, 10, {FakeFile(1).end - 1, 0, FakeFile(3).start});  // a marker; file 3: not 10's
+  EXPECT_EQ(tables.stats().files_queued, 1u) << "the third sample in file 1 queues it alone";
+  EXPECT_EQ(BuildAll(tables), 1);
+  EXPECT_EQ(Starts(maps.Entry(10)), (std::vector<uint64_t>{FakeFile(1).start}));
+  // Loaded, file 1 is in a new process's entry at once; its other file waits for walks of its own.
+  tables.SetProcess(11, {FakeFile(1), FakeFile(3)});
+  EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(1).start}));
+  EXPECT_EQ(tables.stats().files_unwanted, 2u);
+  for (int i = 0; i < 5; ++i) {
+    FellShort(tables, 11, {In(1)});            // frames in a file with rows: nothing to build
+    FellShort(tables, 11, {FakeFile(3).end});  // a leaf just past file 3, in no mapping
+    FellShort(tables, 11, {0x1000});           // memory that is no file (JIT code)
+    FellShort(tables, 99, {In(2)});            // a process it was never given
+  }
+  EXPECT_EQ(tables.stats().files_unwanted, 2u);
   EXPECT_EQ(BuildAll(tables), 0);
+  FellShort(tables, 10, {In(2)});
+  EXPECT_EQ(BuildAll(tables), 1);
+  EXPECT_EQ(Starts(maps.Entry(10)), (std::vector<uint64_t>{FakeFile(1).start, FakeFile(2).start}));
   EXPECT_EQ(source.calls(FakeFile(1).name), 1);
   EXPECT_EQ(source.calls(FakeFile(2).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(3).name), 0);
 }
 
 TEST(BpfUnwindTablesTest, ShortWalksOfEveryProcessMappingAFileAddUp) {
   FakeMaps maps(64);
   FakeSource source(OwnText().layout);
-  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning,
-                         /*short_walks_before_build=*/3);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kAfterThreeWalks);
   // Three short-lived runs of one program, one sample each, as a busy shell script starts them.
   for (uint32_t pid = 20; pid < 23; ++pid) {
     tables.SetProcess(pid, {FakeFile(1)});
-    tables.WalkFellShort(pid);
+    FellShort(tables, pid, {In(1)});
     EXPECT_EQ(BuildAll(tables), pid == 22 ? 1 : 0) << "pid " << pid;
   }
   EXPECT_EQ(source.calls(FakeFile(1).name), 1);
   for (uint32_t pid = 20; pid < 23; ++pid) {
     EXPECT_EQ(Starts(maps.Entry(pid)), (std::vector<uint64_t>{FakeFile(1).start})) << pid;
   }
+}
+
+// A big file waits for more samples than a small one: one more per code_bytes_per_short_walk of
+// its code, so a binary busy for a moment is not built.
+TEST(BpfUnwindTablesTest, BiggerFilesWaitForMoreSamplesInThem) {
+  FakeMaps maps(64);
+  FakeSource source(OwnText().layout);
+  BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning,
+                         {.min_short_walks = 2, .code_bytes_per_short_walk = 1000});
+  ExecutableMapping small = FakeFile(1);
+  small.end = small.start + 999;  // 2 samples
+  ExecutableMapping big = FakeFile(2);
+  big.end = big.start + 10'500;  // 2 + 10 samples
+  tables.SetProcess(10, {small, big});
+  int big_walks = 0;
+  for (int i = 0; i < 2; ++i) {
+    FellShort(tables, 10, {small.start});
+    FellShort(tables, 10, {big.start});
+    ++big_walks;
+  }
+  EXPECT_EQ(BuildAll(tables), 1);
+  EXPECT_EQ(source.calls(small.name), 1);
+  while (big_walks < 11) {
+    FellShort(tables, 10, {big.end - 1});
+    ++big_walks;
+  }
+  EXPECT_EQ(BuildAll(tables), 0) << "queued after " << big_walks << " samples";
+  FellShort(tables, 10, {big.end - 1});
+  EXPECT_EQ(BuildAll(tables), 1);
+  EXPECT_EQ(source.calls(big.name), 1);
 }
 
 }  // namespace
