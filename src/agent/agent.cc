@@ -64,8 +64,7 @@ constexpr size_t kFreeHeapKept = size_t{8} << 20;
 // This process's resident bytes, as process_resident_memory_bytes reads them; 0 when they cannot
 // be read.
 size_t ResidentBytes() {
-  const std::optional<ProcStat> stat =
-      ParseProcStat(ReadWholeFile("/proc/self/stat").value_or(""));
+  const std::optional<ProcStat> stat = ParseProcStat(ReadWholeFile("/proc/self/stat").value_or(""));
   return stat ? stat->rss_pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 

@@ -50,8 +50,7 @@ bool BpfUnwindTables::ProcessExists(uint32_t pid) {
 }
 
 BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableSource source,
-                                 double build_share, ProcessAlive alive,
-                                 BuildThreshold threshold)
+                                 double build_share, ProcessAlive alive, BuildThreshold threshold)
     : maps_(maps),
       row_capacity_(row_capacity),
       source_(std::move(source)),
@@ -117,9 +116,9 @@ void BpfUnwindTables::WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs)
     const uint64_t address = i > 0 ? pcs[i] - 1 : pcs[i];
     if (last != nullptr && last->start <= address && address < last->end) continue;
     // The last mapping starting at or below the address (they are sorted and do not overlap).
-    auto after = std::upper_bound(
-        mappings.begin(), mappings.end(), address,
-        [](uint64_t a, const ExecutableMapping& m) { return a < m.start; });
+    auto after =
+        std::upper_bound(mappings.begin(), mappings.end(), address,
+                         [](uint64_t a, const ExecutableMapping& m) { return a < m.start; });
     if (after == mappings.begin() || address >= std::prev(after)->end) {
       last = nullptr;  // memory that is no file: JIT code
       continue;
