@@ -30,9 +30,10 @@
 # move, where one profiler after the other (interleaved rounds) can land in a slow stretch of the
 # host alone (session 18: 33.5 ms in one round against 12.2 and 12.9 in the rounds around it). Each
 # samples the other as it samples the workload, and their samples in the window are alike. Its
-# warm-up is 60 s (and --seconds 110) unless given: the agent builds the CFI tables of the peer's
-# start-up (bpftrace's libclang, libz3 and libLLVM: over a million rows, about a second of builds
-# at 5% of the agent's time) in the first 50 s, and a build in the window is no per-sample cost.
+# warm-up is 60 s (and --seconds 110) unless given: the peer's start-up (bpftrace compiles its
+# script for seconds) and what Ember does about it (symbolizing, and until session 18 building
+# the CFI tables of every file bpftrace maps, about a second at 5% of its time) are no per-sample
+# cost, and must end before the window.
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
