@@ -41,19 +41,18 @@ struct BpfUnwindTablesStats {
   std::chrono::nanoseconds build_time{0};  // building and writing tables, since start
 };
 
-// How many samples must stop in a file without rows (WalkFellShort) before its table is queued
-// for building: `min_short_walks`, and one more for each `code_bytes_per_short_walk` bytes of
-// the file's code (0: the minimum alone). Until then the agent unwinds those samples from their
-// snapshots, about 3.5 µs a sample more than a whole walk in BPF (docs/benchmarks.md, session
-// 7), while a table costs 0.25 to 1 µs a row to build, at about one row per 50 bytes of code.
-// So a process sampled now and then (a daemon that wakes up, a shell, a cron job) costs a few
-// snapshot unwinds instead of a few ms of builds per file, and a big binary busy only for a
-// moment (bpftrace compiling its script: libclang, libLLVM and libz3, 1.8 million rows, about
-// a second of builds) is not built for it. The default builds a file once it has cost a
-// twentieth of its build (libc: 140 samples; libLLVM: 10,000).
+// How many samples whose stacks the BPF walk left to the agent must run through a file without
+// rows (WalkFellShort) before its table is queued for building: `min_short_walks`, and one more
+// for each `code_bytes_per_short_walk` bytes of the file's code (0: the minimum alone). Until then
+// the agent unwinds those samples from their snapshots. A process sampled now and then (a daemon
+// that wakes up, a shell, a cron job) so costs a few snapshot unwinds instead of a few ms of
+// builds per file (0.25 to 1 µs a row, about one row per 50 bytes of code), and a big binary busy
+// only for a moment waits for more samples than it has: libLLVM (948,864 rows) 1,025. The scale
+// keeps libc at 17: the agent reads a new process's samples at once while it settles (its first
+// 100 ms), then every 5 s, and a busy process's libc should be built in the first of those.
 struct TableBuildThreshold {
   int min_short_walks = 4;                      // 0: every file is queued at once
-  uint64_t code_bytes_per_short_walk = 10'000;  // about 200 rows
+  uint64_t code_bytes_per_short_walk = 100'000;  // about 2,000 rows
 };
 
 class BpfUnwindTables {
