@@ -51,7 +51,7 @@ struct BpfUnwindTablesStats {
 // keeps libc at 17: the agent reads a new process's samples at once while it settles (its first
 // 100 ms), then every 5 s, and a busy process's libc should be built in the first of those.
 struct TableBuildThreshold {
-  int min_short_walks = 4;                      // 0: every file is queued at once
+  int min_short_walks = 4;                       // 0: every file is queued at once
   uint64_t code_bytes_per_short_walk = 100'000;  // about 2,000 rows
 };
 
@@ -73,9 +73,9 @@ class BpfUnwindTables {
                   BuildThreshold threshold = {});
 
   // Gives the walk process `pid`'s executable mappings in place of what it had. Files whose rows
-  // are loaded are in its entry at once. The others wait until enough samples have stopped in
-  // them (WalkFellShort, BuildThreshold), then are queued for BuildPending; until then (or for
-  // good, when a file has no usable table) the agent unwinds their frames from the snapshot.
+  // are loaded are in its entry at once. The others wait until enough samples have needed them
+  // (WalkFellShort, BuildThreshold), then are queued for BuildPending; until then (or for good,
+  // when a file has no usable table) the agent unwinds their frames from the snapshot.
   void SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings);
   // A sample of process `pid` whose stack the BPF walk did not take to the thread's first frame,
   // with the user frames the sample has (`pcs`, leaf first; 0 for a marker): those it walked and
@@ -105,7 +105,7 @@ class BpfUnwindTables {
   struct File {
     enum class State { kUnwanted, kQueued, kLoaded, kNoRows };
     State state = State::kQueued;
-    int short_walks = 0;     // WalkFellShort calls of its processes while kUnwanted
+    int short_walks = 0;     // samples whose frames ran through it while kUnwanted
     int walks_to_build = 0;  // how many make it kQueued (BuildThreshold)
     uint32_t first_row = 0;  // its buckets start at the same index
     uint32_t row_count = 0;
