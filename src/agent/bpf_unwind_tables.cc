@@ -90,6 +90,7 @@ void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMappi
         pending_.push_back(key);
       }
     }
+    if (file.state == File::State::kUnwanted) process.has_unwanted = true;
   }
   auto [it, inserted] = processes_.try_emplace(pid);
   if (!inserted) Release(it->second.files);
@@ -107,7 +108,7 @@ int BpfUnwindTables::WalksToBuild(uint64_t code_bytes) const {
 
 void BpfUnwindTables::WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs) {
   auto it = processes_.find(pid);
-  if (it == processes_.end()) return;
+  if (it == processes_.end() || !it->second.has_unwanted) return;
   const std::vector<ExecutableMapping>& mappings = it->second.mappings;
   const ExecutableMapping* last = nullptr;  // the mapping of the frame before
   for (size_t i = 0; i < pcs.size(); ++i) {
@@ -130,6 +131,21 @@ void BpfUnwindTables::WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs)
     if (++file->second.short_walks < file->second.walks_to_build) continue;
     file->second.state = File::State::kQueued;
     pending_.push_back(key);
+    UpdateHasUnwanted(key);
+  }
+}
+
+void BpfUnwindTables::UpdateHasUnwanted(const FileIdentity& key) {
+  for (auto& [pid, process] : processes_) {
+    if (!process.has_unwanted ||
+        std::find(process.files.begin(), process.files.end(), key) == process.files.end()) {
+      continue;
+    }
+    process.has_unwanted =
+        std::any_of(process.files.begin(), process.files.end(), [&](const auto& f) {
+          auto file = files_.find(f);
+          return file != files_.end() && file->second.state == File::State::kUnwanted;
+        });
   }
 }
 

@@ -120,7 +120,12 @@ class BpfUnwindTables {
   struct Process {
     std::vector<ExecutableMapping> mappings;  // file-backed (or the vDSO), ascending by start
     std::vector<FileIdentity> files;          // the distinct files among them
+    // Whether some of `files` wait for samples (kUnwanted): WalkFellShort does nothing for a
+    // process without, such as one whose stacks always stop at JIT code.
+    bool has_unwanted = false;
   };
+  // Sets has_unwanted of the processes that map `key` afresh, the file having left kUnwanted.
+  void UpdateHasUnwanted(const FileIdentity& key);
   int WalksToBuild(uint64_t code_bytes) const;  // BuildThreshold's figure for a file
   void Build(const FileIdentity& key);
   // Whether a process that runs still maps the file; removes the exited ones met on the way.
