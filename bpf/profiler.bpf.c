@@ -303,7 +303,7 @@ _Static_assert(UNWIND_ADDRESS_MASK + 1 >= 2 * EMBER_MAX_STACK_DEPTH, "a kernel a
 // addresses of a run of small frames then come from one read. Kept in the map, not on the BPF
 // stack with the walk, so the verifier does not follow its values from step to step (that made
 // it look at ten times the instructions).
-#define UNWIND_WINDOW_BYTES 2048
+#define UNWIND_WINDOW_BYTES 4096
 #define UNWIND_WINDOW_MASK (UNWIND_WINDOW_BYTES - 1)
 struct unwind_window {
   __u64 stack_end;  // stack__end's (0: not known, each pair is read on its own)
