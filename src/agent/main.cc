@@ -1,4 +1,6 @@
 // ember-agent: wires flags, signals and the profiling loop together.
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -16,6 +18,16 @@ std::atomic<bool> g_stop{false};
 
 void OnStopSignal(int) { g_stop.store(true); }
 
+// Each export builds buffers of megabytes (the interval's samples, the pprof message and its
+// bytes, the page's text) and frees them. glibc maps such a block on its own and unmaps it at the
+// free, and hands the heap's free top back once it passes its trim threshold, so every export
+// faulted all of its pages in afresh (costly in a VM: measured 4% of the agent's CPU). Here they
+// come from the heap and are reused; Agent::TrimHeap gives free heap back when it piles up.
+void KeepExportBuffersInTheHeap() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; setting it also fixes the trim threshold
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+}
+
 void InstallSignalHandlers() {
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
@@ -31,6 +43,7 @@ void InstallSignalHandlers() {
 
 int main(int argc, char** argv) {
   const auto started_at = std::chrono::steady_clock::now();
+  KeepExportBuffersInTheHeap();
   std::vector<absl::string_view> args(argv + 1, argv + argc);
   auto options = ember::ParseOptions(args);
   if (!options.ok()) {
