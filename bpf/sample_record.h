@@ -58,6 +58,12 @@ enum ember_record_kind {
 /* The process is not among those the agent has read (known_procs): new to it, or exec'd since. */
 #define EMBER_SAMPLE_PROCESS_UNKNOWN (1u << 10)
 
+/* Values of the known_procs map (the processes the agent has read): flags. */
+#define EMBER_KNOWN_PROC (1u << 0)
+/* The process has an entry in python_procs (CPython frames walked). A sample of a known process
+ * without it skips that lookup. */
+#define EMBER_KNOWN_PROC_PYTHON (1u << 1)
+
 /* ember_sample.python_status: how the CPython frame walk ended (the agent's WalkStatus + 1). */
 enum ember_python_status {
   EMBER_PYTHON_NOT_WALKED = 0,      /* not a configured CPython process */

@@ -24,8 +24,9 @@ packages=(
   runc busybox-static
   # sanitizer and fuzz tier: clang's libFuzzer and sanitizer runtimes (only recommended by clang)
   libclang-rt-14-dev
-  # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against it)
-  python3.11 python3.11-dbg
+  # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against
+  # it), and its shared library for the test of an application that loads it with dlopen
+  python3.11 python3.11-dbg libpython3.11
 )
 
 missing=()

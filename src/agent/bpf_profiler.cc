@@ -283,16 +283,33 @@ absl::Status BpfProfiler::SetPythonProcess(uint32_t pid, const ember_python_proc
                            BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("configuring the Python frames of pid ", pid));
   }
+  python_pids_.insert(pid);
+  UpdateKnownFlags(pid);
   return absl::OkStatus();
 }
 
 void BpfProfiler::RemovePythonProcess(uint32_t pid) {
   bpf_map__delete_elem(skeleton_->maps.python_procs, &pid, sizeof(pid), 0);
+  python_pids_.erase(pid);
+  UpdateKnownFlags(pid);
+}
+
+uint8_t BpfProfiler::KnownFlags(uint32_t pid) const {
+  return EMBER_KNOWN_PROC | (python_pids_.contains(pid) ? EMBER_KNOWN_PROC_PYTHON : 0);
+}
+
+void BpfProfiler::UpdateKnownFlags(uint32_t pid) {
+  // Only an entry that is there: an exec may just have removed it, and the process must then
+  // stay unknown. Without an entry the program looks the Python entry up anyway.
+  const uint8_t flags = KnownFlags(pid);
+  bpf_map__update_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), &flags, sizeof(flags),
+                       BPF_EXIST);
 }
 
 void BpfProfiler::MarkProcessKnown(uint32_t pid) {
-  const uint8_t one = 1;
-  bpf_map__update_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), &one, sizeof(one), BPF_ANY);
+  const uint8_t flags = KnownFlags(pid);
+  bpf_map__update_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), &flags, sizeof(flags),
+                       BPF_ANY);
 }
 
 void BpfProfiler::ForgetProcess(uint32_t pid) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "agent/sample_record_layout.h"
 #include "agent/unwind_maps.h"
@@ -86,6 +87,8 @@ class BpfProfiler {
   // and carry EMBER_SAMPLE_PROCESS_UNKNOWN: they do until it is marked known, and again after it
   // execs (the BPF side then forgets it, and its CFI rows' placement). A failed update only costs
   // a wake-up, so none is reported.
+  // The mark also says whether the process has a Python entry (EMBER_KNOWN_PROC_PYTHON): the
+  // program looks that up only for processes marked so, or not marked at all.
   void MarkProcessKnown(uint32_t pid);
   void ForgetProcess(uint32_t pid);
   // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
@@ -97,6 +100,10 @@ class BpfProfiler {
   BpfProfiler() = default;
   static int OnRecord(void* ctx, void* data, size_t size);
 
+  // known_procs's value for `pid`, and its rewrite where there is one (after a Python change).
+  uint8_t KnownFlags(uint32_t pid) const;
+  void UpdateKnownFlags(uint32_t pid);
+
   struct profiler_bpf* skeleton_ = nullptr;
   std::vector<int> perf_fds_;
   std::vector<struct bpf_link*> links_;   // one per CPU's perf event
@@ -105,6 +112,7 @@ class BpfProfiler {
   SampleHandler handler_;
   std::unique_ptr<UnwindMaps> unwind_maps_;
   uint64_t malformed_records_ = 0;
+  absl::flat_hash_set<uint32_t> python_pids_;  // the processes with a python_procs entry
 };
 
 }  // namespace ember

@@ -319,5 +319,40 @@ TEST(PythonThreadsTest, EachThreadCarriesItsOwnFunctions) {
   std::filesystem::remove_all(run.output_dir);
 }
 
+// An application embedding CPython (tests/fixtures/profiled/embedded_python.c) loads libpython3.11
+// with dlopen 1.5 s of CPU into its run, after the agent has read it and marked it known to the
+// BPF side: the Python frames it then runs must still be walked (the mark is rewritten to say so).
+TEST(PythonEmbeddedTest, AnInterpreterLoadedLaterIsWalked) {
+  ProfiledRun run = ProfileFixture({EMBER_EMBEDDED_PYTHON_FIXTURE, "1.5", "6"}, 99);
+  ASSERT_TRUE(absl::StrContains(run.agent_log, "walking its Python frames")) << run.agent_log;
+  int64_t total = 0, native = 0, python = 0;
+  std::map<std::string, int64_t> other;  // stacks of neither phase, for the failure message
+  for (const NamedSample& s : SamplesOf(run.output_dir, run.pid)) {
+    total += s.count;
+    const auto has = [&](const char* name) {
+      return std::find(s.functions.begin(), s.functions.end(), name) != s.functions.end();
+    };
+    if (has("embedded_native_spin")) {
+      native += s.count;
+    } else if (has("embedded_leaf") && has("embedded_loop")) {
+      python += s.count;
+    } else {
+      other[absl::StrJoin(s.functions, ";")] += s.count;
+    }
+  }
+  std::string examples;
+  for (const auto& [stack, count] : other) {
+    if (count * 50 >= total) examples += std::to_string(count) + " x " + stack + "\n";
+  }
+  ASSERT_GT(total, 300) << run.agent_log;
+  std::printf("embedded: %.1f%% native phase, %.1f%% with the Python frames, of %lld\n",
+              100.0 * native / total, 100.0 * python / total, static_cast<long long>(total));
+  // 1.5 s native, 6 s Python. The agent reads a known process's samples at its 2 s drain, and
+  // only then finds the new interpreter: up to 2.5 s of the Python phase keep native frames.
+  EXPECT_GE(Share(native, total), 0.12);
+  EXPECT_GE(Share(python, total), 0.3) << examples << run.agent_log;
+  std::filesystem::remove_all(run.output_dir);
+}
+
 }  // namespace
 }  // namespace ember::testing
