@@ -6,6 +6,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
+#include "phase_times.h"
 #include "sample_record.h"
 
 // bpf_get_stack and bpf_ringbuf_output are GPL-only helpers.
@@ -376,6 +377,7 @@ static __always_inline const struct ember_unwind_mapping *unwind__mapping(
   if (cached->start <= address && address < cached->end) return cached;
   struct unwind_search search = {.proc = proc, .low = 0, .high = proc->count, .target = address};
   if (search.high > EMBER_MAX_UNWIND_MAPPINGS) search.high = EMBER_MAX_UNWIND_MAPPINGS;
+  PHASE_COUNT(EMBER_PHASE_MAPPING_SEARCHES, 1);
   bpf_loop(UNWIND_MAPPING_SEARCH_STEPS, unwind__search_step, &search, 0);
   if (search.low == 0 || search.low > EMBER_MAX_UNWIND_MAPPINGS) return NULL;
   *last = search.low - 1;
@@ -424,6 +426,7 @@ static __always_inline const struct ember_unwind_row *unwind__row(
   }
   if (search.high != 0) {
     search.low = found + 1;
+    PHASE_COUNT(EMBER_PHASE_ROW_SEARCHES, 1);
     bpf_loop(EMBER_UNWIND_ROW_SEARCH_STEPS + 1, unwind__search_step, &search, 0);
     if (search.low == 0) return NULL;  // a row outside the map
     found = search.low - 1;
@@ -445,6 +448,8 @@ static __always_inline bool unwind__read_pair(struct unwind_walk *walk, __u64 ad
     }
     __u64 size = end - address;
     if (size > UNWIND_WINDOW_BYTES) size = UNWIND_WINDOW_BYTES;
+    PHASE_COUNT(EMBER_PHASE_WINDOW_READS, 1);
+    PHASE_COUNT(EMBER_PHASE_WINDOW_BYTES, size);
     if (bpf_probe_read_user(window->bytes, size, (const void *)address) != 0) {
       // A page of the stack not present, or a stale end: each pair is read on its own from here,
       // and the thread's next sample looks its end up again.
@@ -749,7 +754,9 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
   }
   const __u32 tid = (__u32)pid_tgid;
   bool cached = false;
+  PHASE_START();
   const __u64 stack_end = stack__end(task, tid, s->user_regs[EMBER_USER_REG_SP], &cached);
+  PHASE(EMBER_PHASE_STACK_END);
   struct unwind_walk walk = {
       .proc = proc,
       .buf = buf,
@@ -769,6 +776,9 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
   walk.window->tid = tid;
   walk.window->end_cached = cached;
   bpf_loop(EMBER_MAX_STACK_DEPTH, unwind__step, &walk, 0);
+  PHASE(EMBER_PHASE_WALK);
+  PHASE_COUNT(EMBER_PHASE_WALKS, 1);
+  PHASE_COUNT(EMBER_PHASE_WALK_FRAMES, walk.depth);
   if (walk.complete) {
     stats__add(EMBER_STAT_UNWIND_COMPLETE);
     *flags |= EMBER_SAMPLE_UNWOUND_IN_BPF | EMBER_SAMPLE_UNWIND_COMPLETE;
@@ -793,6 +803,8 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   if (pid == skip_tgid) return 0;
   if (filter_pids && !bpf_map_lookup_elem(&pid_filter, &pid)) return 0;
 
+  PHASE_START();
+  PHASE_COUNT(EMBER_PHASE_SAMPLES, 1);
   __u32 cpu = bpf_get_smp_processor_id();
   struct sample_buffer *buf = bpf_map_lookup_elem(&scratch, &cpu);
   if (!buf) return 0;
@@ -810,6 +822,8 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->python_depth = 0;
   s->python_status = EMBER_PYTHON_NOT_WALKED;
   bpf_get_current_comm(s->comm, sizeof(s->comm));
+  PHASE(EMBER_PHASE_HEADER);
+  PHASE(EMBER_PHASE_TIMER);
 
   __u64 *ips = (__u64 *)buf->tail;
   __u32 flags = 0;
@@ -822,6 +836,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   }
   if (kernel_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier: bounds the offset
   if (flags & EMBER_SAMPLE_KERNEL_STACK_ERROR) stats__add(EMBER_STAT_KERNEL_STACK_ERRORS);
+  PHASE(EMBER_PHASE_KERNEL_STACK);
 
   // The user stack: a snapshot for DWARF unwinding when there is one, else a frame-pointer walk
   // (from kernel context the kernel walks the task's saved user registers). The agent unwinds a
@@ -831,8 +846,10 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   struct task_struct *task = bpf_get_current_task_btf();
   if (task->mm && regs__read_user(ctx, in_user_mode, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
+    PHASE(EMBER_PHASE_USER_REGS);
     if (unwind_in_bpf) user_depth = unwind__user(s, buf, task, pid_tgid, kernel_depth, &flags);
     if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier
+    PHASE_RESTART();  // the walk timed its own phases
     if (snapshot_limit > 0 && !(flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
       snapshot_bytes =
           stack__snapshot(task, tid, s->user_regs[EMBER_USER_REG_SP],
@@ -851,6 +868,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   }
   __u64 size = sizeof(struct ember_sample) + (__u64)(kernel_depth + user_depth) * sizeof(__u64) +
                snapshot_bytes;
+  PHASE(EMBER_PHASE_SNAPSHOT);
 
   // CPython frames, for the processes the agent configured.
   const __u8 *known = task->mm ? bpf_map_lookup_elem(&known_procs, &pid) : NULL;
@@ -878,6 +896,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
     }
   }
 
+  PHASE(EMBER_PHASE_PYTHON);
   s->flags = flags;
   s->kernel_depth = kernel_depth;
   s->user_depth = user_depth;
@@ -900,11 +919,14 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
       wakeup = BPF_RB_FORCE_WAKEUP;
     }
   }
+  PHASE(EMBER_PHASE_WAKEUP);
   if (bpf_ringbuf_output(&samples, buf, size, wakeup) == 0) {
     stats__add(EMBER_STAT_SAMPLES);
   } else {
     stats__add(EMBER_STAT_RINGBUF_FULL);
   }
+  PHASE(EMBER_PHASE_OUTPUT);
+  PHASE_COUNT(EMBER_PHASE_RECORD_BYTES, size);
   return 0;
 }
 
