@@ -8,19 +8,19 @@
 
 /* Indexes of the phase_ns map: nanoseconds per phase, then counts. Names in bench/bpf_phases.sh. */
 enum ember_phase {
-  EMBER_PHASE_SAMPLES = 0,       /* count: program runs past the pid checks */
-  EMBER_PHASE_HEADER = 1,        /* ns: record buffer, time, cgroup id, comm */
-  EMBER_PHASE_TIMER = 2,         /* ns: an empty phase, what a timing point costs */
-  EMBER_PHASE_KERNEL_STACK = 3,  /* ns */
-  EMBER_PHASE_USER_REGS = 4,     /* ns */
-  EMBER_PHASE_STACK_END = 5,     /* ns: the walk's stack end (stack_ends, or bpf_find_vma) */
-  EMBER_PHASE_WALK = 6,          /* ns: the CFI walk */
-  EMBER_PHASE_SNAPSHOT = 7,      /* ns: snapshot or frame-pointer stack, when the walk fell short */
-  EMBER_PHASE_PYTHON = 8,        /* ns: known_procs and python_procs lookups, the Python walk */
-  EMBER_PHASE_WAKEUP = 9,        /* ns: the ring buffer's fill and the wake-up decision */
-  EMBER_PHASE_OUTPUT = 10,       /* ns: bpf_ringbuf_output */
-  EMBER_PHASE_WALKS = 11,        /* count */
-  EMBER_PHASE_WALK_FRAMES = 12,  /* count: frames the walks recorded */
+  EMBER_PHASE_SAMPLES = 0,      /* count: program runs past the pid checks */
+  EMBER_PHASE_HEADER = 1,       /* ns: record buffer, time, cgroup id, comm */
+  EMBER_PHASE_TIMER = 2,        /* ns: an empty phase, what a timing point costs */
+  EMBER_PHASE_KERNEL_STACK = 3, /* ns */
+  EMBER_PHASE_USER_REGS = 4,    /* ns */
+  EMBER_PHASE_STACK_END = 5,    /* ns: the walk's stack end (stack_ends, or bpf_find_vma) */
+  EMBER_PHASE_WALK = 6,         /* ns: the CFI walk */
+  EMBER_PHASE_SNAPSHOT = 7,     /* ns: snapshot or frame-pointer stack, when the walk fell short */
+  EMBER_PHASE_PYTHON = 8,       /* ns: known_procs and python_procs lookups, the Python walk */
+  EMBER_PHASE_WAKEUP = 9,       /* ns: the ring buffer's fill and the wake-up decision */
+  EMBER_PHASE_OUTPUT = 10,      /* ns: bpf_ringbuf_output */
+  EMBER_PHASE_WALKS = 11,       /* count */
+  EMBER_PHASE_WALK_FRAMES = 12, /* count: frames the walks recorded */
   EMBER_PHASE_MAPPING_SEARCHES = 13, /* count: binary searches of a process's mappings */
   EMBER_PHASE_ROW_SEARCHES = 14,     /* count: binary searches of a bucket's rows */
   EMBER_PHASE_WINDOW_READS = 15,     /* count: stack window reads */

@@ -38,7 +38,7 @@ const volatile __u64 new_process_wakeup_gap_ns = 0;
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 16384);
-  __type(key, __u32);  // tgid
+  __type(key, __u32);   // tgid
   __type(value, __u8);  // EMBER_KNOWN_PROC | EMBER_KNOWN_PROC_PYTHON
 } known_procs SEC(".maps");
 
@@ -202,16 +202,16 @@ static long stack__vma_end(struct task_struct *task, struct vm_area_struct *vma,
 // Where a thread's stack snapshot ends, found by an earlier sample. bpf_find_vma was most of the
 // program's cost (about 8 of 13 µs a sample on the project machine), and a thread's stack does not
 // move: the end is looked up again only for a new thread, an sp outside the cached span, or after
-// a copy from a cached end failed.
+// a copy from a cached end failed. Kept with the thread (task storage): it goes when the thread
+// does, so a reused thread id starts afresh, and the lookup hashes nothing.
 struct stack_end {
-  __u64 end;
-  __u64 start_time;  // task->start_time: a reused thread id is another thread
+  __u64 end;  // 0: look it up again
 };
 
 struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 16384);
-  __type(key, __u32);  // thread id
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
   __type(value, struct stack_end);
 } stack_ends SEC(".maps");
 
@@ -219,31 +219,34 @@ struct {
 // handler's alternate stack).
 #define MAX_CACHED_STACK_SPAN (8ull << 20)
 
+// Drops the thread's cached stack end: its next sample looks it up again.
+static __always_inline void stack__forget_end(struct task_struct *task) {
+  struct stack_end *known = bpf_task_storage_get(&stack_ends, task, 0, 0);
+  if (known) known->end = 0;
+}
+
 // The end of the stack sp lies in (its mapping's end, or for a main thread where its frames end);
 // 0 when there is none. *cached: the answer came from stack_ends.
-static __always_inline __u64 stack__end(struct task_struct *task, __u32 tid, __u64 sp,
-                                        bool *cached) {
-  __u64 start_time = BPF_CORE_READ(task, start_time);
-  struct stack_end *known = bpf_map_lookup_elem(&stack_ends, &tid);
-  if (known && known->start_time == start_time && sp < known->end &&
-      known->end - sp <= MAX_CACHED_STACK_SPAN) {
+static __always_inline __u64 stack__end(struct task_struct *task, __u64 sp, bool *cached) {
+  struct stack_end *known = bpf_task_storage_get(&stack_ends, task, 0, 0);
+  if (known && sp < known->end && known->end - sp <= MAX_CACHED_STACK_SPAN) {
     *cached = true;
     return known->end;
   }
   *cached = false;
   struct stack_end_search search = {.start_stack = BPF_CORE_READ(task, mm, start_stack), .end = 0};
   if (bpf_find_vma(task, sp, stack__vma_end, &search, 0) != 0 || search.end <= sp) return 0;
-  struct stack_end fresh = {.end = search.end, .start_time = start_time};
-  bpf_map_update_elem(&stack_ends, &tid, &fresh, BPF_ANY);
+  if (!known) known = bpf_task_storage_get(&stack_ends, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (known) known->end = search.end;
   return search.end;
 }
 
 // Copies the user stack from sp up to the end of its mapping, at most snapshot_limit bytes, to dst.
 // Returns the bytes copied.
-static __always_inline __u32 stack__snapshot(struct task_struct *task, __u32 tid, __u64 sp,
-                                             __u8 *dst, __u32 *sample_flags) {
+static __always_inline __u32 stack__snapshot(struct task_struct *task, __u64 sp, __u8 *dst,
+                                             __u32 *sample_flags) {
   bool cached = false;
-  __u64 end = stack__end(task, tid, sp, &cached);
+  __u64 end = stack__end(task, sp, &cached);
   if (end == 0) {
     stats__add(EMBER_STAT_SNAPSHOT_NO_MAPPING);
     *sample_flags |= EMBER_SAMPLE_SNAPSHOT_ERROR;
@@ -257,7 +260,7 @@ static __always_inline __u32 stack__snapshot(struct task_struct *task, __u32 tid
   if (size > EMBER_MAX_SNAPSHOT_BYTES) size = EMBER_MAX_SNAPSHOT_BYTES;  // for the verifier
   if (bpf_probe_read_user(dst, size, (const void *)sp) != 0) {
     // A cached end may be stale: the next sample of the thread looks it up again.
-    if (cached) bpf_map_delete_elem(&stack_ends, &tid);
+    if (cached) stack__forget_end(task);
     *sample_flags |= EMBER_SAMPLE_SNAPSHOT_ERROR;
     return 0;
   }
@@ -311,8 +314,7 @@ struct unwind_window {
   __u64 stack_end;  // stack__end's (0: not known, each pair is read on its own)
   __u64 start;      // the stack's bytes now in `bytes`
   __u64 size;
-  __u32 tid;
-  __u32 end_cached;  // stack_end came from stack_ends: a failed read drops it there
+  __u64 end_cached;  // stack_end came from stack_ends: a failed read drops it there
   __u8 bytes[UNWIND_WINDOW_BYTES + 16];  // +16: a pair read at a masked offset stays inside
 };
 #define UNWIND_WINDOW_AT (2 * EMBER_MAX_STACK_DEPTH * sizeof(__u64))
@@ -453,7 +455,7 @@ static __always_inline bool unwind__read_pair(struct unwind_walk *walk, __u64 ad
     if (bpf_probe_read_user(window->bytes, size, (const void *)address) != 0) {
       // A page of the stack not present, or a stale end: each pair is read on its own from here,
       // and the thread's next sample looks its end up again.
-      if (window->end_cached) bpf_map_delete_elem(&stack_ends, &window->tid);
+      if (window->end_cached) stack__forget_end(bpf_get_current_task_btf());
       window->stack_end = 0;
       window->size = 0;
       return bpf_probe_read_user(pair, 16, (const void *)address) == 0;
@@ -752,10 +754,9 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
     stats__add(EMBER_STAT_UNWIND_NO_TABLES);
     return 0;
   }
-  const __u32 tid = (__u32)pid_tgid;
   bool cached = false;
   PHASE_START();
-  const __u64 stack_end = stack__end(task, tid, s->user_regs[EMBER_USER_REG_SP], &cached);
+  const __u64 stack_end = stack__end(task, s->user_regs[EMBER_USER_REG_SP], &cached);
   PHASE(EMBER_PHASE_STACK_END);
   struct unwind_walk walk = {
       .proc = proc,
@@ -773,7 +774,6 @@ static __always_inline __u32 unwind__user(struct ember_sample *s, struct sample_
   walk.window->stack_end = stack_end;
   walk.window->start = 0;
   walk.window->size = 0;
-  walk.window->tid = tid;
   walk.window->end_cached = cached;
   bpf_loop(EMBER_MAX_STACK_DEPTH, unwind__step, &walk, 0);
   PHASE(EMBER_PHASE_WALK);
@@ -849,10 +849,11 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
     PHASE(EMBER_PHASE_USER_REGS);
     if (unwind_in_bpf) user_depth = unwind__user(s, buf, task, pid_tgid, kernel_depth, &flags);
     if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier
-    PHASE_RESTART();  // the walk timed its own phases
+    // The walk timed its own phases.
+    PHASE_RESTART();
     if (snapshot_limit > 0 && !(flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
       snapshot_bytes =
-          stack__snapshot(task, tid, s->user_regs[EMBER_USER_REG_SP],
+          stack__snapshot(task, s->user_regs[EMBER_USER_REG_SP],
                           buf->tail + (kernel_depth + user_depth) * sizeof(__u64), &flags);
       if (flags & EMBER_SAMPLE_SNAPSHOT_ERROR) stats__add(EMBER_STAT_SNAPSHOT_ERRORS);
       if (flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) stats__add(EMBER_STAT_SNAPSHOT_CLAMPED);
@@ -930,13 +931,14 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   return 0;
 }
 
-// An exec replaces the process's maps: what the agent read of it, and the CFI rows it placed for
-// it, are the old program's. Its samples must not be walked by those rows, and must wake the
-// agent to read it again.
+// An exec replaces the process's maps: what the agent read of it, the CFI rows it placed for it,
+// and the exec'ing thread's stack end are the old program's. Its samples must not be walked by
+// those rows, and must wake the agent to read it again.
 SEC("raw_tp/sched_process_exec")
 int profile__exec(void *ctx) {
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
   bpf_map_delete_elem(&known_procs, &tgid);
   bpf_map_delete_elem(&unwind_procs, &tgid);
+  stack__forget_end(bpf_get_current_task_btf());
   return 0;
 }
