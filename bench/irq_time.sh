@@ -15,8 +15,9 @@
 # perf-nocallchain (perf record -a -e cpu-clock: a sample with no stack, the floor of what perf
 # does). Each round runs each profiler in turn, alone with bench/overhead_work on every CPU; after
 # the warm-up it traces for --seconds. One line per run: the callbacks timed, their mean time in
-# µs, and the mean run time of the perf_event BPF programs in the same seconds (Ember's and
-# bpftrace's sampling programs; bpf_stats), so "outside BPF" is what the kernel adds around them.
+# µs, and the mean run time of the perf_event BPF programs over the same seconds (Ember's and
+# bpftrace's sampling programs; bpf_stats, read once the tracer is attached and once it has
+# exited), so "outside BPF" is what the kernel adds around them.
 # Then per profiler the median over the rounds.
 #
 # What it leaves in: the tracer's own work between its two timestamps (the end of the entry
@@ -88,6 +89,7 @@ trap 'exit 130' INT TERM
 sysctl -qw kernel.bpf_stats_enabled=1
 
 cat > "$tmp/trace.bt" <<EOF
+BEGIN { printf("attached\\n"); }
 tracepoint:timer:hrtimer_expire_entry /args->function == kaddr("perf_swevent_hrtimer")/ {
   @start[cpu] = nsecs;
 }
@@ -136,9 +138,20 @@ run_one() {
   sleep "$warmup"
   kill -0 "$profiler_pid" 2>/dev/null || die "$profiler stopped in the warm-up: $(tail -3 "$tmp/profiler.log")"
   local before after traced
+  # The BPF totals are read once the tracer is attached and right after it exits, so that its
+  # start-up (compiling, which the profiler samples) stays out of them.
+  bpftrace "$tmp/trace.bt" > "$tmp/trace.out" 2>&1 &
+  local tracer_pid=$! i
+  running+=("$tracer_pid")
+  for ((i = 0; i < 600; i++)); do
+    grep -q '^attached' "$tmp/trace.out" && break
+    kill -0 "$tracer_pid" 2>/dev/null || die "the hrtimer trace failed: $(tail -2 "$tmp/trace.out")"
+    sleep 0.05
+  done
   before=$(bpf_totals)
-  traced=$(bpftrace "$tmp/trace.bt" 2>/dev/null) || die "the hrtimer trace failed"
+  wait "$tracer_pid" || die "the hrtimer trace failed: $(tail -2 "$tmp/trace.out")"
   after=$(bpf_totals)
+  traced=$(cat "$tmp/trace.out")
   kill -INT "$profiler_pid" 2>/dev/null || true
   wait "$profiler_pid" 2>/dev/null || true
   pkill -P "$workload_pid" 2>/dev/null || true
