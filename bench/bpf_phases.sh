@@ -55,13 +55,7 @@ workload=$build_dir/bench/overhead_work
 command -v bpftool >/dev/null || die "bpftool not found"
 
 tmp=$(mktemp -d)
-running=()
-cleanup() {
-  local pid
-  for pid in "${running[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
+source "$(dirname "$0")/workload_run.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -82,10 +76,7 @@ units=$("$workload" --calibrate 1 | tail -1)
 units=$((units * (warmup + seconds + 15)))
 echo "bpf_phases: $(nproc) CPUs, $workers workers, $hz Hz, warm-up ${warmup} s, ${seconds} s read, $rounds round(s)"
 for ((round = 1; round <= rounds; round++)); do
-  exec 3> >(exec "$workload" "$units" "$workers" > /dev/null 2>&1)
-  workload_pid=$!
-  running=("$workload_pid")
-  printf g >&3
+  workload_start "$units" "$workers"
   "$agent" --sampling-hz "$hz" --output-dir "$tmp/out" --metrics-address "" "${agent_flags[@]}" \
     > "$tmp/agent.log" 2>&1 &
   agent_pid=$!
@@ -97,11 +88,7 @@ for ((round = 1; round <= rounds; round++)); do
   after=$(read_phases)
   kill -INT "$agent_pid" 2>/dev/null || true
   wait "$agent_pid" 2>/dev/null || true
-  pkill -P "$workload_pid" 2>/dev/null || true
-  kill "$workload_pid" 2>/dev/null || true
-  exec 3>&-
-  wait "$workload_pid" 2>/dev/null || true
-  running=()
+  workload_stop
   echo "round $round:"
   python3 - "$before" "$after" <<'EOF'
 import json, sys

@@ -76,14 +76,8 @@ workload=$build_dir/bench/overhead_work
 
 tmp=$(mktemp -d)
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
-running=()
-cleanup() {
-  local pid
-  for pid in "${running[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="$stats_before" || true
-  rm -rf "$tmp"
-}
+source "$(dirname "$0")/workload_run.sh"
+cleanup_more() { sysctl -qw kernel.bpf_stats_enabled="$stats_before" || true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -127,11 +121,7 @@ run_one() {
     perf-nocallchain) cmd=(perf record -a -e cpu-clock -c "$period" -o "$tmp/perf.data") ;;
     bpftrace) cmd=(bpftrace -e "profile:hz:$hz { @[ustack, kstack] = count(); }") ;;
   esac
-  # The workload waits for a byte on stdin before it forks its workers.
-  exec 3> >(exec "$workload" "$units" > /dev/null 2>&1)
-  local workload_pid=$!
-  running=("$workload_pid")
-  printf g >&3
+  workload_start "$units"
   "${cmd[@]}" > "$tmp/profiler.log" 2>&1 &
   local profiler_pid=$!
   running+=("$profiler_pid")
@@ -154,11 +144,7 @@ run_one() {
   traced=$(cat "$tmp/trace.out")
   kill -INT "$profiler_pid" 2>/dev/null || true
   wait "$profiler_pid" 2>/dev/null || true
-  pkill -P "$workload_pid" 2>/dev/null || true
-  kill "$workload_pid" 2>/dev/null || true
-  exec 3>&-
-  wait "$workload_pid" 2>/dev/null || true
-  running=()
+  workload_stop
   python3 - "$profiler" "$before" "$after" "$traced" >> "$results" <<'EOF'
 import re, sys
 profiler, before, after, traced = sys.argv[1:5]
