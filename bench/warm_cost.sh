@@ -33,7 +33,11 @@
 # warm-up is 60 s (and --seconds 110) unless given: the peer's start-up (bpftrace compiles its
 # script for seconds) and what Ember does about it (symbolizing, and until session 18 building
 # the CFI tables of every file bpftrace maps, about a second at 5% of its time) are no per-sample
-# cost, and must end before the window.
+# cost, and must end before the window. It also times every sample of both in the interrupt that
+# takes it (bench/hrtimer_trace.sh, as bench/irq_time.sh does), from a third into the warm-up to
+# the window's end, and prints both profilers' cost counted whole: the same sum with each one's
+# mean time in the interrupt per sample in place of its BPF run time, which counts perf's work
+# there too (its callchain walk, its output; for dwarf the stack copy).
 #
 # How each figure is read:
 # - ember: its own /metrics (ember_samples_total, process_resident_memory_bytes), its CPU clock
@@ -69,9 +73,11 @@
 #   moment and at exit (rusage maxrss), and perf script's.
 # System-wide, the deferred work grows with the other processes and binaries sampled (perf script
 # and bpftrace symbolize per process, perf-dwarf unwinds them too): measure on a quiet machine.
-# Not counted for perf: the kernel's work per sample in the sampled task's interrupt (walking frame
-# pointers; for dwarf, copying up to 64 KiB of stack), for which there is no bpf_stats.
-# Prints one line: samples, CPU per 1000 samples, RSS (with --beside, one per agent and the ratios).
+# Not counted for perf in "all told" (issue 7's measure): the kernel's work per sample in the sampled
+# task's interrupt (walking frame pointers; for dwarf, copying up to 64 KiB of stack), for which
+# there is no bpf_stats; --with counts it in its "whole" figures.
+# Prints one line: samples, CPU per 1000 samples, RSS (with --beside, one per agent and the ratios;
+# with --with, one per profiler, the ratio, and both counted whole).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -405,7 +411,7 @@ print(f"warm_cost: {profiler}, {hz} Hz, system-wide: {n:.0f} samples in the wind
       f"{total:.0f} in the run; per 1000 samples: in the window {inside}; deferred to the end (per "
       f"1000 of the run's samples) {at_end}; sum {window + bpf + end:.1f} ms; peak RSS {rss}")
 with open(sys.argv[18], "w") as f:
-    print(window + bpf + end, file=f)
+    print(window + bpf + end, bpf, file=f)
 EOF
 }
 
@@ -420,7 +426,11 @@ if [[ $profiler != ember ]]; then
 fi
 
 # --- Ember (and with --with, its peer beside it) ---
-[[ -z $with_peer ]] || peer_start
+if [[ -n $with_peer ]]; then
+  source bench/hrtimer_trace.sh
+  hrtimer_trace_write "$tmp/trace.bt" || die "no struct perf_event hw.hrtimer in the kernel's BTF"
+  peer_start
+fi
 pid_args=()
 if ((pid_only)); then
   parent=$(pgrep -f -o "overhead_work $units")
@@ -450,13 +460,28 @@ read_all() {
 # window whenever a sample caught the probe, about one run in two.
 pause $((warmup / 3))
 read_all
+tracer_pid=""
+if [[ -n $with_peer ]]; then
+  bpftrace "$tmp/trace.bt" > "$tmp/trace.out" 2>&1 &
+  tracer_pid=$!
+  started+=("$tracer_pid")
+  hrtimer_trace_attached "$tmp/trace.out" "$tracer_pid" ||
+    die "the hrtimer trace failed: $(tail -2 "$tmp/trace.out")"
+fi
 pause $((warmup - warmup / 3))
 read_all
 [[ -z $with_peer ]] || peer_moment 0
 first=("${readings[@]}")
 pause $((seconds - warmup - 2))
 read_all
-[[ -z $with_peer ]] || peer_moment 1
+if [[ -n $with_peer ]]; then
+  peer_moment 1
+  kill -INT "$tracer_pid"
+  wait "$tracer_pid" || die "the hrtimer trace failed: $(tail -2 "$tmp/trace.out")"
+  unstart "$tracer_pid"
+  hrtimer_trace_figures "$tmp/trace.out" "${agent_pids[0]}" > "$tmp/ember.irq"
+  hrtimer_trace_figures "$tmp/trace.out" "$prof_pid" > "$tmp/peer.irq"
+fi
 stats_check
 # The peer stops 2 s after the window, as the agents do.
 [[ -z $with_peer ]] || peer_finish
@@ -483,7 +508,7 @@ for name, r0, r1 in zip(agents, first, last):
     costs.append((c1 - c0, b1 - b0))
     if len(costs) == 1:
         with open(sum_file, "w") as f:
-            print(agent + bpf, file=f)
+            print(agent + bpf, bpf, file=f)
     taken = "samples" if pid_only else f"samples (program firings; {recorded:.0f} recorded)"
     who = f"{name}: " if len(agents) > 1 else ""
     print(f"warm_cost: {who}{hz} Hz, {'the workload only' if pid_only else 'system-wide'}: "
@@ -498,7 +523,20 @@ if len(costs) == 2:
           f"BPF {p1 / max(p0, 1e-9):.3f}, total {(a1 + p1) / max(a0 + p0, 1e-9):.3f}")
 EOF
 if [[ -n $with_peer ]]; then
-  awk -v peer="$with_peer" 'NR == FNR { ember = $1; next } {
-      printf "warm_cost: Ember over %s, all told per 1000 samples, same window: %.3f\n", peer,
-        ember / ($1 > 0 ? $1 : 1e-9) }' "$tmp/ember.sum" "$tmp/peer.sum"
+  python3 - "$with_peer" "$tmp/ember.sum" "$tmp/peer.sum" "$tmp/ember.irq" "$tmp/peer.irq" <<'EOF'
+import sys
+peer = sys.argv[1]
+(ember, ember_bpf), (other, other_bpf) = (map(float, open(f).read().split()) for f in sys.argv[2:4])
+(ember_n, ember_ns), (other_n, other_ns) = (map(int, open(f).read().split()) for f in sys.argv[4:6])
+if ember_n == 0 or other_n == 0:
+    sys.exit(f"warm_cost: no sample of {'Ember' if ember_n == 0 else peer} was timed in the interrupt")
+print(f"warm_cost: Ember over {peer}, all told per 1000 samples, same window: {ember / max(other, 1e-9):.3f}")
+# µs a sample in the interrupt is ms per 1000 samples.
+ember_irq, other_irq = ember_ns / ember_n / 1e3, other_ns / other_n / 1e3
+ember_whole, other_whole = ember - ember_bpf + ember_irq, other - other_bpf + other_irq
+print(f"warm_cost: in the interrupt, µs a sample: Ember {ember_irq:.2f} ({ember_n} timed), {peer} "
+      f"{other_irq:.2f} ({other_n}); counted whole per 1000 samples: Ember {ember_whole:.1f} ms, "
+      f"{peer} {other_whole:.1f} ms; Ember over {peer}, whole, same window: "
+      f"{ember_whole / max(other_whole, 1e-9):.3f}")
+EOF
 fi
