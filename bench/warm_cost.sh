@@ -196,9 +196,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 sysctl -qw kernel.bpf_stats_enabled=1
 
-# The workload: about 2 s of units a second more than the run needs, so it outlasts the agent.
+# The workload: units for twice the run, as one process alone does them, so that it outlasts the
+# window under two profilers and in the host's slow stretches (a worker done early leaves its CPU
+# idle; one run of session 21 had 16% idle firings). It is stopped at the end.
 units=$("$workload" --calibrate 1 | tail -1)
-units=$((units * (seconds + 5)))
+units=$((units * (2 * seconds + 10)))
 exec 3> >("$workload" "$units" > "$tmp/workload.out" 2>&1)
 workload_pid=$!
 started+=("$workload_pid")
