@@ -69,3 +69,19 @@ hrtimer_trace_figures() {
   awk -v n="@n[$2]:" -v ns="@ns[$2]:" '$1 == n { c = $2 } $1 == ns { t = $2 }
     END { print c + 0, t + 0 }' "$1"
 }
+
+# hrtimer_trace_stop PID: stops the tracer so that it prints its figures. Once in a run (session
+# 21, beside perf-dwarf) a tracer went on after its SIGINT for minutes, though a SIGINT by hand
+# ended it at once; so the signal is sent again every second, for up to 20 s. Fails if it does
+# not exit.
+hrtimer_trace_stop() {
+  local i state
+  for ((i = 0; i < 200; i++)); do
+    # Gone, or a zombie (exited, not yet reaped by the caller's wait).
+    state=$(sed 's/.*) //' /proc/"$1"/stat 2>/dev/null | cut -d' ' -f1)
+    [[ -n $state && $state != Z ]] || return 0
+    ((i % 10 != 0)) || kill -INT "$1" 2>/dev/null || true
+    sleep 0.1
+  done
+  return 1
+}

@@ -478,7 +478,7 @@ pause $((seconds - warmup - 2))
 read_all
 if [[ -n $with_peer ]]; then
   peer_moment 1
-  kill -INT "$tracer_pid"
+  hrtimer_trace_stop "$tracer_pid" || die "the hrtimer trace did not stop at SIGINT"
   wait "$tracer_pid" || die "the hrtimer trace failed: $(tail -2 "$tmp/trace.out")"
   unstart "$tracer_pid"
   hrtimer_trace_figures "$tmp/trace.out" "${agent_pids[0]}" > "$tmp/ember.irq"
