@@ -350,7 +350,7 @@ absl::Status Agent::SetUpStatusEndpoint() {
         {"dropped_at_shutdown", &ExporterStats::dropped_at_shutdown}};
     for (const auto& [outcome, field] : outcomes) {
       RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_otlp_intervals_total", "Interval profiles for the OTLP endpoint, by outcome.",
+          "ember_otlp_intervals_total", "OTLP export requests (one an interval, more for one over --otlp-max-request-bytes), by outcome.",
           {{"outcome", outcome}},
           [exporter, member = field] { return static_cast<double>(exporter->stats().*member); }));
     }
@@ -756,7 +756,11 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {
-    exporter_->Enqueue(BuildExportRequest(profile, resources_));  // sent by its own thread
+    // Sent by the exporter's own thread; an interval too big for one request goes as several.
+    for (const auto& request :
+         BuildExportRequests(profile, resources_, options_.otlp_max_request_bytes)) {
+      exporter_->Enqueue(request);
+    }
   }
   if (samples > 0 && write_local_) {
     // A full or read-only disk loses this interval, not the agent: it keeps sampling.

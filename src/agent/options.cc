@@ -191,6 +191,11 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return ParseBytesFlag("otlp-max-queue-bytes", v, size_t{64} << 10,
                                &options.otlp_max_queue_bytes);
        }},
+      {"otlp-max-request-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("otlp-max-request-bytes", v, size_t{64} << 10,
+                               &options.otlp_max_request_bytes);
+       }},
       {"max-pods",
        [&](absl::string_view v) {
          return ParseCountFlag("max-pods", v, 1, 1u << 20, &options.max_pods);
@@ -343,6 +348,9 @@ Limits (when one is reached, the least recently used entries are evicted and cou
   --max-pods N          Kubernetes pods cached, 1 to 1048576 (default 4096)
   --otlp-max-queue-bytes B
                         intervals waiting for the OTLP endpoint, at least 64KiB (default 64MiB)
+  --otlp-max-request-bytes B
+                        largest OTLP request: a bigger interval goes as several, by process, at
+                        least 64KiB (default 4MiB, a Collector's and Pyroscope's gRPC limit)
 
 OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
   --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope

@@ -2,8 +2,10 @@
 // stacks into the request's one ProfilesDictionary, then emits one ResourceProfiles per process.
 #include "otlp/profiles_builder.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -247,17 +249,16 @@ std::string RandomProfileId(absl::BitGen& gen) {
   return std::string(reinterpret_cast<const char*>(words), sizeof(words));
 }
 
-}  // namespace
-
-collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProfile& profile,
-                                                              const ResourceContext& context) {
+// The request for `chosen`, samples of `profile` with a count above 0 (the interval's times
+// come from `profile`).
+collector_pb::ExportProfilesServiceRequest BuildRequest(
+    const IntervalProfile& profile, std::span<const StackSample* const> chosen,
+    const ResourceContext& context) {
   collector_pb::ExportProfilesServiceRequest request;
   Dictionary dict(request.mutable_dictionary());
 
   std::map<uint32_t, std::vector<const StackSample*>> by_pid;  // ascending pids
-  for (const StackSample& s : profile.samples) {
-    if (s.count > 0) by_pid[s.pid].push_back(&s);
-  }
+  for (const StackSample* s : chosen) by_pid[s->pid].push_back(s);
   if (by_pid.empty()) return request;  // the dictionary holds only its zero values
 
   const int32_t samples = dict.String("samples");
@@ -302,6 +303,60 @@ collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProf
     }
   }
   return request;
+}
+
+// The samples with a count above 0, by pid (stable: a process's samples keep their order).
+std::vector<const StackSample*> CountedSamplesByPid(const IntervalProfile& profile) {
+  std::vector<const StackSample*> chosen;
+  chosen.reserve(profile.samples.size());
+  for (const StackSample& s : profile.samples) {
+    if (s.count > 0) chosen.push_back(&s);
+  }
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [](const StackSample* a, const StackSample* b) { return a->pid < b->pid; });
+  return chosen;
+}
+
+// Where to halve `samples` (by pid, at least 2 of them): at the change of process nearest the
+// middle, or in the middle of a process that has them all.
+size_t SplitPoint(std::span<const StackSample* const> samples) {
+  const size_t middle = samples.size() / 2;
+  for (size_t step = 0; step < samples.size(); ++step) {
+    for (size_t at : {middle - std::min(step, middle), middle + step}) {
+      if (at > 0 && at < samples.size() && samples[at - 1]->pid != samples[at]->pid) return at;
+    }
+  }
+  return middle;
+}
+
+void AppendRequestsOfAtMost(const IntervalProfile& profile,
+                            std::span<const StackSample* const> samples,
+                            const ResourceContext& context, size_t max_request_bytes,
+                            std::vector<collector_pb::ExportProfilesServiceRequest>* out) {
+  collector_pb::ExportProfilesServiceRequest request = BuildRequest(profile, samples, context);
+  if (samples.size() <= 1 || request.ByteSizeLong() <= max_request_bytes) {
+    out->push_back(std::move(request));
+    return;
+  }
+  const size_t at = SplitPoint(samples);
+  AppendRequestsOfAtMost(profile, samples.first(at), context, max_request_bytes, out);
+  AppendRequestsOfAtMost(profile, samples.subspan(at), context, max_request_bytes, out);
+}
+
+}  // namespace
+
+collector_pb::ExportProfilesServiceRequest BuildExportRequest(const IntervalProfile& profile,
+                                                              const ResourceContext& context) {
+  return BuildRequest(profile, CountedSamplesByPid(profile), context);
+}
+
+std::vector<collector_pb::ExportProfilesServiceRequest> BuildExportRequests(
+    const IntervalProfile& profile, const ResourceContext& context, size_t max_request_bytes) {
+  const std::vector<const StackSample*> samples = CountedSamplesByPid(profile);
+  std::vector<collector_pb::ExportProfilesServiceRequest> requests;
+  if (samples.empty()) return requests;
+  AppendRequestsOfAtMost(profile, samples, context, max_request_bytes, &requests);
+  return requests;
 }
 
 }  // namespace ember

@@ -2,6 +2,7 @@
 // exporter sends over gRPC or OTLP/HTTP (opentelemetry-proto v1.10/v1.11 layout).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -58,5 +59,16 @@ struct ResourceContext {
 // Strings that are not valid UTF-8 (thread names, paths) have their bad bytes replaced by U+FFFD.
 opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest
 BuildExportRequest(const IntervalProfile& profile, const ResourceContext& context);
+
+// A receiver refuses a request over its size limit whole (an OpenTelemetry Collector's gRPC
+// receiver and Pyroscope take 4 MiB by default). The requests of the interval, as
+// BuildExportRequest builds them, each at most `max_request_bytes` serialized: the interval's
+// processes, and a process's samples when one process alone is too big, are halved until each
+// part fits, and each part has its own dictionary (so a request stands alone). A part of one
+// sample goes as it is, whatever its size. One request when the whole fits; none for an
+// interval without samples.
+std::vector<opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest>
+BuildExportRequests(const IntervalProfile& profile, const ResourceContext& context,
+                    size_t max_request_bytes);
 
 }  // namespace ember

@@ -22,6 +22,7 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->max_symbol_cache_bytes, size_t{256} << 20);
   EXPECT_EQ(options->max_perf_map_bytes, size_t{64} << 20);
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->otlp_max_request_bytes, size_t{4} << 20);  // a Collector's gRPC limit
   EXPECT_EQ(options->max_pods, 4096u);
   EXPECT_FALSE(options->profile_self);  // the agent leaves its own process out
 }
@@ -55,7 +56,8 @@ TEST(OptionsTest, BpfUnwindRows) {
 TEST(OptionsTest, LimitFlags) {
   auto options =
       Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB", "--max-perf-map-bytes=4096",
-             "--otlp-max-queue-bytes", "1G", "--max-pods", "100", "--max-cfi-cache-bytes=2MiB"});
+             "--otlp-max-queue-bytes", "1G", "--max-pods", "100", "--max-cfi-cache-bytes=2MiB",
+             "--otlp-max-request-bytes=16MiB"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->max_processes, 4u);
   EXPECT_EQ(options->max_symbol_cache_bytes, size_t{512} << 20);
@@ -63,6 +65,7 @@ TEST(OptionsTest, LimitFlags) {
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{1} << 30);
   EXPECT_EQ(options->max_pods, 100u);
   EXPECT_EQ(options->max_cfi_cache_bytes, size_t{2} << 20);
+  EXPECT_EQ(options->otlp_max_request_bytes, size_t{16} << 20);
 }
 
 TEST(OptionsTest, ByteSizes) {
@@ -165,7 +168,8 @@ TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"--version"})->version);
   EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
   for (const char* flag : {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes",
-                           "--max-pods", "--otlp-max-queue-bytes", "--max-cfi-cache-bytes"}) {
+                           "--max-pods", "--otlp-max-queue-bytes", "--max-cfi-cache-bytes",
+                           "--otlp-max-request-bytes"}) {
     EXPECT_NE(UsageText().find(flag), std::string::npos) << flag;
   }
 }
@@ -202,6 +206,8 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--max-perf-map-bytes=-1"}, "--max-perf-map-bytes: expected"},
       {{"--otlp-max-queue-bytes=1KiB"}, "--otlp-max-queue-bytes: expected"},
       {{"--otlp-max-queue-bytes="}, "--otlp-max-queue-bytes: expected"},
+      {{"--otlp-max-request-bytes=1KiB"}, "--otlp-max-request-bytes: expected"},
+      {{"--otlp-max-request-bytes=big"}, "--otlp-max-request-bytes: expected"},
       {{"--max-pods=0"}, "--max-pods: expected"},
       {{"--max-pods=1e3"}, "--max-pods: expected"},
       {{"--max-pods"}, "--max-pods: missing value"},

@@ -5,12 +5,18 @@
 // file, mTLS).
 #include <google/protobuf/util/message_differencer.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 #include "otlp/profile_exporter.h"
+#include "otlp/profiles_builder.h"
+#include "support/many_stacks.h"
 #include "support/test_certificates.h"
 #include "unit/otlp/grpc_test_receiver.h"
 #include "unit/otlp/log_capture.h"
@@ -26,6 +32,8 @@ using ::ember::testing::GrpcReceiverOptions;
 using ::ember::testing::GrpcReply;
 using ::ember::testing::GrpcTestReceiver;
 using ::ember::testing::LogCapture;
+using ::ember::testing::ManyStacks;
+using ::ember::testing::ResourceAttribute;
 using ::ember::testing::MakeTestRequest;
 using ::ember::testing::ReadFile;
 using ::ember::testing::ReceivedExport;
@@ -352,6 +360,44 @@ TEST(GrpcExporterTest, ShutdownDeliversWhatIsQueued) {
   exporter->Shutdown(absl::Seconds(10));
   EXPECT_THAT(receiver->ReceivedIds(), ElementsAre(0, 1, 2, 3));
   EXPECT_EQ(exporter->stats().dropped_at_shutdown, 0u);
+}
+
+// A gRPC server refuses a message over 4 MiB unless told otherwise, as an OpenTelemetry Collector
+// and Pyroscope do (the receiver here keeps that default): an interval that big is refused whole,
+// and arrives in full as the parts BuildExportRequests makes of it.
+TEST(GrpcExporterTest, AnIntervalOverTheReceiversLimitArrivesInParts) {
+  auto receiver = MustStart();
+  ASSERT_NE(receiver, nullptr);
+  auto exporter = MustCreate(PlaintextConfig(receiver->target()));
+  ASSERT_NE(exporter, nullptr);
+  const ManyStacks many(100, 80, 400);  // 24,000 functions of over 400 bytes each
+  const ResourceContext context;
+  constexpr size_t kLimit = size_t{4} << 20;
+  const ProfileExporter::Request whole = BuildExportRequest(many.profile, context);
+  ASSERT_GT(whole.ByteSizeLong(), kLimit);
+  exporter->Enqueue(whole);
+  ASSERT_TRUE(WaitFor([&] { return exporter->stats().failed == 1; }));
+  EXPECT_THAT(receiver->received(), IsEmpty());
+
+  const std::vector<ProfileExporter::Request> parts =
+      BuildExportRequests(many.profile, context, kLimit);
+  ASSERT_GE(parts.size(), 3u);
+  for (const auto& part : parts) exporter->Enqueue(part);
+  ASSERT_TRUE(WaitFor([&] { return exporter->stats().intervals_sent == parts.size(); }));
+  int64_t total = 0;
+  std::set<std::string> pids;
+  for (const ReceivedExport& received : receiver->received()) {
+    EXPECT_TRUE(received.valid.ok()) << received.valid;
+    for (const auto& rp : received.request.resource_profiles()) {
+      pids.insert(ResourceAttribute(rp.resource(), "process.pid"));
+      for (const auto& sample : rp.scope_profiles(0).profiles(0).samples()) {
+        total += sample.values(0);
+      }
+    }
+  }
+  EXPECT_EQ(total, many.total_count());
+  EXPECT_EQ(pids.size(), 100u);
+  EXPECT_EQ(exporter->stats().failed, 1u);
 }
 
 TEST(GrpcExporterTest, ShutdownGivesUpOnAnEndpointThatIsDown) {

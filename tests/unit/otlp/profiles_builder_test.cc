@@ -12,9 +12,11 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "otlp/request_validator.h"
+#include "support/many_stacks.h"
 #include "support/test_frames.h"
 #include "support/test_samples.h"
 
@@ -22,6 +24,7 @@ namespace ember {
 namespace {
 
 using ::ember::testing::AddSamples;
+using ::ember::testing::ManyStacks;
 
 namespace collector_pb = opentelemetry::proto::collector::profiles::v1development;
 namespace common_pb = opentelemetry::proto::common::v1;
@@ -541,6 +544,98 @@ TEST(BuildExportRequestTest, JitFramesCarryTheirRuntimesFrameType) {
         dec.Attribute(loc.attribute_indices(), "profile.frame.type");
   }
   for (const auto& [kind, type] : kinds) EXPECT_EQ(type_of["f" + type], type);
+}
+
+// --- BuildExportRequests: an interval over the receiver's size limit, in parts ---
+
+using SampleRow = std::tuple<std::string, std::string, std::vector<std::string>, int64_t>;
+
+// Every sample of the requests as (pid, thread, functions, count), sorted: what a backend adds up.
+std::vector<SampleRow> AllRows(const std::vector<collector_pb::ExportProfilesServiceRequest>& requests) {
+  std::vector<SampleRow> rows;
+  for (const auto& request : requests) {
+    const Decoded d(request);
+    for (const auto& rp : request.resource_profiles()) {
+      for (const auto& s : OnlyProfile(rp).samples()) {
+        rows.emplace_back(Attributes(rp)["process.pid"],
+                          d.Attribute(s.attribute_indices(), "thread.name"), d.Functions(s),
+                          s.values(0));
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+size_t SerializedSize(const collector_pb::ExportProfilesServiceRequest& request) {
+  return request.SerializeAsString().size();
+}
+
+TEST(BuildExportRequestsTest, OneRequestWhenTheIntervalFits) {
+  Fixture f;
+  const auto whole = BuildExportRequest(f.profile, f.context);
+  const auto requests = BuildExportRequests(f.profile, f.context, SerializedSize(whole));
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(AllRows(requests), AllRows({whole}));
+  EXPECT_EQ(requests[0].resource_profiles_size(), 3);
+}
+
+TEST(BuildExportRequestsTest, ProcessesAreSpreadOverRequestsUnderTheLimit) {
+  // 63 samples: halves at sample 31 would cut the fourth process; the cuts fall between processes.
+  ManyStacks many(7, 9);
+  ResourceContext context;
+  const auto whole = BuildExportRequest(many.profile, context);
+  const size_t limit = SerializedSize(whole) / 3;
+  const auto requests = BuildExportRequests(many.profile, context, limit);
+  ASSERT_GE(requests.size(), 3u);
+  std::map<std::string, int> requests_of_pid;
+  for (const auto& request : requests) {
+    EXPECT_LE(SerializedSize(request), limit);
+    // Each stands alone: its dictionary holds what its samples use.
+    EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+    for (const auto& rp : request.resource_profiles()) ++requests_of_pid[Attributes(rp)["process.pid"]];
+  }
+  // A process that fits is never cut: each is in one request.
+  EXPECT_EQ(requests_of_pid.size(), 7u);
+  for (const auto& [pid, count] : requests_of_pid) EXPECT_EQ(count, 1) << pid;
+  EXPECT_EQ(AllRows(requests), AllRows({whole}));
+}
+
+TEST(BuildExportRequestsTest, AProcessTooBigAloneIsSplitByItsSamples) {
+  ManyStacks many(1, 60);
+  ResourceContext context;
+  const auto whole = BuildExportRequest(many.profile, context);
+  const size_t limit = SerializedSize(whole) / 3;
+  const auto requests = BuildExportRequests(many.profile, context, limit);
+  ASSERT_GE(requests.size(), 3u);
+  for (const auto& request : requests) {
+    EXPECT_LE(SerializedSize(request), limit);
+    EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+    ASSERT_EQ(request.resource_profiles_size(), 1);
+    EXPECT_EQ(Attributes(request.resource_profiles(0))["process.pid"], "int:1000");
+    // Every part is the same interval.
+    const auto& profile = OnlyProfile(request.resource_profiles(0));
+    EXPECT_EQ(profile.time_unix_nano(), static_cast<uint64_t>(kStart));
+    EXPECT_EQ(profile.duration_nano(), static_cast<uint64_t>(kDuration));
+  }
+  EXPECT_EQ(AllRows(requests), AllRows({whole}));
+}
+
+TEST(BuildExportRequestsTest, ASampleOverTheLimitGoesAlone) {
+  Fixture f;
+  const auto requests = BuildExportRequests(f.profile, f.context, 1);
+  ASSERT_EQ(requests.size(), 5u);  // the samples with a count above 0
+  for (const auto& request : requests) {
+    ASSERT_EQ(request.resource_profiles_size(), 1);
+    EXPECT_EQ(OnlyProfile(request.resource_profiles(0)).samples_size(), 1);
+  }
+  EXPECT_EQ(AllRows(requests), AllRows({BuildExportRequest(f.profile, f.context)}));
+}
+
+TEST(BuildExportRequestsTest, NoRequestForAnIntervalWithoutSamples) {
+  Fixture f;
+  for (auto& s : f.profile.samples) s.count = 0;
+  EXPECT_THAT(BuildExportRequests(f.profile, f.context, 1 << 20), IsEmpty());
 }
 
 }  // namespace
