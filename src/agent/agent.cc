@@ -350,7 +350,9 @@ absl::Status Agent::SetUpStatusEndpoint() {
         {"dropped_at_shutdown", &ExporterStats::dropped_at_shutdown}};
     for (const auto& [outcome, field] : outcomes) {
       RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_otlp_intervals_total", "OTLP export requests (one an interval, more for one over --otlp-max-request-bytes), by outcome.",
+          "ember_otlp_intervals_total",
+          "OTLP export requests (one an interval, more for one over --otlp-max-request-bytes), by "
+          "outcome.",
           {{"outcome", outcome}},
           [exporter, member = field] { return static_cast<double>(exporter->stats().*member); }));
     }

@@ -47,7 +47,7 @@ struct Options {
   size_t max_perf_map_bytes = size_t{64} << 20;       // per process
   size_t max_cfi_cache_bytes = size_t{64} << 20;      // call-frame rows of every file
   size_t otlp_max_queue_bytes = size_t{64} << 20;     // serialized requests waiting to be sent
-  size_t otlp_max_request_bytes = size_t{4} << 20;    // one request, serialized (BuildExportRequests)
+  size_t otlp_max_request_bytes = size_t{4} << 20;    // one request, serialized
   size_t max_pods = 4096;                             // Kubernetes pods cached
   bool profile_self = false;                          // sample the agent's own threads too
   bool help = false;

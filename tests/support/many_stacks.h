@@ -21,8 +21,8 @@ struct ManyStacks {
   IntervalProfile profile;
 
   ManyStacks(uint32_t pids, int per_pid, size_t name_padding = 0,
-             int64_t start_unix_ns = 1'700'000'000'000'000'000, int64_t duration_ns = 10'000'000'000,
-             int64_t period_ns = 10'000'000) {
+             int64_t start_unix_ns = 1'700'000'000'000'000'000,
+             int64_t duration_ns = 10'000'000'000, int64_t period_ns = 10'000'000) {
     profile.start_unix_ns = start_unix_ns;
     profile.duration_ns = duration_ns;
     profile.period_ns = period_ns;
@@ -41,9 +41,10 @@ struct ManyStacks {
       for (int i = 0; i < per_pid; ++i) {
         std::vector<const Frame*> stack;
         for (int depth = 0; depth < 3; ++depth) {
-          frames.push_back(Frame{.function = absl::StrCat("fn_", pid, "_", i, "_", depth, padding()),
-                                 .address = 0x1000u + 16u * frames.size(),
-                                 .module = absl::StrCat("/usr/bin/app", pid % 7)});
+          frames.push_back(
+              Frame{.function = absl::StrCat("fn_", pid, "_", i, "_", depth, padding()),
+                    .address = 0x1000u + 16u * frames.size(),
+                    .module = absl::StrCat("/usr/bin/app", pid % 7)});
           stack.push_back(&frames.back());
         }
         profile.AddSample(pid, "app", absl::StrCat("thread-", i % 3), stack, 1 + i % 4);

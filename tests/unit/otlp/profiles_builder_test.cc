@@ -551,7 +551,8 @@ TEST(BuildExportRequestTest, JitFramesCarryTheirRuntimesFrameType) {
 using SampleRow = std::tuple<std::string, std::string, std::vector<std::string>, int64_t>;
 
 // Every sample of the requests as (pid, thread, functions, count), sorted: what a backend adds up.
-std::vector<SampleRow> AllRows(const std::vector<collector_pb::ExportProfilesServiceRequest>& requests) {
+std::vector<SampleRow> AllRows(
+    const std::vector<collector_pb::ExportProfilesServiceRequest>& requests) {
   std::vector<SampleRow> rows;
   for (const auto& request : requests) {
     const Decoded d(request);
@@ -580,20 +581,32 @@ TEST(BuildExportRequestsTest, OneRequestWhenTheIntervalFits) {
   EXPECT_EQ(requests[0].resource_profiles_size(), 3);
 }
 
-TEST(BuildExportRequestsTest, ProcessesAreSpreadOverRequestsUnderTheLimit) {
-  // 63 samples: halves at sample 31 would cut the fourth process; the cuts fall between processes.
-  ManyStacks many(7, 9);
-  ResourceContext context;
-  const auto whole = BuildExportRequest(many.profile, context);
-  const size_t limit = SerializedSize(whole) / 3;
-  const auto requests = BuildExportRequests(many.profile, context, limit);
-  ASSERT_GE(requests.size(), 3u);
-  std::map<std::string, int> requests_of_pid;
+// The requests of `many` at a third of its whole request's size (*whole), each checked to fit and
+// to stand alone (its dictionary holds what its samples use).
+std::vector<collector_pb::ExportProfilesServiceRequest> PartsUnderAThird(
+    const ManyStacks& many, collector_pb::ExportProfilesServiceRequest* whole) {
+  const ResourceContext context;
+  *whole = BuildExportRequest(many.profile, context);
+  const size_t limit = SerializedSize(*whole) / 3;
+  auto requests = BuildExportRequests(many.profile, context, limit);
+  EXPECT_GE(requests.size(), 3u);
   for (const auto& request : requests) {
     EXPECT_LE(SerializedSize(request), limit);
-    // Each stands alone: its dictionary holds what its samples use.
     EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
-    for (const auto& rp : request.resource_profiles()) ++requests_of_pid[Attributes(rp)["process.pid"]];
+  }
+  return requests;
+}
+
+TEST(BuildExportRequestsTest, ProcessesAreSpreadOverRequestsUnderTheLimit) {
+  // 63 samples: halves at sample 31 would cut the fourth process; the cuts fall between processes.
+  const ManyStacks many(7, 9);
+  collector_pb::ExportProfilesServiceRequest whole;
+  const auto requests = PartsUnderAThird(many, &whole);
+  std::map<std::string, int> requests_of_pid;
+  for (const auto& request : requests) {
+    for (const auto& rp : request.resource_profiles()) {
+      ++requests_of_pid[Attributes(rp)["process.pid"]];
+    }
   }
   // A process that fits is never cut: each is in one request.
   EXPECT_EQ(requests_of_pid.size(), 7u);
@@ -602,15 +615,10 @@ TEST(BuildExportRequestsTest, ProcessesAreSpreadOverRequestsUnderTheLimit) {
 }
 
 TEST(BuildExportRequestsTest, AProcessTooBigAloneIsSplitByItsSamples) {
-  ManyStacks many(1, 60);
-  ResourceContext context;
-  const auto whole = BuildExportRequest(many.profile, context);
-  const size_t limit = SerializedSize(whole) / 3;
-  const auto requests = BuildExportRequests(many.profile, context, limit);
-  ASSERT_GE(requests.size(), 3u);
+  const ManyStacks many(1, 60);
+  collector_pb::ExportProfilesServiceRequest whole;
+  const auto requests = PartsUnderAThird(many, &whole);
   for (const auto& request : requests) {
-    EXPECT_LE(SerializedSize(request), limit);
-    EXPECT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
     ASSERT_EQ(request.resource_profiles_size(), 1);
     EXPECT_EQ(Attributes(request.resource_profiles(0))["process.pid"], "int:1000");
     // Every part is the same interval.
