@@ -54,7 +54,9 @@
 # - Reach main: the share of the workload's samples (those with an ow_* frame; bpftrace's map has
 #   no pid) whose stack has a `main` frame: Ember's pprof files through `pprof -traces`, perf's
 #   through `perf script`, bpftrace's printed stacks.
-# - Ember's start to first sample: its log line "first sample N ms after start". Every profiler
+# - Ember's start to first sample: its log line "first sample N ms after start (taken; read at M
+#   ms)": N is when its BPF program took the sample (the sample's timestamp), M when the agent read
+#   it, after loading the kernel's symbols (samples wait in the ring buffer). Every profiler
 #   starts with half a second of work on one CPU running (bench/overhead_work --calibrate 0.5):
 #   an idle CPU gives no sample, and the first would otherwise wait for whatever ran next.
 # --soak MINUTES: Ember at 99 Hz system-wide while 200 (--soak-processes) long-lived processes

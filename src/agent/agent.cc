@@ -412,7 +412,15 @@ ProbeResult Agent::Readiness() const {
 void Agent::OnSample(const SampleView& sample) {
   if (!seen_first_sample_) {
     seen_first_sample_ = true;
-    spdlog::info("first sample {} ms after start", MillisecondsSince(started_at_));
+    // When it was taken (its BPF timestamp is CLOCK_MONOTONIC, steady_clock's clock here) and when
+    // read: samples wait in the ring buffer while the agent loads the kernel's symbols, and from
+    // the moment one is taken none is lost.
+    const auto taken = std::chrono::steady_clock::time_point(
+        std::chrono::nanoseconds(static_cast<int64_t>(sample.header->timestamp_ns)));
+    spdlog::info(
+        "first sample {} ms after start (taken; read at {} ms)",
+        std::chrono::duration_cast<std::chrono::milliseconds>(taken - started_at_).count(),
+        MillisecondsSince(started_at_));
   }
   samples_metric_->Increment();
   const ember_sample& header = *sample.header;
