@@ -29,7 +29,8 @@ struct ExporterLimits {
   absl::Duration max_server_delay = absl::Minutes(5);
 };
 
-// Counters since Create. Every enqueued interval is counted once in exactly one of intervals_sent,
+// Counters since Create. Every enqueued request (an interval, or a part of one too big for a single
+// request: BuildExportRequests) is counted once in exactly one of intervals_sent,
 // dropped_queue_full, failed and dropped_at_shutdown, or is still queued.
 struct ExporterStats {
   uint64_t intervals_sent = 0;  // delivered, partially rejected ones included
