@@ -844,7 +844,10 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   __u32 snapshot_bytes = 0;
   __u32 user_depth = 0;
   struct task_struct *task = bpf_get_current_task_btf();
-  if (task->mm && regs__read_user(ctx, in_user_mode, task, s->user_regs)) {
+  // Read once: the verifier checks each load through a kernel pointer on every path it explores,
+  // by a name search through the kernel's BTF, and that was most of the program's 110 ms load.
+  const bool has_mm = task->mm != NULL;
+  if (has_mm && regs__read_user(ctx, in_user_mode, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
     PHASE(EMBER_PHASE_USER_REGS);
     if (unwind_in_bpf) user_depth = unwind__user(s, buf, task, pid_tgid, kernel_depth, &flags);
@@ -872,9 +875,9 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   PHASE(EMBER_PHASE_SNAPSHOT);
 
   // CPython frames, for the processes the agent configured.
-  const __u8 *known = task->mm ? bpf_map_lookup_elem(&known_procs, &pid) : NULL;
+  const __u8 *known = has_mm ? bpf_map_lookup_elem(&known_procs, &pid) : NULL;
   const struct ember_python_proc *python = NULL;
-  if (task->mm && (!known || (*known & EMBER_KNOWN_PROC_PYTHON))) {
+  if (has_mm && (!known || (*known & EMBER_KNOWN_PROC_PYTHON))) {
     python = bpf_map_lookup_elem(&python_procs, &pid);
   }
   if (python) {
@@ -912,7 +915,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                              : BPF_RB_NO_WAKEUP;
-  if (new_process_wakeup_gap_ns > 0 && task->mm && !known) {
+  if (new_process_wakeup_gap_ns > 0 && has_mm && !known) {
     s->flags = flags | EMBER_SAMPLE_PROCESS_UNKNOWN;
     if (wakeup == BPF_RB_NO_WAKEUP &&
         s->timestamp_ns - new_process_woken_at_ns >= new_process_wakeup_gap_ns) {

@@ -2,6 +2,7 @@
 #include "agent/frame_resolver.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -123,10 +124,12 @@ const Frame* FrameResolver::Kernel(uint64_t ip, bool caller) {
   Frame frame;
   frame.kind = FrameKind::kKernel;
   frame.address = address;
-  const KernelSymbol* symbol = kernel_symbols_ ? kernel_symbols_->Lookup(address) : nullptr;
-  if (symbol != nullptr) {
-    frame.function = symbol->name;
-    frame.module = symbol->module.empty() ? "[kernel.kallsyms]" : "[" + symbol->module + "]";
+  std::optional<KernelSymbol> symbol =
+      kernel_symbols_ ? kernel_symbols_->Lookup(address) : std::nullopt;
+  if (symbol) {
+    frame.function = std::string(symbol->name);
+    frame.module =
+        symbol->module.empty() ? "[kernel.kallsyms]" : "[" + std::string(symbol->module) + "]";
   } else {
     frame.module = "[kernel.kallsyms]";
     frame.function = absl::StrFormat("[kernel.kallsyms]+0x%x", address);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,10 +11,11 @@
 
 namespace ember {
 
+// One symbol, viewing the table that returned it (valid while that table lives).
 struct KernelSymbol {
   uint64_t address = 0;
-  std::string name;
-  std::string module;  // "" for vmlinux, else the module name, e.g. "ext4"
+  std::string_view name;
+  std::string_view module;  // "" for vmlinux, else the module name, e.g. "ext4"
 };
 
 // An immutable, address-sorted table of kernel text symbols.
@@ -22,16 +24,29 @@ class KernelSymbols {
   // Parses the contents of /proc/kallsyms. Lines that do not parse are skipped. Fails when no
   // line has a non-zero address: that is what kptr_restrict shows an unprivileged reader.
   static absl::StatusOr<KernelSymbols> Parse(std::string_view text);
-  // Reads and parses `path`, failing with a message that says how to fix it when the file is
-  // unreadable or all addresses are 0 (kernel.kptr_restrict, or not root).
+  // Reads and parses `path` a piece at a time, failing with a message that says how to fix it
+  // when the file is unreadable or all addresses are 0 (kernel.kptr_restrict, or not root).
   static absl::StatusOr<KernelSymbols> Load(const std::string& path = "/proc/kallsyms");
 
-  // The text symbol (t/T/w/W) with the greatest address <= `address`; nullptr below the first.
-  const KernelSymbol* Lookup(uint64_t address) const;
-  size_t size() const { return symbols_.size(); }
+  // The text symbol (t/T/w/W) with the greatest address <= `address`; none below the first.
+  std::optional<KernelSymbol> Lookup(uint64_t address) const;
+  size_t size() const { return entries_.size(); }
 
  private:
-  std::vector<KernelSymbol> symbols_;  // sorted by address
+  class Builder;
+
+  // 16 bytes a symbol, its name in names_: a machine has 100k+ symbols, and a string each took
+  // about 100 bytes a symbol and most of the load's time in allocation.
+  struct Entry {
+    uint64_t address;
+    uint32_t name_offset;
+    uint16_t name_size;
+    uint16_t module;  // index into modules_
+  };
+
+  std::vector<Entry> entries_;        // sorted by address
+  std::string names_;                 // every name, back to back
+  std::vector<std::string> modules_;  // modules_[0] is "" (vmlinux)
 };
 
 }  // namespace ember

@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
 #include <string>
 
 namespace ember {
@@ -21,43 +26,43 @@ TEST(KernelSymbolsTest, LookupFindsGreatestSymbolAtOrBelow) {
   absl::StatusOr<KernelSymbols> symbols = KernelSymbols::Load(kDataDir + "kallsyms.txt");
   ASSERT_TRUE(symbols.ok()) << symbols.status();
 
-  EXPECT_EQ(symbols->Lookup(0xffffffff80ffffffULL), nullptr);
+  EXPECT_FALSE(symbols->Lookup(0xffffffff80ffffffULL).has_value());
 
-  const KernelSymbol* first = symbols->Lookup(0xffffffff81000000ULL);
-  ASSERT_NE(first, nullptr);
+  std::optional<KernelSymbol> first = symbols->Lookup(0xffffffff81000000ULL);
+  ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->name, "_stext");  // first listed of two at one address
   EXPECT_EQ(first->module, "");
 
-  const KernelSymbol* verify = symbols->Lookup(0xffffffff810001a5ULL);
-  ASSERT_NE(verify, nullptr);
+  std::optional<KernelSymbol> verify = symbols->Lookup(0xffffffff810001a5ULL);
+  ASSERT_TRUE(verify.has_value());
   EXPECT_EQ(verify->name, "verify_cpu");
   EXPECT_EQ(verify->address, 0xffffffff810001a0ULL);
 
-  const KernelSymbol* weak = symbols->Lookup(0xffffffff81002150ULL);
-  ASSERT_NE(weak, nullptr);
+  std::optional<KernelSymbol> weak = symbols->Lookup(0xffffffff81002150ULL);
+  ASSERT_TRUE(weak.has_value());
   EXPECT_EQ(weak->name, "weak_function");
-  const KernelSymbol* local_weak = symbols->Lookup(0xffffffff81002250ULL);
-  ASSERT_NE(local_weak, nullptr);
+  std::optional<KernelSymbol> local_weak = symbols->Lookup(0xffffffff81002250ULL);
+  ASSERT_TRUE(local_weak.has_value());
   EXPECT_EQ(local_weak->name, "local_weak_function");
 
   // Data symbols are not candidates: an address past some_data belongs to local_weak_function.
-  const KernelSymbol* past_data = symbols->Lookup(0xffffffff81002350ULL);
-  ASSERT_NE(past_data, nullptr);
+  std::optional<KernelSymbol> past_data = symbols->Lookup(0xffffffff81002350ULL);
+  ASSERT_TRUE(past_data.has_value());
   EXPECT_EQ(past_data->name, "local_weak_function");
 }
 
 TEST(KernelSymbolsTest, ModuleSymbolsCarryTheirModule) {
   absl::StatusOr<KernelSymbols> symbols = KernelSymbols::Load(kDataDir + "kallsyms.txt");
   ASSERT_TRUE(symbols.ok()) << symbols.status();
-  const KernelSymbol* foo = symbols->Lookup(0xffffffffc0a01010ULL);
-  ASSERT_NE(foo, nullptr);
+  std::optional<KernelSymbol> foo = symbols->Lookup(0xffffffffc0a01010ULL);
+  ASSERT_TRUE(foo.has_value());
   EXPECT_EQ(foo->name, "ext4_foo");
   EXPECT_EQ(foo->module, "ext4");
-  const KernelSymbol* bar = symbols->Lookup(0xffffffffc0a02010ULL);  // past ext4_data
-  ASSERT_NE(bar, nullptr);
+  std::optional<KernelSymbol> bar = symbols->Lookup(0xffffffffc0a02010ULL);  // past ext4_data
+  ASSERT_TRUE(bar.has_value());
   EXPECT_EQ(bar->name, "ext4_bar");
-  const KernelSymbol* xfs = symbols->Lookup(0xffffffffc0b00001ULL);
-  ASSERT_NE(xfs, nullptr);
+  std::optional<KernelSymbol> xfs = symbols->Lookup(0xffffffffc0b00001ULL);
+  ASSERT_TRUE(xfs.has_value());
   EXPECT_EQ(xfs->name, "xfs_baz");
   EXPECT_EQ(xfs->module, "xfs");
 }
@@ -83,6 +88,56 @@ TEST(KernelSymbolsTest, ParsesWithoutTrailingNewline) {
   ASSERT_TRUE(symbols.ok()) << symbols.status();
   ASSERT_EQ(symbols->size(), 1u);
   EXPECT_EQ(symbols->Lookup(0xffffffff81000001ULL)->name, "_stext");
+}
+
+// A file the size of a real one is read in pieces; a line a piece boundary cuts must come out
+// whole, as Parse of the same text gives it.
+TEST(KernelSymbolsTest, LoadReadsALargeFileAsParseReadsItsText) {
+  std::string text;
+  for (int i = 0; i < 40000; ++i) {
+    const uint64_t address = 0xffffffff81000000ULL + uint64_t(i) * 0x40;
+    char line[160];
+    // Names of varied length, some data symbols, and module symbols at the end.
+    std::snprintf(line, sizeof(line), "%016llx %c %s_%0*d%s\n",
+                  static_cast<unsigned long long>(address), i % 7 == 3 ? 'd' : "tTwW"[i % 4],
+                  i % 2 ? "do_sys" : "x", 1 + i % 23, i, i >= 39000 ? "\t[ext4]" : "");
+    text += line;
+  }
+  const std::string path = testing::TempDir() + "kallsyms_large_" + std::to_string(getpid());
+  std::ofstream(path) << text;
+  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(path);
+  std::remove(path.c_str());
+  absl::StatusOr<KernelSymbols> parsed = KernelSymbols::Parse(text);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_GT(text.size(), 1u << 20);
+  EXPECT_EQ(loaded->size(), parsed->size());
+  EXPECT_EQ(loaded->size(), 40000u - 40000u / 7);
+  for (int i = 0; i < 40000; ++i) {
+    const uint64_t address = 0xffffffff81000000ULL + uint64_t(i) * 0x40 + 1;
+    std::optional<KernelSymbol> from_file = loaded->Lookup(address);
+    std::optional<KernelSymbol> from_text = parsed->Lookup(address);
+    ASSERT_TRUE(from_file.has_value() && from_text.has_value()) << i;
+    ASSERT_EQ(from_file->name, from_text->name) << i;
+    ASSERT_EQ(from_file->module, from_text->module) << i;
+  }
+  EXPECT_EQ(loaded->Lookup(0xffffffff81000000ULL + 39001 * 0x40)->module, "ext4");
+}
+
+// A line far longer than any symbol's is dropped whole (its end, which reads like a symbol, too),
+// and the lines around it are read.
+TEST(KernelSymbolsTest, LoadDropsAnOverlongLineAndKeepsItsNeighbours) {
+  const std::string text = "ffffffff81000000 T before\nffffffff81000100 T " +
+                           std::string(size_t{1} << 20, ' ') +
+                           "ffffffff81000180 T end_of_the_long_line\nffffffff81000200 T after\n";
+  const std::string path = testing::TempDir() + "kallsyms_long_" + std::to_string(getpid());
+  std::ofstream(path) << text;
+  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->size(), 2u);
+  EXPECT_EQ(loaded->Lookup(0xffffffff81000190ULL)->name, "before");
+  EXPECT_EQ(loaded->Lookup(0xffffffff81000200ULL)->name, "after");
 }
 
 }  // namespace
