@@ -48,6 +48,11 @@ constexpr uint64_t kProcessSettleTimeNs = 100'000'000;
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
 constexpr std::chrono::seconds kFlameGraphRewrite{60};
+// The kernel's symbols are read again when /proc/modules changes, and at most this often while
+// kernel frames are named above the kernel image (BPF programs come and go there unlisted):
+// a read costs 40 to 100 ms of CPU here.
+constexpr std::chrono::minutes kKernelSymbolsRecheck{5};
+constexpr char kModulesPath[] = "/proc/modules";
 // How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages),
 // when at least kFileReadsPerLoopRelease were read: the few reads of steady state (CFI rows for
 // the stacks the BPF walk left over) wait for the interval's end, as a release reads
@@ -236,10 +241,16 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any. Read after
   // the BPF load rather than beside it: the first sample is taken as early either way, and the
   // two loads' memory (libbpf holds the kernel's 5 MB of BTF) does not add up in the peak RSS.
-  if (absl::StatusOr<KernelSymbols> symbols = KernelSymbols::Load(); symbols.ok()) {
+  absl::StatusOr<KallsymsFile> kallsyms = KallsymsFile::Open();
+  absl::StatusOr<KernelSymbols> symbols =
+      kallsyms.ok() ? kallsyms->Read() : absl::StatusOr<KernelSymbols>(kallsyms.status());
+  if (symbols.ok()) {
     agent->kernel_symbols_ = std::move(symbols).value();
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_,
                                    FrameBudget(options));
+    agent->kallsyms_file_ = std::move(kallsyms).value();
+    agent->kernel_symbols_refresh_.emplace(ReadWholeFile(kModulesPath),
+                                           std::chrono::steady_clock::now(), kKernelSymbolsRecheck);
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }
@@ -814,6 +825,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   }
   // Only now, with the interval written, may cached frames and modules go.
   frames_.NextGeneration();
+  RefreshKernelSymbols();
   modules_.NextGeneration();
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
@@ -825,6 +837,31 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
   TrimHeap();
+}
+
+void Agent::RefreshKernelSymbols() {
+  if (!kallsyms_file_ || !kernel_symbols_refresh_) return;
+  const std::optional<std::string> modules = ReadWholeFile(kModulesPath);
+  const std::optional<std::string_view> modules_text =
+      modules ? std::optional<std::string_view>(*modules) : std::nullopt;
+  const uint64_t misses = frames_.stats().kernel_misses_past_image;
+  const auto now = std::chrono::steady_clock::now();
+  if (!kernel_symbols_refresh_->Due(modules_text, misses, now)) return;
+  kernel_symbols_refresh_->Reread(modules_text, misses, now);
+  absl::StatusOr<KernelSymbols> symbols = kallsyms_file_->Read();
+  if (!symbols.ok()) {
+    spdlog::warn("kernel symbols not read again (the table read before is kept): {}",
+                 std::string(symbols.status().message()));
+    return;
+  }
+  if (*symbols == *kernel_symbols_) return;
+  spdlog::info("kernel symbols read again: {} text symbols ({} before), in {} ms",
+               symbols->size(), kernel_symbols_->size(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - now)
+                   .count());
+  kernel_symbols_ = std::move(symbols).value();
+  frames_.ReplaceKernelSymbols(&*kernel_symbols_);
 }
 
 void Agent::TrimHeap() {

@@ -18,6 +18,7 @@
 #include "agent/cache_metrics.h"
 #include "agent/frame_resolver.h"
 #include "agent/interval_clock.h"
+#include "agent/kernel_symbols_refresh.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
 #include "k8s/cgroup_resolver.h"
@@ -77,6 +78,9 @@ class Agent {
   // counted since the last time: in steady state next to nothing is read, and nothing need be
   // dropped and read again.
   void ReleaseFilePages(uint64_t min_reads = 1);
+  // Reads the kernel's symbols again when modules or BPF programs may have come since (see
+  // KernelSymbolsRefresh); kernel frames are named anew only if the table changed.
+  void RefreshKernelSymbols();
   // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
   // was freed since the last trim, looking only after the agent grew or its caches shrank.
   void TrimHeap();
@@ -110,6 +114,10 @@ class Agent {
   Options options_;
   std::chrono::steady_clock::time_point started_at_;
   std::optional<KernelSymbols> kernel_symbols_;
+  // Kept open to read the symbols again without CAP_SYSLOG; both set only when the first read
+  // showed addresses.
+  std::optional<KallsymsFile> kallsyms_file_;
+  std::optional<KernelSymbolsRefresh> kernel_symbols_refresh_;
   ProcessTable processes_;
   CgroupResolver cgroups_;
   std::unique_ptr<PodIndex> pods_;  // the node's pods when watching the Kubernetes API, else null

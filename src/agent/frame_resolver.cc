@@ -124,6 +124,9 @@ const Frame* FrameResolver::Kernel(uint64_t ip, bool caller) {
   Frame frame;
   frame.kind = FrameKind::kKernel;
   frame.address = address;
+  if (kernel_symbols_ != nullptr && kernel_symbols_->PastKernelImage(address)) {
+    ++stats_.kernel_misses_past_image;
+  }
   std::optional<KernelSymbol> symbol =
       kernel_symbols_ ? kernel_symbols_->Lookup(address) : std::nullopt;
   if (symbol) {
@@ -234,6 +237,16 @@ void FrameResolver::NextGeneration() {
     return true;
   });
   if (bytes_ > max_bytes_) EvictOlderGenerations(max_bytes_ / 8 * 7);
+}
+
+void FrameResolver::ReplaceKernelSymbols(const KernelSymbols* kernel_symbols) {
+  kernel_symbols_ = kernel_symbols;
+  absl::erase_if(frames_, [this](const auto& item) {
+    if (item.second.frame->kind != FrameKind::kKernel) return false;
+    bytes_ -= item.second.bytes;
+    if (item.second.generation == generation_) current_bytes_ -= item.second.bytes;
+    return true;
+  });
 }
 
 }  // namespace ember

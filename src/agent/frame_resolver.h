@@ -21,6 +21,9 @@ struct FrameResolverStats {
   uint64_t hits = 0;     // frames found in the cache
   uint64_t misses = 0;   // frames symbolized and added to it
   uint64_t evicted = 0;  // frames dropped to stay within max_bytes
+  // Kernel frames symbolized above the kernel image, where modules and BPF programs loaded after
+  // the kernel's symbols were read lie (KernelSymbols::PastKernelImage).
+  uint64_t kernel_misses_past_image = 0;
 };
 
 // User frames that could not be named, by why. Counted when a location is symbolized (once per
@@ -56,6 +59,9 @@ class FrameResolver {
   // seven eighths of it; frames of the current generation stay (the interval holds them), so
   // only they can take the cache above max_bytes, until the next call.
   void NextGeneration();
+  // Names kernel frames from `kernel_symbols` from now on, dropping every cached kernel frame.
+  // Frames handed out go with them: call this only where NextGeneration may be called.
+  void ReplaceKernelSymbols(const KernelSymbols* kernel_symbols);
   size_t size() const { return frames_.size(); }
   size_t bytes() const { return bytes_; }
   const FrameResolverStats& stats() const { return stats_; }

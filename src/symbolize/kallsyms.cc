@@ -83,6 +83,7 @@ class KernelSymbols::Builder {
                                     .name_size = static_cast<uint16_t>(name.size()),
                                     .module = *module_index});
     table_.names_.append(name);
+    if (*module_index == 0) table_.kernel_image_last_ = std::max(table_.kernel_image_last_, address);
   }
 
   absl::StatusOr<KernelSymbols> Finish() && {
@@ -122,11 +123,12 @@ absl::StatusOr<KernelSymbols> KernelSymbols::Parse(std::string_view text) {
 }
 
 absl::StatusOr<KernelSymbols> KernelSymbols::Load(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read kernel symbols from ", path, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<KallsymsFile> file = KallsymsFile::Open(path);
+  if (!file.ok()) return file.status();
+  return file->Read();
+}
+
+absl::StatusOr<KernelSymbols> KernelSymbols::ReadFd(int fd, const std::string& path) {
   // A piece at a time: the file is 5 MB or more, and held whole it doubled the load's memory.
   // /proc files report size 0, so read until EOF rather than by size.
   Builder builder;
@@ -137,10 +139,8 @@ absl::StatusOr<KernelSymbols> KernelSymbols::Load(const std::string& path) {
     ssize_t n = read(fd, chunk.data(), chunk.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      int error = errno;
-      close(fd);
       return absl::DataLossError(
-          absl::StrCat("error reading kernel symbols from ", path, ": ", std::strerror(error)));
+          absl::StrCat("error reading kernel symbols from ", path, ": ", std::strerror(errno)));
     }
     if (n == 0) break;
     std::string_view piece(chunk.data(), static_cast<size_t>(n));
@@ -165,7 +165,6 @@ absl::StatusOr<KernelSymbols> KernelSymbols::Load(const std::string& path) {
       dropping = true;
     }
   }
-  close(fd);
   if (!dropping) builder.AddLine(cut_line);
   absl::StatusOr<KernelSymbols> symbols = std::move(builder).Finish();
   if (!symbols.ok()) {
@@ -173,6 +172,39 @@ absl::StatusOr<KernelSymbols> KernelSymbols::Load(const std::string& path) {
                         absl::StrCat(path, ": ", symbols.status().message()));
   }
   return symbols;
+}
+
+absl::StatusOr<KallsymsFile> KallsymsFile::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read kernel symbols from ", path, ": ", std::strerror(errno)));
+  }
+  return KallsymsFile(fd, path);
+}
+
+KallsymsFile::KallsymsFile(KallsymsFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+
+KallsymsFile& KallsymsFile::operator=(KallsymsFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+KallsymsFile::~KallsymsFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::StatusOr<KernelSymbols> KallsymsFile::Read() {
+  if (lseek(fd_, 0, SEEK_SET) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("cannot read kernel symbols from ", path_, " again: ", std::strerror(errno)));
+  }
+  return KernelSymbols::ReadFd(fd_, path_);
 }
 
 std::optional<KernelSymbol> KernelSymbols::Lookup(uint64_t address) const {

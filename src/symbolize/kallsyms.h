@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,9 +32,17 @@ class KernelSymbols {
   // The text symbol (t/T/w/W) with the greatest address <= `address`; none below the first.
   std::optional<KernelSymbol> Lookup(uint64_t address) const;
   size_t size() const { return entries_.size(); }
+  // Above the kernel image's last symbol: where modules, BPF programs and trampolines lie, which
+  // come and go while the table stays as read.
+  bool PastKernelImage(uint64_t address) const { return address > kernel_image_last_; }
+  bool operator==(const KernelSymbols&) const = default;
 
  private:
+  friend class KallsymsFile;
   class Builder;
+
+  // Reads an open file from where it stands; `path` names it in errors.
+  static absl::StatusOr<KernelSymbols> ReadFd(int fd, const std::string& path);
 
   // 16 bytes a symbol, its name in names_: a machine has 100k+ symbols, and a string each took
   // about 100 bytes a symbol and most of the load's time in allocation.
@@ -42,11 +51,34 @@ class KernelSymbols {
     uint32_t name_offset;
     uint16_t name_size;
     uint16_t module;  // index into modules_
+    bool operator==(const Entry&) const = default;
   };
 
   std::vector<Entry> entries_;        // sorted by address
   std::string names_;                 // every name, back to back
   std::vector<std::string> modules_;  // modules_[0] is "" (vmlinux)
+  uint64_t kernel_image_last_ = 0;    // the greatest address of a vmlinux symbol
+};
+
+// /proc/kallsyms held open, to be read again as modules and BPF programs come and go. Whether
+// the kernel shows a reader its addresses is decided when the file is opened (CAP_SYSLOG, or
+// kernel.kptr_restrict), so a file opened with the capability still shows them once the
+// process has dropped it.
+class KallsymsFile {
+ public:
+  static absl::StatusOr<KallsymsFile> Open(const std::string& path = "/proc/kallsyms");
+  KallsymsFile(KallsymsFile&& other) noexcept;
+  KallsymsFile& operator=(KallsymsFile&& other) noexcept;
+  ~KallsymsFile();
+
+  // The whole file, from its start, as it is now.
+  absl::StatusOr<KernelSymbols> Read();
+
+ private:
+  KallsymsFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_ = -1;
+  std::string path_;
 };
 
 }  // namespace ember

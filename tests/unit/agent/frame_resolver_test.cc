@@ -319,3 +319,36 @@ TEST_F(NodeProcessFrameTest, AnotherFileMappedAtAnAddressNamesItsFramesOnceTheMa
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// A module loaded after the kernel's symbols were read: its frames take the name of the last
+// symbol below them until the table is read again, and then the module's own.
+TEST(KernelFrameTest, ReplacedKernelSymbolsRenameCachedKernelFrames) {
+  constexpr char kImage[] =
+      "ffffffff81000000 T _stext\nffffffff81000100 T schedule\nffffffff83000000 T _einittext\n";
+  absl::StatusOr<KernelSymbols> before = KernelSymbols::Parse(kImage);
+  absl::StatusOr<KernelSymbols> after =
+      KernelSymbols::Parse(std::string(kImage) + "ffffffffc0a01000 t nf_hook_slow\t[nf_tables]\n");
+  ASSERT_TRUE(before.ok() && after.ok());
+  ProcessTable processes;
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, &*before);
+  const Frame* stale = resolver.Kernel(0xffffffffc0a01010, /*caller=*/false);
+  EXPECT_EQ(stale->function, "_einittext");
+  EXPECT_EQ(resolver.Kernel(0xffffffff81000110, /*caller=*/false)->function, "schedule");
+  EXPECT_EQ(resolver.stats().kernel_misses_past_image, 1u);  // the module's frame only
+
+  resolver.NextGeneration();
+  resolver.ReplaceKernelSymbols(&*after);
+  const Frame* named = resolver.Kernel(0xffffffffc0a01010, /*caller=*/false);
+  EXPECT_EQ(named->function, "nf_hook_slow");
+  EXPECT_EQ(named->module, "[nf_tables]");
+  EXPECT_EQ(resolver.Kernel(0xffffffff81000110, /*caller=*/false)->function, "schedule");
+  // Counted again: above the image, whether the table names it or not.
+  EXPECT_EQ(resolver.stats().kernel_misses_past_image, 2u);
+}
+
+}  // namespace
+}  // namespace ember

@@ -140,5 +140,25 @@ TEST(KernelSymbolsTest, LoadDropsAnOverlongLineAndKeepsItsNeighbours) {
   EXPECT_EQ(loaded->Lookup(0xffffffff81000200ULL)->name, "after");
 }
 
+// Read again, the kept file gives what it holds now (the agent reads /proc/kallsyms again as
+// modules come and go, through the file it opened while it could see the addresses).
+TEST(KallsymsFileTest, EachReadGivesTheFileAsItIsNow) {
+  const std::string path = testing::TempDir() + "kallsyms_reread_" + std::to_string(getpid());
+  std::ofstream(path) << "ffffffff81000000 T _stext\n";
+  absl::StatusOr<KallsymsFile> file = KallsymsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<KernelSymbols> first = file->Read();
+  std::ofstream(path) << "ffffffff81000000 T _stext\nffffffffc0a01000 t nf_hook_slow\t[nf_tables]\n";
+  absl::StatusOr<KernelSymbols> second = file->Read();
+  std::remove(path.c_str());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->size(), 1u);
+  ASSERT_EQ(second->size(), 2u);
+  EXPECT_EQ(second->Lookup(0xffffffffc0a01000ULL)->module, "nf_tables");
+  EXPECT_FALSE(*first == *second);
+  EXPECT_TRUE(first->PastKernelImage(0xffffffffc0a01000ULL));
+  EXPECT_FALSE(first->PastKernelImage(0xffffffff81000000ULL));
+}
+
 }  // namespace
 }  // namespace ember
