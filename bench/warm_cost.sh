@@ -77,7 +77,8 @@
 # task's interrupt (walking frame pointers; for dwarf, copying up to 64 KiB of stack), for which
 # there is no bpf_stats; --with counts it in its "whole" figures.
 # Prints one line: samples, CPU per 1000 samples, RSS (with --beside, one per agent and the ratios;
-# with --with, one per profiler, the ratio, and both counted whole).
+# with --with, one per profiler, the ratio, and both counted whole); before it, up to five of each
+# agent's warnings and rereads of the kernel's symbols from its log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -490,6 +491,10 @@ stats_check
 for ((a = 0; a < ${#agents[@]}; a++)); do
   wait "${agent_pids[a]}" ||
     { echo "warm_cost: ${agents[a]} failed: $(tail -3 "$tmp/agent$a.log")" >&2; exit 1; }
+  # What may explain an odd figure: the agent's warnings, and its rereads of the kernel's symbols
+  # (a read costs 40 to 100 ms, 4 to 10 ms per 1000 samples of a 60 s window here).
+  grep -hE " (warning|error) |kernel symbols read again" "$tmp/agent$a.log" | cut -c 1-200 |
+    sed "s|^|warm_cost: ${agents[a]} log: |" | head -5 || true
 done
 python3 - "$hz" "$pid_only" "$tmp/ember.sum" "${agents[@]}" -- "${first[@]}" -- "${readings[@]}" <<'EOF'
 import sys

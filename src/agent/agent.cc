@@ -152,6 +152,10 @@ Agent::Agent(const Options& options)
       counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
   write_failures_metric_ = counter("ember_output_write_failures_total",
                                    "Failed writes of pprof files or the flame graph.");
+  kernel_symbols_reads_metric_ =
+      counter("ember_kernel_symbols_reads_total",
+              "Reads of /proc/kallsyms after the first (modules listed differently, or kernel "
+              "frames above the kernel image: at most every 5 minutes), changed or not.");
   flame_graph_nodes_metric_ =
       metrics_
           .AddGauge("ember_flame_graph_nodes",
@@ -848,6 +852,7 @@ void Agent::RefreshKernelSymbols() {
   const auto now = std::chrono::steady_clock::now();
   if (!kernel_symbols_refresh_->Due(modules_text, misses, now)) return;
   kernel_symbols_refresh_->Reread(modules_text, misses, now);
+  kernel_symbols_reads_metric_->Increment();
   absl::StatusOr<KernelSymbols> symbols = kallsyms_file_->Read();
   if (!symbols.ok()) {
     spdlog::warn("kernel symbols not read again (the table read before is kept): {}",

@@ -186,6 +186,7 @@ class Agent {
   Counter* unwound_failed_metric_ = nullptr;
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
+  Counter* kernel_symbols_reads_metric_ = nullptr;
   Gauge* flame_graph_nodes_metric_ = nullptr;
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
