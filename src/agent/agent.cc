@@ -850,8 +850,7 @@ void Agent::RefreshKernelSymbols() {
       modules ? std::optional<std::string_view>(*modules) : std::nullopt;
   const uint64_t misses = frames_.stats().kernel_misses_past_image;
   const auto now = std::chrono::steady_clock::now();
-  if (!kernel_symbols_refresh_->Due(modules_text, misses, now)) return;
-  kernel_symbols_refresh_->Reread(modules_text, misses, now);
+  if (!kernel_symbols_refresh_->Check(modules_text, misses, now)) return;
   kernel_symbols_reads_metric_->Increment();
   absl::StatusOr<KernelSymbols> symbols = kallsyms_file_->Read();
   if (!symbols.ok()) {

@@ -10,17 +10,17 @@ KernelSymbolsRefresh::KernelSymbolsRefresh(std::optional<std::string_view> modul
                                            Clock::time_point read_at, Clock::duration recheck)
     : modules_(Fingerprint(modules)), read_at_(read_at), recheck_(recheck) {}
 
-bool KernelSymbolsRefresh::Due(std::optional<std::string_view> modules, uint64_t misses_past_image,
-                               Clock::time_point now) const {
-  if (Fingerprint(modules) != modules_) return true;
-  return misses_past_image > misses_past_image_ && now - read_at_ >= recheck_;
-}
-
-void KernelSymbolsRefresh::Reread(std::optional<std::string_view> modules,
-                                  uint64_t misses_past_image, Clock::time_point now) {
-  modules_ = Fingerprint(modules);
+bool KernelSymbolsRefresh::Check(std::optional<std::string_view> modules,
+                                 uint64_t misses_past_image, Clock::time_point now) {
+  const std::optional<size_t> fingerprint = Fingerprint(modules);
+  if (fingerprint == modules_ &&
+      (misses_past_image <= misses_past_image_ || now - read_at_ < recheck_)) {
+    return false;
+  }
+  modules_ = fingerprint;
   misses_past_image_ = misses_past_image;
   read_at_ = now;
+  return true;
 }
 
 // Of each line ("ext4 1040384 3 - Live 0xffffffffc0a00000"), the name, size and state: the use

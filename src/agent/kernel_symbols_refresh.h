@@ -23,12 +23,10 @@ class KernelSymbolsRefresh {
                        Clock::duration recheck);
 
   // Whether to read the symbols now: `modules` is /proc/modules now, `misses_past_image` the
-  // resolver's count of kernel frames symbolized above the kernel image so far.
-  bool Due(std::optional<std::string_view> modules, uint64_t misses_past_image,
-           Clock::time_point now) const;
-  // The symbols were read again at `now`, with `modules` and `misses_past_image` as given to Due.
-  void Reread(std::optional<std::string_view> modules, uint64_t misses_past_image,
-              Clock::time_point now);
+  // resolver's count of kernel frames symbolized above the kernel image so far. A yes counts the
+  // symbols as read at `now`, with these.
+  bool Check(std::optional<std::string_view> modules, uint64_t misses_past_image,
+             Clock::time_point now);
 
  private:
   static std::optional<size_t> Fingerprint(std::optional<std::string_view> modules);

@@ -19,24 +19,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/unique_fd.h"
 
 namespace ember::internal {
 namespace {
-
-// Closes an fd on every return path of Open().
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 absl::Status ErrnoStatus(int err, const std::string& what) {
   std::string message = absl::StrCat(what, ": ", std::strerror(err));
@@ -151,7 +137,7 @@ std::string BuildIdFromNotes(Elf_Data* data) {
 absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path,
                                                        bool check_segments) {
   elf_version(EV_CURRENT);
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat ", path));

@@ -175,36 +175,20 @@ absl::StatusOr<KernelSymbols> KernelSymbols::ReadFd(int fd, const std::string& p
 }
 
 absl::StatusOr<KallsymsFile> KallsymsFile::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot read kernel symbols from ", path, ": ", std::strerror(errno)));
   }
-  return KallsymsFile(fd, path);
-}
-
-KallsymsFile::KallsymsFile(KallsymsFile&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
-
-KallsymsFile& KallsymsFile::operator=(KallsymsFile&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    path_ = std::move(other.path_);
-  }
-  return *this;
-}
-
-KallsymsFile::~KallsymsFile() {
-  if (fd_ >= 0) close(fd_);
+  return KallsymsFile(std::move(fd), path);
 }
 
 absl::StatusOr<KernelSymbols> KallsymsFile::Read() {
-  if (lseek(fd_, 0, SEEK_SET) != 0) {
+  if (lseek(fd_.get(), 0, SEEK_SET) != 0) {
     return absl::DataLossError(
         absl::StrCat("cannot read kernel symbols from ", path_, " again: ", std::strerror(errno)));
   }
-  return KernelSymbols::ReadFd(fd_, path_);
+  return KernelSymbols::ReadFd(fd_.get(), path_);
 }
 
 std::optional<KernelSymbol> KernelSymbols::Lookup(uint64_t address) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 
 namespace ember {
 
@@ -67,17 +68,14 @@ class KernelSymbols {
 class KallsymsFile {
  public:
   static absl::StatusOr<KallsymsFile> Open(const std::string& path = "/proc/kallsyms");
-  KallsymsFile(KallsymsFile&& other) noexcept;
-  KallsymsFile& operator=(KallsymsFile&& other) noexcept;
-  ~KallsymsFile();
 
   // The whole file, from its start, as it is now.
   absl::StatusOr<KernelSymbols> Read();
 
  private:
-  KallsymsFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  KallsymsFile(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
 
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string path_;
 };
 

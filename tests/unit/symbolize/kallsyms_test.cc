@@ -15,6 +15,21 @@ namespace {
 
 const std::string kDataDir = std::string(EMBER_TEST_DATA_DIR) + "/kallsyms/";
 
+// A file of this test's own in the test's temporary folder, removed at the end of its scope.
+class TempFile {
+ public:
+  TempFile(const std::string& name, const std::string& text)
+      : path_(testing::TempDir() + name + "_" + std::to_string(getpid())) {
+    Write(text);
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  void Write(const std::string& text) { std::ofstream(path_) << text; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 TEST(KernelSymbolsTest, LoadsTextSymbolsAndSkipsJunk) {
   absl::StatusOr<KernelSymbols> symbols = KernelSymbols::Load(kDataDir + "kallsyms.txt");
   ASSERT_TRUE(symbols.ok()) << symbols.status();
@@ -103,10 +118,8 @@ TEST(KernelSymbolsTest, LoadReadsALargeFileAsParseReadsItsText) {
                   i % 2 ? "do_sys" : "x", 1 + i % 23, i, i >= 39000 ? "\t[ext4]" : "");
     text += line;
   }
-  const std::string path = testing::TempDir() + "kallsyms_large_" + std::to_string(getpid());
-  std::ofstream(path) << text;
-  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(path);
-  std::remove(path.c_str());
+  TempFile file("kallsyms_large", text);
+  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(file.path());
   absl::StatusOr<KernelSymbols> parsed = KernelSymbols::Parse(text);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -130,10 +143,8 @@ TEST(KernelSymbolsTest, LoadDropsAnOverlongLineAndKeepsItsNeighbours) {
   const std::string text = "ffffffff81000000 T before\nffffffff81000100 T " +
                            std::string(size_t{1} << 20, ' ') +
                            "ffffffff81000180 T end_of_the_long_line\nffffffff81000200 T after\n";
-  const std::string path = testing::TempDir() + "kallsyms_long_" + std::to_string(getpid());
-  std::ofstream(path) << text;
-  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(path);
-  std::remove(path.c_str());
+  TempFile file("kallsyms_long", text);
+  absl::StatusOr<KernelSymbols> loaded = KernelSymbols::Load(file.path());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->size(), 2u);
   EXPECT_EQ(loaded->Lookup(0xffffffff81000190ULL)->name, "before");
@@ -143,14 +154,12 @@ TEST(KernelSymbolsTest, LoadDropsAnOverlongLineAndKeepsItsNeighbours) {
 // Read again, the kept file gives what it holds now (the agent reads /proc/kallsyms again as
 // modules come and go, through the file it opened while it could see the addresses).
 TEST(KallsymsFileTest, EachReadGivesTheFileAsItIsNow) {
-  const std::string path = testing::TempDir() + "kallsyms_reread_" + std::to_string(getpid());
-  std::ofstream(path) << "ffffffff81000000 T _stext\n";
-  absl::StatusOr<KallsymsFile> file = KallsymsFile::Open(path);
+  TempFile text("kallsyms_reread", "ffffffff81000000 T _stext\n");
+  absl::StatusOr<KallsymsFile> file = KallsymsFile::Open(text.path());
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<KernelSymbols> first = file->Read();
-  std::ofstream(path) << "ffffffff81000000 T _stext\nffffffffc0a01000 t nf_hook_slow\t[nf_tables]\n";
+  text.Write("ffffffff81000000 T _stext\nffffffffc0a01000 t nf_hook_slow\t[nf_tables]\n");
   absl::StatusOr<KernelSymbols> second = file->Read();
-  std::remove(path.c_str());
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(first->size(), 1u);
   ASSERT_EQ(second->size(), 2u);
