@@ -432,10 +432,9 @@ void Agent::OnSample(const SampleView& sample) {
     // the moment one is taken none is lost.
     const auto taken = std::chrono::steady_clock::time_point(
         std::chrono::nanoseconds(static_cast<int64_t>(sample.header->timestamp_ns)));
-    spdlog::info(
-        "first sample {} ms after start (taken; read at {} ms)",
-        std::chrono::duration_cast<std::chrono::milliseconds>(taken - started_at_).count(),
-        MillisecondsSince(started_at_));
+    spdlog::info("first sample {} ms after start (taken; read at {} ms)",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(taken - started_at_).count(),
+                 MillisecondsSince(started_at_));
   }
   samples_metric_->Increment();
   const ember_sample& header = *sample.header;
@@ -859,11 +858,11 @@ void Agent::RefreshKernelSymbols() {
     return;
   }
   if (*symbols == *kernel_symbols_) return;
-  spdlog::info("kernel symbols read again: {} text symbols ({} before), in {} ms",
-               symbols->size(), kernel_symbols_->size(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - now)
-                   .count());
+  spdlog::info(
+      "kernel symbols read again: {} text symbols ({} before), in {} ms", symbols->size(),
+      kernel_symbols_->size(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - now)
+          .count());
   kernel_symbols_ = std::move(symbols).value();
   frames_.ReplaceKernelSymbols(&*kernel_symbols_);
 }

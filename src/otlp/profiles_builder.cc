@@ -251,9 +251,9 @@ std::string RandomProfileId(absl::BitGen& gen) {
 
 // The request for `chosen`, samples of `profile` with a count above 0 (the interval's times
 // come from `profile`).
-collector_pb::ExportProfilesServiceRequest BuildRequest(
-    const IntervalProfile& profile, std::span<const StackSample* const> chosen,
-    const ResourceContext& context) {
+collector_pb::ExportProfilesServiceRequest BuildRequest(const IntervalProfile& profile,
+                                                        std::span<const StackSample* const> chosen,
+                                                        const ResourceContext& context) {
   collector_pb::ExportProfilesServiceRequest request;
   Dictionary dict(request.mutable_dictionary());
 

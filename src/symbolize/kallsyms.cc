@@ -83,7 +83,8 @@ class KernelSymbols::Builder {
                                     .name_size = static_cast<uint16_t>(name.size()),
                                     .module = *module_index});
     table_.names_.append(name);
-    if (*module_index == 0) table_.kernel_image_last_ = std::max(table_.kernel_image_last_, address);
+    if (*module_index == 0)
+      table_.kernel_image_last_ = std::max(table_.kernel_image_last_, address);
   }
 
   absl::StatusOr<KernelSymbols> Finish() && {
@@ -133,7 +134,7 @@ absl::StatusOr<KernelSymbols> KernelSymbols::ReadFd(int fd, const std::string& p
   // /proc files report size 0, so read until EOF rather than by size.
   Builder builder;
   std::string chunk(size_t{256} << 10, '\0');
-  std::string cut_line;  // the end of the last piece, a line the piece boundary cut
+  std::string cut_line;   // the end of the last piece, a line the piece boundary cut
   bool dropping = false;  // within a line over kMaxLineBytes
   while (true) {
     ssize_t n = read(fd, chunk.data(), chunk.size());
@@ -192,9 +193,9 @@ absl::StatusOr<KernelSymbols> KallsymsFile::Read() {
 }
 
 std::optional<KernelSymbol> KernelSymbols::Lookup(uint64_t address) const {
-  auto it = std::upper_bound(
-      entries_.begin(), entries_.end(), address,
-      [](uint64_t addr, const Entry& entry) { return addr < entry.address; });
+  auto it =
+      std::upper_bound(entries_.begin(), entries_.end(), address,
+                       [](uint64_t addr, const Entry& entry) { return addr < entry.address; });
   if (it == entries_.begin()) return std::nullopt;
   // With duplicates at one address upper_bound lands after all of them; step to the first.
   auto prev = std::prev(it);

@@ -33,7 +33,7 @@ TEST_F(KernelSymbolsRefreshTest, AModuleLoadedOrUnloadedIsDueAtOnce) {
       "overlay 176128 0 - Live 0xffffffffc0b00000\n"
       "nf_tables 299008 0 - Live 0xffffffffc0c00000\n";
   EXPECT_TRUE(refresh.Check(loaded, 0, start + seconds(10)));
-  EXPECT_FALSE(refresh.Check(loaded, 0, start + seconds(20)));  // read with it already
+  EXPECT_FALSE(refresh.Check(loaded, 0, start + seconds(20)));   // read with it already
   EXPECT_TRUE(refresh.Check(kModules, 0, start + seconds(30)));  // nf_tables unloaded
   EXPECT_FALSE(refresh.Check(kModules, 0, start + seconds(40)));
 }

@@ -54,10 +54,9 @@ TEST(OptionsTest, BpfUnwindRows) {
 }
 
 TEST(OptionsTest, LimitFlags) {
-  auto options =
-      Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB", "--max-perf-map-bytes=4096",
-             "--otlp-max-queue-bytes", "1G", "--max-pods", "100", "--max-cfi-cache-bytes=2MiB",
-             "--otlp-max-request-bytes=16MiB"});
+  auto options = Parse({"--max-processes=4", "--max-symbol-cache-bytes", "512MiB",
+                        "--max-perf-map-bytes=4096", "--otlp-max-queue-bytes", "1G", "--max-pods",
+                        "100", "--max-cfi-cache-bytes=2MiB", "--otlp-max-request-bytes=16MiB"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->max_processes, 4u);
   EXPECT_EQ(options->max_symbol_cache_bytes, size_t{512} << 20);
@@ -167,9 +166,9 @@ TEST(OptionsTest, HelpAndVersion) {
   EXPECT_TRUE(Parse({"-h"})->help);
   EXPECT_TRUE(Parse({"--version"})->version);
   EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
-  for (const char* flag : {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes",
-                           "--max-pods", "--otlp-max-queue-bytes", "--max-cfi-cache-bytes",
-                           "--otlp-max-request-bytes"}) {
+  for (const char* flag :
+       {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes", "--max-pods",
+        "--otlp-max-queue-bytes", "--max-cfi-cache-bytes", "--otlp-max-request-bytes"}) {
     EXPECT_NE(UsageText().find(flag), std::string::npos) << flag;
   }
 }

@@ -2,7 +2,6 @@
 #include "symbolize/kallsyms.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
