@@ -845,8 +845,8 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
 void Agent::RefreshKernelSymbols() {
   if (!kallsyms_file_ || !kernel_symbols_refresh_) return;
   const std::optional<std::string> modules = ReadWholeFile(kModulesPath);
-  const std::optional<std::string_view> modules_text =
-      modules ? std::optional<std::string_view>(*modules) : std::nullopt;
+  const std::optional<absl::string_view> modules_text =
+      modules ? std::optional<absl::string_view>(*modules) : std::nullopt;
   const uint64_t misses = frames_.stats().kernel_misses_past_image;
   const auto now = std::chrono::steady_clock::now();
   if (!kernel_symbols_refresh_->Check(modules_text, misses, now)) return;
@@ -858,11 +858,8 @@ void Agent::RefreshKernelSymbols() {
     return;
   }
   if (*symbols == *kernel_symbols_) return;
-  spdlog::info(
-      "kernel symbols read again: {} text symbols ({} before), in {} ms", symbols->size(),
-      kernel_symbols_->size(),
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - now)
-          .count());
+  spdlog::info("kernel symbols read again: {} text symbols ({} before), in {} ms", symbols->size(),
+               kernel_symbols_->size(), MillisecondsSince(now));
   kernel_symbols_ = std::move(symbols).value();
   frames_.ReplaceKernelSymbols(&*kernel_symbols_);
 }

@@ -3,14 +3,18 @@
 
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ember {
 
-KernelSymbolsRefresh::KernelSymbolsRefresh(std::optional<std::string_view> modules,
+KernelSymbolsRefresh::KernelSymbolsRefresh(std::optional<absl::string_view> modules,
                                            Clock::time_point read_at, Clock::duration recheck)
     : modules_(Fingerprint(modules)), read_at_(read_at), recheck_(recheck) {}
 
-bool KernelSymbolsRefresh::Check(std::optional<std::string_view> modules,
+bool KernelSymbolsRefresh::Check(std::optional<absl::string_view> modules,
                                  uint64_t misses_past_image, Clock::time_point now) {
   const std::optional<size_t> fingerprint = Fingerprint(modules);
   if (fingerprint == modules_ &&
@@ -25,18 +29,13 @@ bool KernelSymbolsRefresh::Check(std::optional<std::string_view> modules,
 
 // Of each line ("ext4 1040384 3 - Live 0xffffffffc0a00000"), the name, size and state: the use
 // count changes whenever a module is used (a mount, a network namespace), its symbols do not.
-std::optional<size_t> KernelSymbolsRefresh::Fingerprint(std::optional<std::string_view> modules) {
+std::optional<size_t> KernelSymbolsRefresh::Fingerprint(std::optional<absl::string_view> modules) {
   if (!modules) return std::nullopt;
   std::string kept;
-  std::string_view text = *modules;
-  while (!text.empty()) {
-    const size_t eol = text.find('\n');
-    std::string_view line = text.substr(0, eol);
-    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
-    for (int field = 0; !line.empty(); ++field) {
-      const size_t end = line.find(' ');
-      if (field == 0 || field == 1 || field == 4) kept.append(line.substr(0, end)).push_back(' ');
-      line.remove_prefix(end == std::string_view::npos ? line.size() : end + 1);
+  for (absl::string_view line : absl::StrSplit(*modules, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    for (size_t field : {0, 1, 4}) {
+      if (field < fields.size()) absl::StrAppend(&kept, fields[field], " ");
     }
     kept.push_back('\n');
   }

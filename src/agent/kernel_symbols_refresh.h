@@ -9,7 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string_view>
+
+#include "absl/strings/string_view.h"
 
 namespace ember {
 
@@ -19,17 +20,17 @@ class KernelSymbolsRefresh {
 
   // `modules` is /proc/modules as read with the symbols (nullopt where it cannot be read: a
   // kernel without loadable modules).
-  KernelSymbolsRefresh(std::optional<std::string_view> modules, Clock::time_point read_at,
+  KernelSymbolsRefresh(std::optional<absl::string_view> modules, Clock::time_point read_at,
                        Clock::duration recheck);
 
   // Whether to read the symbols now: `modules` is /proc/modules now, `misses_past_image` the
   // resolver's count of kernel frames symbolized above the kernel image so far. A yes counts the
   // symbols as read at `now`, with these.
-  bool Check(std::optional<std::string_view> modules, uint64_t misses_past_image,
+  bool Check(std::optional<absl::string_view> modules, uint64_t misses_past_image,
              Clock::time_point now);
 
  private:
-  static std::optional<size_t> Fingerprint(std::optional<std::string_view> modules);
+  static std::optional<size_t> Fingerprint(std::optional<absl::string_view> modules);
 
   std::optional<size_t> modules_;
   uint64_t misses_past_image_ = 0;
