@@ -79,6 +79,9 @@ check("every other capability dropped", sc.get("capabilities", {}).get("drop") =
 check("not privileged by default", sc.get("privileged") is False)
 check("no privilege escalation", sc.get("allowPrivilegeEscalation") is False)
 check("read-only root filesystem", sc.get("readOnlyRootFilesystem") is True)
+# containerd's default profile allows bpf and perf_event_open for CAP_BPF and CAP_PERFMON.
+check("seccomp profile: the runtime's default",
+      sc.get("seccompProfile") == {"type": "RuntimeDefault"}, sc.get("seccompProfile"))
 node_name = env(c).get("NODE_NAME", {})
 check("NODE_NAME from the downward API",
       node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
@@ -178,6 +181,15 @@ check("probes still on the named port",
 check("one probe timing changed, the others kept",
       c["readinessProbe"]["periodSeconds"] == 7 and
       c["readinessProbe"]["initialDelaySeconds"] == ready["initialDelaySeconds"])
+# CRI-O's default profile refuses bpf without SYS_ADMIN: Unconfined or a node's own profile.
+sc = container(daemonset(render("--set", "seccompProfile.type=Unconfined")))["securityContext"]
+check("seccompProfile Unconfined", sc.get("seccompProfile") == {"type": "Unconfined"}, sc)
+sc = container(daemonset(render("--set", "seccompProfile.type=Localhost", "--set",
+                                "seccompProfile.localhostProfile=profiles/ember.json")))[
+    "securityContext"]
+check("seccompProfile Localhost with its file",
+      sc.get("seccompProfile") == {"type": "Localhost",
+                                   "localhostProfile": "profiles/ember.json"}, sc)
 # Probes off: the endpoint stays, for Prometheus.
 c = container(daemonset(render("--set", "probes.enabled=false")))
 check("no probes when disabled, endpoint kept",
@@ -189,7 +201,8 @@ for bad in (["--set-string", "samplingHz=fast"], ["--set", "samplingHz=5000"],
             ["--set", "otlp.protocol=udp"], ["--set", "privileged=yes-please"],
             ["--set", "no_such_value=1"], ["--set", "metrics.port=0"],
             ["--set", "metrics.port=70000"], ["--set", "probes.port=8080"],
-            ["--set", "probes.liveness.periodSeconds=0"]):
+            ["--set", "probes.liveness.periodSeconds=0"], ["--set", "seccompProfile.type=Off"],
+            ["--set", "seccompProfile.type=Localhost"]):
     r = helm_run("template", "ember", chart, *bad)
     check(f"schema rejects {bad[-1]}",
           r.returncode != 0 and "schema" in r.stderr, (r.returncode, r.stderr[-300:]))

@@ -31,6 +31,19 @@ for setting in EnvironmentFile=-/etc/default/ember Restart=on-failure ProtectSys
   ProtectHome=read-only PrivateTmp=yes NoNewPrivileges=yes StateDirectory=ember; do
   grep -qx "$setting" "$unit" || fail "missing $setting"
 done
+# ProtectKernelLogs=yes removes CAP_SYSLOG, which /proc/kallsyms' addresses need.
+! grep -Eq '^ProtectKernelLogs=(yes|true|on|1)' "$unit" ||
+  fail "ProtectKernelLogs= takes away CAP_SYSLOG, which the unit grants for kernel frame names"
+grep -qx 'SystemCallFilter=~syslog' "$unit" || fail "syslog(2) is not denied"
+# The agent installs its own seccomp filter: the unit's must let it.
+grep -Eq '^SystemCallFilter=@system-service( [a-z_0-9]+)* seccomp( |$)' "$unit" ||
+  fail "SystemCallFilter does not allow seccomp, which the agent's own filter needs"
+# The same memory bound as the Helm chart's limit.
+chart_limit=$(sed -n '/^  limits:/,/^[^ ]/s/^    memory: //p' "$(dirname "$unit")/../helm/ember/values.yaml")
+[[ $chart_limit =~ ^([0-9]+)Gi$ ]] || fail "the chart's memory limit '$chart_limit' is not in Gi"
+# systemd's G is 1024^3 bytes, the chart's Gi.
+grep -qx "MemoryMax=${BASH_REMATCH[1]}G" "$unit" ||
+  fail "MemoryMax=${BASH_REMATCH[1]}G (the chart's memory limit, $chart_limit) missing"
 # Nothing may hide other processes' /proc entries from the agent.
 ! grep -Eq '^(ProtectProc=(invisible|noaccess|ptraceable)|ProcSubset=pid)' "$unit" ||
   fail "ProtectProc/ProcSubset hide /proc from the agent"
