@@ -13,6 +13,8 @@ packages=(
   libelf-dev libdw-dev zlib1g-dev libdeflate-dev libabsl-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev
+  # the seccomp filter the agent installs on itself after start (docs/capabilities.md)
+  libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "agent/privileges.h"
+#include "agent/seccomp_filter.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
@@ -258,22 +259,61 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }
-  // Capabilities belong to each thread: they go before the exporter, the pod watcher and the
-  // status endpoint start theirs, so no thread that talks to the network ever holds them.
+  // Capabilities belong to each thread: the process keeps only what reading other processes
+  // needs while it has one thread, and the seccomp filter every later thread inherits goes on
+  // then too. The network I/O is set up on a thread without any capability, so none of the
+  // threads the exporter, the pod watcher and the status endpoint start (nor gRPC's, curl's and
+  // libmicrohttpd's) holds one: only this thread, the sampling loop, does.
   BpfProfiler* profiler = agent->profiler_.get();
   RETURN_IF_ERROR(DropCapabilities([profiler] { return profiler->MapsAccessible(); }));
-  if (exporter_config->has_value()) {
-    ASSIGN_OR_RETURN(
-        agent->exporter_,
-        ProfileExporter::Create(**exporter_config,
-                                ExporterLimits{.max_queue_bytes = options.otlp_max_queue_bytes}));
+  RETURN_IF_ERROR(InstallSeccompFilter());
+  // The status endpoint's threads read the BPF counters for /metrics; where the kernel wants a
+  // capability for map reads (before 6.5), the loop reads them for those threads.
+  bool maps_readable = false;
+  RETURN_IF_ERROR(RunWithoutCapabilities([&] { maps_readable = profiler->MapsAccessible(); }));
+  agent->bpf_stats_from_loop_ = !maps_readable;
+  absl::Status network;
+  RETURN_IF_ERROR(RunWithoutCapabilities([&] {
+    if (!exporter_config->has_value()) return;
+    auto exporter = ProfileExporter::Create(
+        **exporter_config, ExporterLimits{.max_queue_bytes = options.otlp_max_queue_bytes});
+    if (!exporter.ok()) {
+      network = exporter.status();
+      return;
+    }
+    agent->exporter_ = std::move(exporter).value();
+  }));
+  RETURN_IF_ERROR(network);
+  if (agent->exporter_ != nullptr) {
     agent->resources_ = agent->MakeResourceContext();
     spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
   agent->interval_start_ = ClockReading::Now();
-  if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
-  RETURN_IF_ERROR(agent->SetUpStatusEndpoint());
+  RETURN_IF_ERROR(RunWithoutCapabilities([&] {
+    if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
+    network = agent->SetUpStatusEndpoint();
+  }));
+  RETURN_IF_ERROR(network);
   return agent;
+}
+
+Agent::~Agent() {
+  OffTheSamplingThread([this] {
+    status_server_.reset();
+    pod_watcher_.reset();
+    exporter_.reset();
+  });
+}
+
+BpfStats Agent::BpfStatsForMetrics() {
+  if (!bpf_stats_from_loop_) return profiler_->ReadStats();
+  std::lock_guard lock(bpf_stats_mu_);
+  return bpf_stats_;
+}
+
+void Agent::OffTheSamplingThread(const std::function<void()>& work) {
+  // Only when even emptying a thread's capabilities failed, which the start-up already did once.
+  if (!RunWithoutCapabilities(work).ok()) work();
 }
 
 absl::Status Agent::SetUpKubernetes() {
@@ -311,12 +351,11 @@ absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
   {
     // The BPF program's counters, read when scraped.
-    BpfProfiler* profiler = profiler_.get();
     RETURN_IF_ERROR(metrics_.AddCallbackCounter(
         "ember_bpf_samples_total",
         "Samples the BPF program wrote to the ring buffer, as they are taken; ember_samples_total "
         "counts those the agent has read (every few seconds).",
-        {}, [profiler] { return static_cast<double>(profiler->ReadStats().samples); }));
+        {}, [this] { return static_cast<double>(BpfStatsForMetrics().samples); }));
     using Field = uint64_t BpfStats::*;
     const std::pair<const char*, Field> walks[] = {
         {"ok", &BpfStats::python_ok},
@@ -328,9 +367,8 @@ absl::Status Agent::SetUpStatusEndpoint() {
       RETURN_IF_ERROR(metrics_.AddCallbackCounter(
           "ember_python_walks_total",
           "CPython frame walks done in BPF for samples of Python processes, by how they ended.",
-          {{"result", result}}, [profiler, member = field] {
-            return static_cast<double>(profiler->ReadStats().*member);
-          }));
+          {{"result", result}},
+          [this, member = field] { return static_cast<double>(BpfStatsForMetrics().*member); }));
     }
   }
   if (pods_ != nullptr) {
@@ -917,6 +955,11 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     SyncFailureMetrics();
+    if (bpf_stats_from_loop_) {
+      BpfStats stats = profiler_->ReadStats();
+      std::lock_guard lock(bpf_stats_mu_);
+      bpf_stats_ = stats;
+    }
     const ClockReading now = ClockReading::Now();
     if (clock.Done(now.steady)) break;
     if (clock.ExportDue(now.steady)) {
@@ -952,7 +995,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   const ClockReading end = ClockReading::Now();
   ExportInterval(clock.EndInterval(end), end.wall, /*last=*/true);
   SyncFailureMetrics();
-  if (pod_watcher_ != nullptr) pod_watcher_->Stop();
+  if (pod_watcher_ != nullptr) OffTheSamplingThread([this] { pod_watcher_->Stop(); });
 
   BpfStats stats = profiler_->ReadStats();
   spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",
@@ -990,7 +1033,9 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
         splice_stats_.python_groups_unplaced);
   }
   if (exporter_ != nullptr) {
-    exporter_->Shutdown(kExporterDrainTime);  // what is still queued gets a last chance
+    // What is still queued gets a last chance; cancelling the attempt in flight is gRPC's or
+    // curl's work, kept off this thread's capabilities.
+    OffTheSamplingThread([this] { exporter_->Shutdown(kExporterDrainTime); });
     ReportExporter();
     ExporterStats sent = exporter_->stats();
     spdlog::info(

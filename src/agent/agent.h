@@ -4,7 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -45,6 +47,9 @@ class Agent {
 
   // Profiles until --duration ends or `stop` turns true, then writes the last interval.
   absl::Status Run(const std::atomic<bool>& stop);
+
+  // Stops the network I/O on a thread without capabilities (RunWithoutCapabilities).
+  ~Agent();
 
  private:
   explicit Agent(const Options& options);
@@ -108,6 +113,12 @@ class Agent {
   // The self-metrics, and the status endpoint at --metrics-address serving them with /healthz
   // and /readyz.
   absl::Status SetUpStatusEndpoint();
+  // Stopping the network I/O may start a thread too (gRPC's clean-up, a cancelled transfer's):
+  // it runs on a thread without capabilities (RunWithoutCapabilities), like the start.
+  void OffTheSamplingThread(const std::function<void()>& work);
+  // The BPF program's counters for /metrics, read on the status endpoint's thread: from the maps,
+  // or as the loop last read them when that thread may not (bpf_stats_from_loop_).
+  BpfStats BpfStatsForMetrics();
   ProbeResult Liveness() const;
   ProbeResult Readiness() const;
 
@@ -200,6 +211,11 @@ class Agent {
   Counter* cgroup_read_failures_metric_ = nullptr;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
+  // Whether the kernel refuses a thread without capabilities (the status endpoint's) to read the
+  // BPF maps; the loop then reads the counters into bpf_stats_ each time round.
+  bool bpf_stats_from_loop_ = false;
+  std::mutex bpf_stats_mu_;
+  BpfStats bpf_stats_;                           // guarded by bpf_stats_mu_
   std::unique_ptr<StatusServer> status_server_;  // after everything its handlers read
 };
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -125,6 +126,17 @@ absl::Status DropCapabilities(const std::function<bool()>& maps_accessible) {
                maps_need_capability ? " (this kernel needs a capability for BPF map access)" : "",
                bounding_shrunk ? "" : "; bounding set left as granted (no CAP_SETPCAP)");
   return absl::OkStatus();
+}
+
+absl::Status RunWithoutCapabilities(const std::function<void()>& work) {
+  absl::Status status;
+  std::thread thread([&] {
+    // capset(2) changes only the calling thread (libcap without libpsx is a plain capset).
+    status = SetCaps(0, 0, LastCap());
+    if (status.ok()) work();
+  });
+  thread.join();
+  return status;
 }
 
 }  // namespace ember

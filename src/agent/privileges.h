@@ -20,4 +20,13 @@ absl::Status CheckCapabilities();
 // belong to a thread, so this must run while the process has only one.
 absl::Status DropCapabilities(const std::function<bool()>& maps_accessible);
 
+// Runs `work` on a new thread that first empties its own effective, permitted and inheritable
+// capability sets, and waits for it. A thread starts with its creator's sets, so every thread
+// started inside `work` (and every thread those start) holds none either, and none can get one
+// back. The agent creates and tears down its network I/O (the OTLP exporter, the pod watcher,
+// the status endpoint, with the threads of gRPC, curl and libmicrohttpd) this way: only the
+// sampling thread keeps what DropCapabilities kept. An error (the drop failed) means `work` did
+// not run.
+absl::Status RunWithoutCapabilities(const std::function<void()>& work);
+
 }  // namespace ember
