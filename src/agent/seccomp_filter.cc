@@ -33,26 +33,30 @@ constexpr uint64_t kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC
 }  // namespace
 
 const std::vector<const char*>& DeniedSyscalls() {
-  static const std::vector<const char*> denied = {
-      // Other processes: writing their memory or controlling them. Reading goes through
-      // process_vm_readv and /proc, which stay.
-      "ptrace", "process_vm_writev", "process_madvise", "pidfd_getfd",
-      // Running another program: the agent never does.
-      "execve", "execveat",
-      // The kernel itself: modules, a new kernel, rebooting, swap, the clock, I/O ports.
-      "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-      "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl",
-      "ioperm", "acct", "quotactl", "quotactl_fd", "syslog", "sethostname", "setdomainname",
-      "vhangup", "lookup_dcookie", "uselib",
-      // Mounts and roots.
-      "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
-      "fsmount", "fspick", "mount_setattr",
-      // Opening a file by handle bypasses every path check (with CAP_DAC_READ_SEARCH, the
-      // container escape known as "shocker").
-      "open_by_handle_at", "name_to_handle_at",
-      // Namespaces and kernel attack surface the agent has no use for.
-      "setns", "unshare", "personality", "userfaultfd", "keyctl", "add_key", "request_key",
-      "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init"};
+  static const std::vector<const char*> denied = [] {
+    std::vector<const char*> calls = {
+        // Other processes: writing their memory or controlling them. Reading goes through
+        // process_vm_readv and /proc, which stay.
+        "process_vm_writev", "process_madvise", "pidfd_getfd",
+        // Running another program: the agent never does.
+        "execve", "execveat",
+        // The kernel itself: modules, a new kernel, rebooting, swap, the clock, I/O ports.
+        "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+        "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl",
+        "ioperm", "acct", "quotactl", "quotactl_fd", "syslog", "sethostname", "setdomainname",
+        "vhangup", "lookup_dcookie", "uselib",
+        // Mounts and roots.
+        "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+        "fsmount", "fspick", "mount_setattr",
+        // Opening a file by handle bypasses every path check (with CAP_DAC_READ_SEARCH, the
+        // container escape known as "shocker").
+        "open_by_handle_at", "name_to_handle_at",
+        // Namespaces and kernel attack surface the agent has no use for.
+        "setns", "unshare", "personality", "userfaultfd", "keyctl", "add_key", "request_key",
+        "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init"};
+    if (!kSeccompAllowsPtrace) calls.insert(calls.begin(), "ptrace");
+    return calls;
+  }();
   return denied;
 }
 

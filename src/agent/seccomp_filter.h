@@ -8,6 +8,21 @@
 
 namespace ember {
 
+// AddressSanitizer's leak check stops the process's threads with ptrace when it exits, so the
+// sanitized builds (scripts/sanitize-and-fuzz.sh) leave ptrace out of the filter; production
+// builds deny it.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSeccompAllowsPtrace = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+inline constexpr bool kSeccompAllowsPtrace = true;
+#else
+inline constexpr bool kSeccompAllowsPtrace = false;
+#endif
+#else
+inline constexpr bool kSeccompAllowsPtrace = false;
+#endif
+
 // The calls the filter fails with EPERM, by name; those the running architecture lacks are left
 // out of the filter. bpf and perf_event_open are not among them: the agent needs both after
 // start (map updates, CPUs coming online).
