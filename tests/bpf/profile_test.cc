@@ -196,7 +196,7 @@ TEST(KernelStackTest, ReadOfDevZeroShowsKernelThenWholeUserStack) {
   ASSERT_GT(total, 0) << run.agent_log;
   std::printf("kernel read() under libc read <- read_zero_loop <- main: %.1f%% of %lld samples\n",
               100.0 * in_read / total, static_cast<long long>(total));
-  EXPECT_GE(static_cast<double>(in_read) / total, 0.95)
+  EXPECT_GE(static_cast<double>(in_read) / total, 0.9)
       << in_read << " of " << total << " samples show read() in the kernel under read_zero_loop";
 }
 
