@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,8 @@ class KubernetesPodTest : public ::testing::Test {
                       token_file,
                       "--node-name",
                       kNode});
+    ASSERT_TRUE(agent.WaitForOutput("attached to", seconds(15))) << agent.output();
+    const std::optional<double> cpu_before = ProcessCpuSeconds(s.container->pid());
     ASSERT_TRUE(agent.WaitForOutput("status endpoint", seconds(15))) << agent.output();
     const std::string status = StatusEndpoint(agent.output());
     ASSERT_TRUE(s.api->WaitForRequests(KubeRequestKind::kWatch, 1, absl::Seconds(10)));
@@ -136,7 +139,11 @@ class KubernetesPodTest : public ::testing::Test {
     s.api->UpdatePod(CheckoutPod(s.pod_uid, s.container_id, /*started=*/true, "checkout-svc"));
 
     EXPECT_EQ(agent.Wait(seconds(40)), 0) << agent.output();
+    const std::optional<double> cpu_after = ProcessCpuSeconds(s.container->pid());
+    ASSERT_TRUE(cpu_before && cpu_after);
+    s.container_cpu = *cpu_after - *cpu_before;
     s.agent_log = agent.output();
+    ExpectNoSampleLost(s.agent_log);
   }
   static void TearDownTestSuite() {
     const std::string dir = s_->dir;
@@ -168,6 +175,7 @@ class KubernetesPodTest : public ::testing::Test {
     std::unique_ptr<RuncContainer> container;
     std::string metrics_synced;
     long readyz_synced = 0;
+    double container_cpu = 0;  // while sampled
     std::string agent_log;
   };
   static Suite* s_;
@@ -205,6 +213,11 @@ TEST_F(KubernetesPodTest, BeforeItsIdIsKnownTheContainerIsFoundByItsPodUid) {
 TEST_F(KubernetesPodTest, PprofSamplesAreLabelledAndSamplingNeverStopped) {
   std::vector<std::string> files = PprofFilesIn(s_->dir + "/out");
   ASSERT_GE(files.size(), 5u) << s_->agent_log;
+  int64_t total = 0;
+  for (const NamedSample& sample : SamplesOf(s_->dir + "/out", s_->container->pid())) {
+    total += sample.count;
+  }
+  ExpectSamplesForCpuTime(total, s_->container_cpu, 99, s_->agent_log);
   // Every full 2 s interval has the container's samples: the watch's troubles never held up
   // sampling. (The last file is the part interval at the end of the run.)
   for (size_t i = 0; i + 1 < files.size(); ++i) {
@@ -295,14 +308,19 @@ TEST(KubernetesRefusedTest, ProfilesWithoutPodsAndIsNotReady) {
                     dir + "/token",
                     "--node-name",
                     kNode});
+  ASSERT_TRUE(agent.WaitForOutput("attached to", seconds(15))) << agent.output();
+  const std::optional<double> cpu_before = ProcessCpuSeconds(container->pid());
   ASSERT_TRUE(agent.WaitForOutput("status endpoint", seconds(15))) << agent.output();
   ASSERT_TRUE(api->WaitForRequests(KubeRequestKind::kList, 2, absl::Seconds(10)));
   auto [status, detail] = HttpGet(StatusEndpoint(agent.output()) + "/readyz");
   EXPECT_EQ(status, 503);
   EXPECT_TRUE(absl::StrContains(detail, "not been listed")) << detail;
   EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
+  const std::optional<double> cpu_after = ProcessCpuSeconds(container->pid());
+  ASSERT_TRUE(cpu_before && cpu_after);
   // One line for the failure, not one per retry.
   const std::string log = agent.output();
+  ExpectNoSampleLost(log);
   size_t lines = 0;
   for (size_t at = log.find("403"); at != std::string::npos; at = log.find("403", at + 1)) ++lines;
   EXPECT_GE(lines, 1u) << log;
@@ -313,7 +331,7 @@ TEST(KubernetesRefusedTest, ProfilesWithoutPodsAndIsNotReady) {
     EXPECT_EQ(sample.labels.at("container.id"), container_id);
     EXPECT_FALSE(sample.labels.contains("k8s.pod.name"));
   }
-  EXPECT_GE(samples, 50) << log;  // 5 s at 99 Hz: about 495 on an idle machine
+  ExpectSamplesForCpuTime(samples, *cpu_after - *cpu_before, 99, log);
   container.reset();
   std::filesystem::remove_all(dir);
 }

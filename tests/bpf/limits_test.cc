@@ -131,17 +131,25 @@ TEST(ProcessLimitTest, EvictsLeastRecentlyUsedProcessesCountsThemAndKeepsProfili
   for (auto& fixture : fixtures) EXPECT_EQ(fixture->Wait(seconds(60)), 0) << fixture->output();
   agent.Signal(SIGINT);
   ASSERT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
+  ExpectNoSampleLost(agent.output());
 
-  // Every process, evicted and read back many times, has samples whose leaf is named.
+  // Every process, evicted and read back many times, has samples whose leaf is named, and none of
+  // them is missing.
+  int64_t samples = 0;
+  double cpu_seconds = 0;
   for (auto& fixture : fixtures) {
     std::set<std::string> leaves;
     for (const NamedSample& sample : SamplesOf(dir, fixture->pid())) {
       if (!sample.functions.empty()) leaves.insert(sample.functions.front());
+      samples += sample.count;
     }
+    ASSERT_TRUE(fixture->cpu_time().has_value());
+    cpu_seconds += fixture->cpu_time()->count() / 1e6;
     EXPECT_TRUE(leaves.contains("leaf_alpha") || leaves.contains("leaf_beta") ||
                 leaves.contains("leaf_gamma"))
         << "pid " << fixture->pid() << " leaves: " << absl::StrJoin(leaves, ", ");
   }
+  ExpectSamplesForCpuTime(samples, cpu_seconds, 99, agent.output());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -127,7 +128,7 @@ TEST_F(OtlpExportTest, StacksAndCountsMatchThePprofFiles) {
   }
   int64_t pprof_samples = 0;
   for (const NamedSample& s : SamplesOf(run_->output_dir, run_->pid)) pprof_samples += s.count;
-  EXPECT_GE(pprof_samples, 600) << run_->agent_log;
+  ExpectSamplesComplete(*run_, pprof_samples);
   EXPECT_EQ(otlp_samples, pprof_samples);  // the same intervals, to the sample
   EXPECT_GE(whole_chain, otlp_samples * 9 / 10);
 }
@@ -212,6 +213,43 @@ TEST(OtlpOutageTest, IntervalsQueuedWhileTheEndpointIsDownArriveAfterIt) {
   ASSERT_TRUE(std::regex_search(run.agent_log, retries, std::regex(R"((\d+) retried attempt)")))
       << run.agent_log;
   EXPECT_GT(std::stoi(retries[1]), 0) << "nothing was sent while the endpoint was down";
+}
+
+// With an endpoint and no --output-dir, the agent only exports: every sample arrives over OTLP, and
+// no file is written, neither in the working directory (./ember-profiles, the default) nor
+// anywhere else it was told of.
+TEST(OtlpOnlyTest, AnEndpointWithoutOutputDirSendsEverySampleAndWritesNoFile) {
+  std::unique_ptr<GrpcTestReceiver> receiver = GrpcTestReceiver::Start();
+  ASSERT_NE(receiver, nullptr);
+  const std::string cwd = MakeTempDir();
+  const std::filesystem::path test_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(cwd);  // the agent's working directory: it inherits the test's
+  ProfiledRun run = ProfileFixture({EMBER_PHASES_BIN, "5"}, 199, nullptr, SIGINT,
+                                   {"--otlp-endpoint", "http://" + receiver->target()},
+                                   {.output_dir_flag = false});
+  std::filesystem::current_path(test_cwd);
+  EXPECT_TRUE(std::filesystem::is_empty(cwd)) << run.agent_log;
+  EXPECT_TRUE(std::filesystem::is_empty(run.output_dir)) << run.agent_log;
+  std::filesystem::remove_all(cwd);
+  std::filesystem::remove_all(run.output_dir);
+  EXPECT_EQ(run.agent_log.find("wrote "), std::string::npos) << run.agent_log;
+  int64_t otlp_samples = 0;
+  size_t requests = 0;
+  for (const ReceivedExport& r : receiver->received()) {
+    EXPECT_TRUE(r.valid.ok()) << r.valid;
+    ++requests;
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      if (ResourceAttribute(resource_profiles.resource(), "process.pid") !=
+          std::to_string(run.pid)) {
+        continue;
+      }
+      for (const otlp::Sample& sample : resource_profiles.scope_profiles(0).profiles(0).samples()) {
+        otlp_samples += sample.values(0);
+      }
+    }
+  }
+  EXPECT_GE(requests, 2u) << run.agent_log;
+  ExpectSamplesComplete(run, otlp_samples);
 }
 
 }  // namespace

@@ -166,7 +166,8 @@ TEST(PrivilegesTest, NobodyWithTheDocumentedCapabilitiesProfilesARootProcess) {
   fs::remove_all(run.output_dir);
   int64_t total = 0;
   for (const NamedSample& s : samples) total += s.count;
-  ASSERT_GE(total, 200) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   // The root fixture's own frames: its maps (CAP_SYS_PTRACE) and binary (CAP_DAC_READ_SEARCH
   // through /proc/PID/root) were read by nobody.
   for (const char* name : {"leaf_alpha", "leaf_beta", "leaf_gamma", "run_phases"}) {

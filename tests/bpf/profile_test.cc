@@ -53,7 +53,8 @@ TEST_F(PhasesProfileTest, LeafSharesMatchTheProgramsOwnAccounting) {
       break;
     }
   }
-  ASSERT_GE(total, 800) << "too few samples of the fixture\n" << run_->agent_log;
+  ExpectSamplesComplete(*run_, total);
+  ASSERT_GT(total, 0) << run_->agent_log;
   for (const auto& [leaf, leaf_ns] : measured_ns) {
     double measured_share = leaf_ns / measured_total;
     double profiled_share = static_cast<double>(leaf_counts[leaf]) / total;
@@ -124,8 +125,23 @@ TEST_F(PhasesProfileTest, StartupIsPrintedAndUnderOneSecond) {
 }
 
 TEST_F(PhasesProfileTest, SigintFlushesEveryInterval) {
-  // 8 s of work with 3 s intervals: at least two full intervals and the flushed last one.
-  EXPECT_GE(PprofFilesIn(run_->output_dir).size(), 3u) << run_->agent_log;
+  // 8 s of work with 3 s intervals: two full intervals and the flushed last one, which holds the
+  // fixture's last seconds up to its exit, just before the SIGINT.
+  std::vector<std::string> files = PprofFilesIn(run_->output_dir);
+  ASSERT_GE(files.size(), 3u) << run_->agent_log;
+  int64_t total = 0;
+  for (const NamedSample& s : SamplesOf(run_->output_dir, run_->pid)) total += s.count;
+  ExpectSamplesComplete(*run_, total);
+  absl::StatusOr<perftools::profiles::Profile> last = ReadPprofFile(files.back());
+  ASSERT_TRUE(last.ok()) << last.status();
+  int64_t in_last = 0;
+  for (const NamedSample& s : NamedSamples(*last)) {
+    if (s.pid == run_->pid) in_last += s.count;
+  }
+  // About 2 of the 8 s: without them the count above falls short.
+  EXPECT_GT(in_last, 0) << files.back() << "\n" << run_->agent_log;
+  std::printf("[   INFO   ] %lld of %lld samples in the flushed last interval\n",
+              static_cast<long long>(in_last), static_cast<long long>(total));
   EXPECT_NE(run_->agent_log.find("flame graph: "), std::string::npos) << run_->agent_log;
 }
 
@@ -176,10 +192,11 @@ TEST(KernelStackTest, ReadOfDevZeroShowsKernelThenWholeUserStack) {
     if (whole) in_read += s.count;
   }
   std::filesystem::remove_all(run.output_dir);
-  ASSERT_GE(total, 300) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   std::printf("kernel read() under libc read <- read_zero_loop <- main: %.1f%% of %lld samples\n",
               100.0 * in_read / total, static_cast<long long>(total));
-  EXPECT_GE(static_cast<double>(in_read) / total, 0.5)
+  EXPECT_GE(static_cast<double>(in_read) / total, 0.9)
       << in_read << " of " << total << " samples show read() in the kernel under read_zero_loop";
 }
 
@@ -209,7 +226,8 @@ TEST(DeletedBinaryTest, FramesOfABinaryDeletedAfterStartKeepTheirNames) {
       named += s.count;
     }
   }
-  ASSERT_GE(total, 200) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   EXPECT_GE(static_cast<double>(named) / total, 0.9) << named << " of " << total;
 }
 

@@ -4,9 +4,12 @@
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +54,7 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   ProfiledRun run;
   run.output_dir = MakeTempDir();
   std::filesystem::permissions(run.output_dir, launch.output_dir_perms);
+  run.hz = hz;
   Subprocess fixture(fixture_argv);
   run.pid = fixture.pid();
   if (after_start) after_start(fixture.pid());
@@ -59,10 +63,13 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   for (std::string arg :
        {std::string("--pid"), std::to_string(fixture.pid()), std::string("--sampling-hz"),
         std::to_string(hz), std::string("--export-interval"), std::string("3s"),
-        std::string("--output-dir"), run.output_dir,
         // any free port: another agent may hold the default
         std::string("--metrics-address"), std::string("127.0.0.1:0")}) {
     agent_argv.push_back(std::move(arg));
+  }
+  if (launch.output_dir_flag) {
+    agent_argv.push_back("--output-dir");
+    agent_argv.push_back(run.output_dir);
   }
   agent_argv.insert(agent_argv.end(), extra_agent_args.begin(), extra_agent_args.end());
   Subprocess agent(agent_argv);
@@ -78,10 +85,66 @@ ProfiledRun ProfileFixture(const std::vector<std::string>& fixture_argv, int hz,
   fixture.WriteStdin("g");
   EXPECT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
   run.fixture_output = fixture.output();
+  if (fixture.cpu_time()) run.fixture_cpu_seconds = fixture.cpu_time()->count() / 1e6;
   agent.Signal(stop_signal);
   EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
   run.agent_log = agent.output();
+  ExpectNoSampleLost(run.agent_log);
   return run;
+}
+
+std::optional<AgentDone> AgentDoneLine(const std::string& agent_log) {
+  std::smatch match;
+  static const std::regex kDone(R"(done: (\d+) samples, (\d+) lost, (\d+) malformed)");
+  if (!std::regex_search(agent_log, match, kDone)) return std::nullopt;
+  return AgentDone{std::stoll(match[1]), std::stoll(match[2]), std::stoll(match[3])};
+}
+
+void ExpectNoSampleLost(const std::string& agent_log) {
+  std::optional<AgentDone> done = AgentDoneLine(agent_log);
+  ASSERT_TRUE(done.has_value()) << "no \"done:\" line from the agent\n" << agent_log;
+  EXPECT_EQ(done->lost, 0) << "samples lost: ring buffer full\n" << agent_log;
+  EXPECT_EQ(done->malformed, 0) << agent_log;
+}
+
+void ExpectSamplesComplete(const ProfiledRun& run, int64_t samples, double min_share) {
+  ExpectSamplesForCpuTime(samples, run.fixture_cpu_seconds, run.hz, run.agent_log, min_share);
+}
+
+void ExpectSamplesForCpuTime(int64_t samples, double cpu_seconds, int hz,
+                             const std::string& context, double min_share) {
+  const double expected = cpu_seconds * hz;
+  std::printf("[   INFO   ] %lld samples for %.3f s of CPU time at %d Hz (%.0f expected)\n",
+              static_cast<long long>(samples), cpu_seconds, hz, expected);
+  ASSERT_GT(expected, 0) << "the process's CPU time was not measured";
+  // A process that runs in slices shorter than the period is sampled in each with a chance of
+  // slice / period, so short runs on a busy machine scatter by about the standard deviation of
+  // such a count, sqrt(n): two of them are allowed, or the share when that is more.
+  const double slack = std::max((1 - min_share) * expected, 2 * std::sqrt(expected));
+  EXPECT_GE(static_cast<double>(samples), expected - slack)
+      << samples << " samples where " << cpu_seconds << " s of CPU at " << hz << " Hz give "
+      << expected << "\n"
+      << context;
+  EXPECT_LE(static_cast<double>(samples), expected + slack)
+      << samples << " samples where " << cpu_seconds << " s of CPU at " << hz << " Hz give "
+      << expected;
+}
+
+std::optional<double> ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  // The fields after the command name, which is in parentheses and may hold spaces: state is
+  // field 3, utime and stime are fields 14 and 15.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 namespace {

@@ -36,7 +36,37 @@ struct ProfiledRun {
   std::string agent_log;
   std::string fixture_output;
   int64_t pid = 0;
+  int hz = 0;
+  // The fixture's user and system CPU time, all threads, from its exit (0 if it did not exit).
+  double fixture_cpu_seconds = 0;
 };
+
+// The counts of the agent's last line, "done: N samples, L lost, M malformed, ...".
+struct AgentDone {
+  int64_t samples = 0;
+  int64_t lost = 0;
+  int64_t malformed = 0;
+};
+std::optional<AgentDone> AgentDoneLine(const std::string& agent_log);
+
+// The agent ended with its "done:" line and lost no sample (a full ring buffer) and read none it
+// could not decode. ProfileFixture checks it of every run.
+void ExpectNoSampleLost(const std::string& agent_log);
+
+// `samples` (of the fixture's process, from the run's profiles) are as many as its CPU time at
+// the run's rate gives: at least min_share of them (a sample lost or dropped on the way lowers
+// it), and as much over at most (counted twice); for a few hundred samples or fewer, within the
+// scatter of the count instead. The fixture's own CPU time is the measure, so a busy machine
+// changes both sides alike.
+void ExpectSamplesComplete(const ProfiledRun& run, int64_t samples, double min_share = 0.9);
+// The same for `samples` of a process that used cpu_seconds while sampled at hz; `context` (the
+// agent's log) goes into the failure message.
+void ExpectSamplesForCpuTime(int64_t samples, double cpu_seconds, int hz,
+                             const std::string& context, double min_share = 0.9);
+
+// The user and system CPU time of all threads of process `pid` so far (/proc/PID/stat), in
+// seconds; nullopt when it cannot be read.
+std::optional<double> ProcessCpuSeconds(pid_t pid);
 
 // How ProfileFixture starts the agent, beyond its flags: e.g. as another user with some
 // capabilities (tests/bpf/privileges_test.cc).
@@ -45,6 +75,8 @@ struct AgentLaunch {
   std::vector<std::string> argv = {};
   // Mode of the output directory, for an agent run as another user.
   std::filesystem::perms output_dir_perms = std::filesystem::perms::owner_all;
+  // false: no --output-dir flag (an agent that only exports OTLP writes no files).
+  bool output_dir_flag = true;
   // Runs with the agent's pid once it has dropped its capabilities and started all its threads,
   // before the fixture goes on.
   std::function<void(pid_t)> once_dropped = nullptr;

@@ -1,8 +1,8 @@
 // Profiles CPython (issue 6): the fixture tests/fixtures/python/phases.py spends random-length
 // phases in known nested functions, one of them called by the C function sorted(), and measures
 // each phase's thread CPU time itself. Run under Debian's python3.11, under the default python3
-// (when it is another interpreter) and under the pyenv builds of 3.8, 3.9, 3.10, 3.12 and 3.13
-// when present, the agent's samples must carry the script's functions (qualified names, walked
+// (when it is another interpreter) and under the pyenv builds of 3.8, 3.9, 3.10, 3.12 and 3.13,
+// the agent's samples must carry the script's functions (qualified names, walked
 // in BPF and named from the code objects) in the right nesting, spliced where
 // _PyEval_EvalFrameDefault was, with the leaf shares the script measured.
 #include <algorithm>
@@ -77,12 +77,11 @@ class PythonProfileTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     python_ = InterpreterOf(GetParam());
-    if (python_.empty() && absl::StartsWith(GetParam(), "Pyenv")) {
-      // The other versions' builds exist on the project machine only, as for the unit tests'
-      // PyenvBuildsWhenPresent; Debian's python3.11 is the one every machine must have.
-      GTEST_SKIP() << "no pyenv build of this version";
-    }
-    ASSERT_FALSE(python_.empty()) << "no python3 on PATH";
+    // The project's machines carry pyenv's CPython builds in /root/.pyenv/versions; a missing
+    // one is a failure, as a missing Debian python3.11 is.
+    ASSERT_FALSE(python_.empty())
+        << "no interpreter for " << GetParam()
+        << " (python3 on PATH, or a pyenv build in /root/.pyenv/versions)";
     std::error_code error;
     if (std::string(GetParam()) != "DebianPython311" &&
         std::filesystem::equivalent(python_, "/usr/bin/python3.11", error)) {
@@ -146,7 +145,8 @@ TEST_P(PythonProfileTest, SamplesCarryTheScriptsFunctionsInTheirNesting) {
       wrong[absl::StrJoin(s.functions, ";")] += s.count;
     }
   }
-  ASSERT_GE(total, 800) << "too few samples of the fixture\n" << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   std::printf("%s: %.1f%% of %lld samples carry a leaf's whole chain up to <module>\n",
               python_.c_str(), 100.0 * in_leaf_chain / total, static_cast<long long>(total));
   std::string examples;
@@ -249,11 +249,11 @@ INSTANTIATE_TEST_SUITE_P(Interpreters, PythonProfileTest,
                            return std::string(info.param);
                          });
 
-// CPython 3.7 (pyenv's build, when present) is older than the layouts: the agent says so once and
+// CPython 3.7 (pyenv's build) is older than the layouts: the agent says so once and
 // the process keeps its native stacks.
 TEST(PythonUnsupportedTest, AnUnsupportedVersionIsLoggedOnceAndKeepsNativeStacks) {
   const std::string python = InterpreterOf("Pyenv37");
-  if (python.empty()) GTEST_SKIP() << "no pyenv build of 3.7";
+  ASSERT_FALSE(python.empty()) << "no pyenv build of 3.7 in /root/.pyenv/versions";
   ProfiledRun run = ProfileFixture({python, EMBER_PYTHON_FIXTURE, "3"}, 99);
   size_t lines = 0;
   for (size_t at = run.agent_log.find("is not supported"); at != std::string::npos;
@@ -271,7 +271,7 @@ TEST(PythonUnsupportedTest, AnUnsupportedVersionIsLoggedOnceAndKeepsNativeStacks
       eval += s.count;
     }
   }
-  EXPECT_GT(total, 100) << run.agent_log;
+  ExpectSamplesComplete(run, total);
   EXPECT_EQ(script, 0);
   EXPECT_GE(static_cast<double>(eval) / std::max<int64_t>(total, 1), 0.9);
   std::filesystem::remove_all(run.output_dir);
@@ -305,7 +305,8 @@ TEST(PythonThreadsTest, EachThreadCarriesItsOwnFunctions) {
       wrong[absl::StrJoin(s.functions, ";")] += s.count;
     }
   }
-  ASSERT_GT(total, 300) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   std::printf("threads: %.1f%% in the workers' chain, %.1f%% in the main thread's, of %lld\n",
               100.0 * in_worker / total, 100.0 * in_main / total, static_cast<long long>(total));
   std::string examples;
@@ -344,7 +345,8 @@ TEST(PythonEmbeddedTest, AnInterpreterLoadedLaterIsWalked) {
   for (const auto& [stack, count] : other) {
     if (count * 50 >= total) examples += std::to_string(count) + " x " + stack + "\n";
   }
-  ASSERT_GT(total, 300) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   std::printf("embedded: %.1f%% native phase, %.1f%% with the Python frames, of %lld\n",
               100.0 * native / total, 100.0 * python / total, static_cast<long long>(total));
   // 1.5 s native, 6 s Python. The agent reads a known process's samples at its 2 s drain, and

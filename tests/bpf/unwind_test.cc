@@ -89,13 +89,15 @@ class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
       ASSERT_EQ(s.functions.size(), s.modules.size());
       total_ += s.count;
     }
-    ASSERT_GE(total_, 800) << "too few samples of the fixture\n" << run_->agent_log;
+    ASSERT_GT(total_, 0) << run_->agent_log;
   }
 
   const ProfiledRun* run_ = nullptr;
   const std::vector<NamedSample>* samples_ = nullptr;
   int64_t total_ = 0;
 };
+
+TEST_P(CfiUnwindTest, EverySampleIsThere) { ExpectSamplesComplete(*run_, total_); }
 
 TEST_P(CfiUnwindTest, SamplesReachMain) {
   auto misses_main = [](const NamedSample& s) {
@@ -237,7 +239,9 @@ TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
   const auto [whole, stopped] = *walked;
   std::printf("walked in BPF: %lld whole, %lld stopped short\n", static_cast<long long>(whole),
               static_cast<long long>(stopped));
-  ASSERT_GT(whole + stopped, 400) << run.agent_log;
+  // Most of the fixture's samples (its CPU time at 199 Hz) went through the BPF walk.
+  ASSERT_GE(static_cast<double>(whole + stopped), 0.5 * run.fixture_cpu_seconds * run.hz)
+      << run.agent_log;
   // 0.5 s to 1 s of the 8 s go by before the tables are in (more on a loaded machine).
   EXPECT_GE(Share(whole, whole + stopped), 0.75) << run.agent_log;
 }
@@ -265,7 +269,8 @@ TEST(DebugFrameUnwindTest, StacksReachMainThroughTheDeepChain) {
       reach_main += s.count;
     }
   }
-  ASSERT_GE(total, 400) << run.agent_log;
+  ExpectSamplesComplete(run, total);
+  ASSERT_GT(total, 0) << run.agent_log;
   std::printf("reach main: %.1f%% of %lld samples\n", 100 * Share(reach_main, total),
               static_cast<long long>(total));
   EXPECT_GE(Share(reach_main, total), 0.98) << CommonBadStacks(samples, [](const NamedSample& s) {

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,8 +86,11 @@ std::optional<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!exit_code_) {
     int status = 0;
-    pid_t done = waitpid(pid_, &status, WNOHANG);
+    rusage usage{};
+    pid_t done = wait4(pid_, &status, WNOHANG, &usage);
     if (done == pid_) {
+      cpu_time_ = std::chrono::seconds(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                  std::chrono::microseconds(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
       while (output_fd_ >= 0) ReadAvailable(100);
       if (!WIFEXITED(status)) return std::nullopt;
       exit_code_ = WEXITSTATUS(status);

@@ -27,6 +27,9 @@ class Subprocess {
   // Waits for exit, reading output meanwhile; the exit code, or nullopt on timeout or a crash.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
   const std::string& output() const { return output_; }
+  // User and system CPU time of the process and of the children it waited for, once Wait has
+  // seen it exit; nullopt before.
+  std::optional<std::chrono::microseconds> cpu_time() const { return cpu_time_; }
 
  private:
   void ReadAvailable(int timeout_ms);
@@ -36,6 +39,7 @@ class Subprocess {
   int output_fd_ = -1;
   std::string output_;
   std::optional<int> exit_code_;
+  std::optional<std::chrono::microseconds> cpu_time_;
 };
 
 // Runs argv to completion (bounded by timeout) and returns its exit code and merged output.

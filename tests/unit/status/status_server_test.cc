@@ -395,9 +395,7 @@ bool HasIpv6Loopback() {
 }
 
 TEST(StatusServerTest, Ipv6) {
-  if (!HasIpv6Loopback()) {
-    GTEST_SKIP() << "this host has no IPv6 loopback (::1)";
-  }
+  ASSERT_TRUE(HasIpv6Loopback()) << "this host has no IPv6 loopback (::1)";
   auto server = StartOrDie("[::1]:0", {});
   ASSERT_NE(server, nullptr);
   EXPECT_TRUE(server->address().ipv6);
