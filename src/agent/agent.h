@@ -198,6 +198,11 @@ class Agent {
   Counter* stat_read_failures_metric_ = nullptr;
   Counter* maps_read_failures_metric_ = nullptr;
   Counter* cgroup_read_failures_metric_ = nullptr;
+  // Python frames named from process memory, by result (FrameNamerStats).
+  Counter* python_named_metric_ = nullptr;
+  Counter* python_renamed_metric_ = nullptr;
+  Counter* python_unreadable_metric_ = nullptr;
+  Counter* python_implausible_metric_ = nullptr;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   std::unique_ptr<StatusServer> status_server_;  // after everything its handlers read
