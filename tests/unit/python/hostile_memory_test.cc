@@ -92,6 +92,37 @@ TEST_P(EveryLayout, NegativeAndHugeLengthsOfEveryKindAreRefused) {
   }
 }
 
+// A str freed and its memory reused while it is read: each read sees another object. The kind of
+// one must never meet the length of the other (4 bytes a character and 2^62 + 1 of them).
+class Racing : public MemoryReader {
+ public:
+  Racing(MemoryImage& a, MemoryImage& b) : a_(a), b_(b) {}
+  bool Read(uint64_t address, void* out, size_t size) override {
+    return (reads_++ % 2 == 0 ? a_ : b_).Read(address, out, size);
+  }
+
+ private:
+  MemoryImage& a_;
+  MemoryImage& b_;
+  size_t reads_ = 0;
+};
+
+TEST_P(EveryLayout, ARacyReadNeverPairsOneObjectsKindWithAnothersLength) {
+  FakeInterpreter before(GetParam()), after(GetParam());
+  const CPythonLayout& l = before.layout();
+  before.PutString(F::kInnerName, {0x1f600}, 4, false);
+  after.PutString(F::kInnerName, std::vector<uint32_t>(300, 'a'), 1, true);
+  after.Set<int64_t>(F::kInnerName + l.unicode_length, (int64_t{1} << 62) + 1);
+  for (int first = 0; first < 2; ++first) {
+    Racing racing(first == 0 ? before.memory : after.memory,
+                  first == 0 ? after.memory : before.memory);
+    std::string out;
+    const WalkStatus status = ReadPythonString(racing, l, F::kInnerName, 256, &out);
+    EXPECT_TRUE(status == WalkStatus::kOk || status == WalkStatus::kImplausible);
+    EXPECT_LE(out.size(), 256u * 3);
+  }
+}
+
 TEST_P(EveryLayout, KindsAndStatesNoStrHasAreRefused) {
   FakeInterpreter fake(GetParam());
   const CPythonLayout& l = fake.layout();
