@@ -187,6 +187,16 @@ Agent::Agent(const Options& options)
   stat_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "stat"}});
   maps_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "maps"}});
   cgroup_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "cgroup"}});
+  constexpr absl::string_view kPythonNames = "ember_python_frame_names_total";
+  constexpr absl::string_view kPythonNamesHelp =
+      "Python frames named from their code objects in process memory, once per cached frame, by "
+      "result: named, named_again (the code object's address was reused), unreadable (the "
+      "process could not be read: [python]), implausible (a size, kind, count or pointer out of "
+      "bounds, or a chain that loops: refused before use, named as far as it was checked).";
+  python_named_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "named"}});
+  python_renamed_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "named_again"}});
+  python_unreadable_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "unreadable"}});
+  python_implausible_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "implausible"}});
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
@@ -808,6 +818,11 @@ void Agent::SyncFailureMetrics() {
   sync(stat_read_failures_metric_, processes_.read_failures().stat);
   sync(maps_read_failures_metric_, processes_.read_failures().maps);
   sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);
+  const python::FrameNamerStats& python = python_.stats();
+  sync(python_named_metric_, python.named);
+  sync(python_renamed_metric_, python.renamed);
+  sync(python_unreadable_metric_, python.unreadable);
+  sync(python_implausible_metric_, python.implausible);
 }
 
 void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
@@ -1025,12 +1040,12 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       0) {
     spdlog::info(
         "python frame walks: {} ok, {} without thread state, {} read failures, {} not code, {} "
-        "truncated; {} frames named, {} named again (code address reused), {} unreadable; {} "
-        "eval frames left native, {} groups unplaced",
+        "truncated; {} frames named, {} named again (code address reused), {} unreadable, {} "
+        "implausible; {} eval frames left native, {} groups unplaced",
         stats.python_ok, stats.python_no_thread_state, stats.python_read_failed,
         stats.python_not_code, stats.python_truncated, python_.stats().named,
-        python_.stats().renamed, python_.stats().unreadable, splice_stats_.eval_frames_left_native,
-        splice_stats_.python_groups_unplaced);
+        python_.stats().renamed, python_.stats().unreadable, python_.stats().implausible,
+        splice_stats_.eval_frames_left_native, splice_stats_.python_groups_unplaced);
   }
   if (exporter_ != nullptr) {
     // What is still queued gets a last chance; cancelling the attempt in flight is gRPC's or

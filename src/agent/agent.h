@@ -209,6 +209,11 @@ class Agent {
   Counter* stat_read_failures_metric_ = nullptr;
   Counter* maps_read_failures_metric_ = nullptr;
   Counter* cgroup_read_failures_metric_ = nullptr;
+  // Python frames named from process memory, by result (FrameNamerStats).
+  Counter* python_named_metric_ = nullptr;
+  Counter* python_renamed_metric_ = nullptr;
+  Counter* python_unreadable_metric_ = nullptr;
+  Counter* python_implausible_metric_ = nullptr;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   // Whether the kernel refuses a thread without capabilities (the status endpoint's) to read the

@@ -92,7 +92,9 @@ const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
   uint64_t name_pointer = 0;
   int32_t first_line = 0;
   auto read_identity = [&] {
-    return memory.Read(raw.code + layout.code_name, &name_pointer, sizeof(name_pointer)) &&
+    // The code address came from the process: bounded before an offset is added to it.
+    return raw.code <= kMaxUserAddress &&
+           memory.Read(raw.code + layout.code_name, &name_pointer, sizeof(name_pointer)) &&
            memory.Read(raw.code + layout.code_firstlineno, &first_line, sizeof(first_line));
   };
   if (auto it = frames_.find(key); it != frames_.end()) {
@@ -122,16 +124,24 @@ const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
   Entry entry;
   entry.generation = generation_;
   entry.checked = generation_;
-  if (read_identity() && ResolveFrame(memory, config, RawFrameOf(raw), &named) == WalkStatus::kOk) {
+  const bool identified = read_identity();
+  const WalkStatus status =
+      identified ? ResolveFrame(memory, config, RawFrameOf(raw), &named) : WalkStatus::kReadFailed;
+  if (status == WalkStatus::kOk || status == WalkStatus::kImplausible) {
+    // A refused code object keeps its verdict while its identity holds; an unreadable one is
+    // tried again next generation.
+    entry.name_pointer = name_pointer;
+    entry.first_line = first_line;
+  }
+  if (status == WalkStatus::kImplausible) ++stats_.implausible;
+  if ((status == WalkStatus::kOk || status == WalkStatus::kImplausible) && !named.name.empty()) {
     frame->function = named.qualname.empty() ? named.name : named.qualname;
     frame->source_file = named.file;
     frame->line = named.line > 0 ? static_cast<uint32_t>(named.line) : 0;
-    entry.name_pointer = name_pointer;
-    entry.first_line = first_line;
-    ++stats_.named;
+    if (status == WalkStatus::kOk) ++stats_.named;
   } else {
     frame->function = "[python]";
-    ++stats_.unreadable;
+    if (status != WalkStatus::kImplausible) ++stats_.unreadable;
   }
   entry.frame = std::move(frame);
   const Frame* out = entry.frame.get();

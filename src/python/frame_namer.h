@@ -38,6 +38,9 @@ struct FrameNamerStats {
   uint64_t named = 0;       // frames named from their code object
   uint64_t renamed = 0;     // cached frames whose code object's address was reused
   uint64_t unreadable = 0;  // code objects that could not be read (process gone): "[python]"
+  // Code objects with a size, kind or pointer out of bounds (WalkStatus::kImplausible): named as
+  // far as they passed the checks, else "[python]".
+  uint64_t implausible = 0;
 };
 
 class FrameNamer {

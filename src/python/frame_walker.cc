@@ -2,6 +2,10 @@
 // would do it; nothing trusts a pointer without reading through the reader.
 #include "python/frame_walker.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "python/line_table.h"
 
 namespace ember::python {
@@ -35,39 +39,74 @@ void AppendUtf8(uint32_t cp, std::string* out) {
   }
 }
 
+// A pointer read from the process that may be followed: 0 ends a chain (or is torn state) and is
+// the caller's to handle; anything above user space is garbage.
+bool InUserSpace(uint64_t pointer) { return pointer <= kMaxUserAddress; }
+
+// Brent's cycle detection over a chain of pointers in constant memory: a chain that loops is
+// found within about twice its length, well inside the walks' budgets for short loops; longer
+// ones end at the budget.
+class LoopDetector {
+ public:
+  explicit LoopDetector(uint64_t first) : saved_(first) {}
+  // Called with each next element of the chain; true once the chain has come back on itself.
+  bool Loops(uint64_t next) {
+    if (next == saved_) return true;
+    if (++steps_ == power_) {
+      saved_ = next;
+      power_ *= 2;
+      steps_ = 0;
+    }
+    return false;
+  }
+
+ private:
+  uint64_t saved_;
+  uint64_t power_ = 1;
+  uint64_t steps_ = 0;
+};
+
 // The innermost frame of a thread state, 0 when it runs no Python.
-bool InnermostFrame(MemoryReader& memory, const CPythonLayout& layout, uint64_t tstate,
-                    uint64_t* frame) {
+WalkStatus InnermostFrame(MemoryReader& memory, const CPythonLayout& layout, uint64_t tstate,
+                          uint64_t* frame) {
+  if (!InUserSpace(tstate)) return WalkStatus::kImplausible;
   uint64_t pointer = 0;
-  if (!ReadPointer(memory, tstate + layout.tstate_frame, &pointer)) return false;
+  if (!ReadPointer(memory, tstate + layout.tstate_frame, &pointer)) return WalkStatus::kReadFailed;
   if (layout.cframe_current_frame != kNoOffset && pointer != 0) {
-    if (!ReadPointer(memory, pointer + layout.cframe_current_frame, &pointer)) return false;
+    if (!InUserSpace(pointer)) return WalkStatus::kImplausible;
+    if (!ReadPointer(memory, pointer + layout.cframe_current_frame, &pointer)) {
+      return WalkStatus::kReadFailed;
+    }
   }
   *frame = pointer;
-  return true;
+  return WalkStatus::kOk;
 }
 
 // The byte offset into the code of the instruction a raw frame executes (negative: not started).
-bool ByteOffset(const CPythonLayout& layout, const RawFrame& raw, int* offset) {
+// kReadFailed when the position lies outside the code (a torn read); kImplausible for an
+// instruction index no code object can reach.
+WalkStatus ByteOffset(const CPythonLayout& layout, const RawFrame& raw, int* offset) {
   switch (layout.last_instruction) {
     case LastInstruction::kByteOffset:
       *offset = static_cast<int32_t>(raw.last_instruction);
-      return true;
+      return WalkStatus::kOk;
     case LastInstruction::kInstructionIndex: {
       int32_t index = static_cast<int32_t>(raw.last_instruction);
+      if (index > INT32_MAX / 2) return WalkStatus::kImplausible;
       *offset = index < 0 ? -2 : index * 2;
-      return true;
+      return WalkStatus::kOk;
     }
     case LastInstruction::kPrevInstrPointer:
     case LastInstruction::kInstrPointer: {
+      // Unsigned wrap-around is defined; the difference is bounded before it becomes an int.
       int64_t delta =
           static_cast<int64_t>(raw.last_instruction - (raw.code_address + layout.code_adaptive));
-      if (delta < -2 || delta > (1 << 28)) return false;
+      if (delta < -2 || delta > (1 << 28)) return WalkStatus::kReadFailed;
       *offset = static_cast<int>(delta);
-      return true;
+      return WalkStatus::kOk;
     }
   }
-  return false;
+  return WalkStatus::kReadFailed;
 }
 
 // Reads the frame's position: an int (3.8-3.10) or a pointer (3.11+).
@@ -84,6 +123,35 @@ bool ReadLastInstruction(MemoryReader& memory, const CPythonLayout& layout, uint
   return ReadPointer(memory, at, out);
 }
 
+// The line a frame executes, from the code object's line table at `table`: -1 (kOk) when there
+// is none or it is over the budget, kImplausible for a pointer or size no bytes object can have.
+WalkStatus ReadLine(MemoryReader& memory, const CPythonLayout& layout, const RawFrame& raw,
+                    uint64_t table, int first_line, const WalkLimits& limits, int* line) {
+  *line = -1;
+  if (table == 0) return WalkStatus::kOk;
+  if (!InUserSpace(table)) return WalkStatus::kImplausible;
+  int offset = 0;
+  WalkStatus position = ByteOffset(layout, raw, &offset);
+  if (position == WalkStatus::kImplausible) return position;
+  int64_t table_size = 0;
+  if (position != WalkStatus::kOk || !ReadValue(memory, table + layout.var_size, &table_size)) {
+    return WalkStatus::kOk;  // the line is best effort: a named frame is still worth showing
+  }
+  // Checked before any use: a negative size, or one past the end of user space, is no bytes
+  // object's; a plausible one over the budget just leaves the line unknown.
+  const uint64_t data = table + layout.bytes_data;
+  if (table_size < 0 || data > kMaxUserAddress ||
+      static_cast<uint64_t>(table_size) > kMaxUserAddress - data) {
+    return WalkStatus::kImplausible;
+  }
+  if (static_cast<uint64_t>(table_size) > limits.max_line_table_bytes) return WalkStatus::kOk;
+  std::vector<uint8_t> bytes(static_cast<size_t>(table_size));
+  if (memory.Read(data, bytes.data(), bytes.size())) {
+    *line = LineForOffset(layout.line_table, bytes, first_line, offset);
+  }
+  return WalkStatus::kOk;
+}
+
 }  // namespace
 
 const char* WalkStatusName(WalkStatus status) {
@@ -98,37 +166,51 @@ const char* WalkStatusName(WalkStatus status) {
       return "not_code";
     case WalkStatus::kTruncated:
       return "truncated";
+    case WalkStatus::kImplausible:
+      return "implausible";
   }
   return "unknown";
 }
 
-bool ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_t address,
-                      size_t max_bytes, std::string* out) {
+WalkStatus ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_t address,
+                            size_t max_bytes, std::string* out) {
   out->clear();
-  if (address == 0) return false;
+  if (address == 0) return WalkStatus::kReadFailed;
+  if (!InUserSpace(address)) return WalkStatus::kImplausible;
+  // One copy of the header: a string freed and reused between two reads cannot pair one object's
+  // length with another's kind. Nothing below trusts a value it has not bounded first.
+  uint8_t header[64];
+  const size_t header_size = std::max<size_t>(layout.unicode_length + sizeof(int64_t),
+                                              layout.unicode_state + sizeof(uint32_t));
+  if (header_size > sizeof(header)) return WalkStatus::kImplausible;
+  if (!memory.Read(address, header, header_size)) return WalkStatus::kReadFailed;
   uint32_t state = 0;
   int64_t length = 0;
-  if (!ReadValue(memory, address + layout.unicode_state, &state) ||
-      !ReadValue(memory, address + layout.unicode_length, &length) || length < 0) {
-    return false;
+  std::memcpy(&state, header + layout.unicode_state, sizeof(state));
+  std::memcpy(&length, header + layout.unicode_length, sizeof(length));
+  if ((state & kUnicodeCompactBit) == 0) return WalkStatus::kReadFailed;  // data kept elsewhere
+  const uint32_t kind = (state >> kUnicodeKindShift) & kUnicodeKindMask;
+  const bool ascii = (state & kUnicodeAsciiBit) != 0;
+  if ((kind != 1 && kind != 2 && kind != 4) || (ascii && kind != 1)) {
+    return WalkStatus::kImplausible;
   }
-  if ((state & kUnicodeCompactBit) == 0) return false;  // legacy strings keep data elsewhere
-  uint32_t kind = (state >> kUnicodeKindShift) & kUnicodeKindMask;
-  if (kind != 1 && kind != 2 && kind != 4) return false;
-  bool ascii = (state & kUnicodeAsciiBit) != 0;
-  uint64_t data = address + (ascii ? layout.ascii_data : layout.compact_data);
-  size_t count = static_cast<size_t>(length);
-  if (count * kind > max_bytes) count = max_bytes / kind;
+  // address <= kMaxUserAddress and the offsets are small: no wrap. The length is compared by
+  // division, so `length * kind` is only ever formed for lengths that fit in user space.
+  const uint64_t data = address + (ascii ? layout.ascii_data : layout.compact_data);
+  if (length < 0 || data > kMaxUserAddress ||
+      static_cast<uint64_t>(length) > (kMaxUserAddress - data) / kind) {
+    return WalkStatus::kImplausible;
+  }
+  const size_t count = static_cast<size_t>(std::min<uint64_t>(length, max_bytes / kind));
   std::vector<uint8_t> raw(count * kind);
-  if (!memory.Read(data, raw.data(), raw.size())) return false;
-  if (ascii) {
-    out->assign(raw.begin(), raw.end());
-    return true;
-  }
+  if (!memory.Read(data, raw.data(), raw.size())) return WalkStatus::kReadFailed;
+  out->reserve(raw.size());
   for (size_t i = 0; i < count; ++i) {
     uint32_t cp = 0;
     if (kind == 1) {
       cp = raw[i];
+      // An "ASCII" string with high bytes is not what it claims: keep the output valid UTF-8.
+      if (ascii && cp >= 0x80) cp = 0xfffd;
     } else if (kind == 2) {
       cp = raw[2 * i] | (uint32_t{raw[2 * i + 1]} << 8);
     } else {
@@ -137,7 +219,7 @@ bool ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_
     }
     AppendUtf8(cp, out);
   }
-  return true;
+  return WalkStatus::kOk;
 }
 
 WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, ThreadIdentity thread,
@@ -147,16 +229,20 @@ WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, Thr
   if (by_native && (thread.native_tid == 0 || layout.tstate_native_thread_id == kNoOffset)) {
     return WalkStatus::kNoThreadState;
   }
+  if (!InUserSpace(config.runtime_address)) return WalkStatus::kImplausible;
   uint64_t interp = 0;
   if (!ReadPointer(memory, config.runtime_address + layout.runtime_interpreters_head, &interp)) {
     return WalkStatus::kReadFailed;
   }
   if (interp == 0) return WalkStatus::kNoThreadState;
+  if (!InUserSpace(interp)) return WalkStatus::kImplausible;
   uint64_t candidate = 0;
   if (!ReadPointer(memory, interp + layout.interp_threads_head, &candidate)) {
     return WalkStatus::kReadFailed;
   }
+  LoopDetector loop(candidate);
   for (size_t i = 0; i < limits.max_threads && candidate != 0; ++i) {
+    if (!InUserSpace(candidate)) return WalkStatus::kImplausible;
     bool match = false;
     if (by_native) {
       uint64_t tid = 0;
@@ -178,18 +264,21 @@ WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, Thr
     if (!ReadPointer(memory, candidate + layout.tstate_next, &candidate)) {
       return WalkStatus::kReadFailed;
     }
+    if (candidate != 0 && loop.Loops(candidate)) return WalkStatus::kImplausible;
   }
   return WalkStatus::kNoThreadState;
 }
 
 WalkStatus GilHolder(MemoryReader& memory, const WalkerConfig& config, uint64_t* tstate) {
   if (config.layout.runtime_tstate_current == kNoOffset) return WalkStatus::kNoThreadState;
+  if (!InUserSpace(config.runtime_address)) return WalkStatus::kImplausible;
   uint64_t current = 0;
   if (!ReadPointer(memory, config.runtime_address + config.layout.runtime_tstate_current,
                    &current)) {
     return WalkStatus::kReadFailed;
   }
   if (current == 0) return WalkStatus::kNoThreadState;
+  if (!InUserSpace(current)) return WalkStatus::kImplausible;
   *tstate = current;
   return WalkStatus::kOk;
 }
@@ -198,9 +287,20 @@ WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint6
                          std::vector<RawFrame>* frames, const WalkLimits& limits) {
   const CPythonLayout& layout = config.layout;
   uint64_t frame = 0;
-  if (!InnermostFrame(memory, layout, tstate, &frame)) return WalkStatus::kReadFailed;
+  if (WalkStatus status = InnermostFrame(memory, layout, tstate, &frame);
+      status != WalkStatus::kOk) {
+    return status;
+  }
+  LoopDetector loop(frame);
+  // Follows the frame's link to the one it was called from.
+  auto previous = [&]() {
+    if (!ReadPointer(memory, frame + layout.frame_previous, &frame)) return WalkStatus::kReadFailed;
+    if (frame != 0 && loop.Loops(frame)) return WalkStatus::kImplausible;
+    return WalkStatus::kOk;
+  };
   size_t first = frames->size();
   for (size_t visited = 0; frame != 0; ++visited) {
+    if (!InUserSpace(frame)) return WalkStatus::kImplausible;
     if (visited == limits.max_frames) return WalkStatus::kTruncated;
     RawFrame raw;
     raw.entry = !layout.interpreter_frames;
@@ -211,9 +311,7 @@ WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint6
         // The shim frame of one _PyEval_EvalFrameDefault call: the frame before it was that
         // call's first (outermost) Python frame.
         if (frames->size() > first) frames->back().entry = true;
-        if (!ReadPointer(memory, frame + layout.frame_previous, &frame)) {
-          return WalkStatus::kReadFailed;
-        }
+        if (WalkStatus status = previous(); status != WalkStatus::kOk) return status;
         continue;
       }
     }
@@ -228,6 +326,7 @@ WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint6
         !ReadLastInstruction(memory, layout, frame, &raw.last_instruction)) {
       return WalkStatus::kReadFailed;
     }
+    if (!InUserSpace(raw.code_address)) return WalkStatus::kImplausible;
     if (config.code_type_address != 0) {
       uint64_t type = 0;
       if (!ReadPointer(memory, raw.code_address + layout.object_type, &type)) {
@@ -236,9 +335,7 @@ WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint6
       if (type != config.code_type_address) return WalkStatus::kNotCode;
     }
     frames->push_back(raw);
-    if (!ReadPointer(memory, frame + layout.frame_previous, &frame)) {
-      return WalkStatus::kReadFailed;
-    }
+    if (WalkStatus status = previous(); status != WalkStatus::kOk) return status;
   }
   return WalkStatus::kOk;
 }
@@ -249,6 +346,13 @@ WalkStatus ResolveFrame(MemoryReader& memory, const WalkerConfig& config, const 
   const uint64_t code = raw.code_address;
   out->code_address = code;
   out->entry = raw.entry;
+  out->name.clear();
+  out->qualname.clear();
+  out->file.clear();
+  out->first_line = -1;
+  out->line = -1;
+  if (code == 0) return WalkStatus::kReadFailed;
+  if (!InUserSpace(code)) return WalkStatus::kImplausible;
   uint64_t name = 0, qualname = 0, file = 0, table = 0;
   if (!ReadPointer(memory, code + layout.code_name, &name) ||
       !ReadPointer(memory, code + layout.code_filename, &file) ||
@@ -260,26 +364,22 @@ WalkStatus ResolveFrame(MemoryReader& memory, const WalkerConfig& config, const 
       !ReadPointer(memory, code + layout.code_qualname, &qualname)) {
     return WalkStatus::kReadFailed;
   }
-  if (!ReadPythonString(memory, layout, name, limits.max_string_bytes, &out->name) ||
-      !ReadPythonString(memory, layout, file, limits.max_string_bytes, &out->file)) {
-    return WalkStatus::kReadFailed;
+  if (WalkStatus status =
+          ReadPythonString(memory, layout, name, limits.max_string_bytes, &out->name);
+      status != WalkStatus::kOk) {
+    return status;
   }
-  if (qualname == 0 ||
-      !ReadPythonString(memory, layout, qualname, limits.max_string_bytes, &out->qualname)) {
-    out->qualname = out->name;
+  WalkStatus qualified = qualname == 0 ? WalkStatus::kReadFailed
+                                       : ReadPythonString(memory, layout, qualname,
+                                                          limits.max_string_bytes, &out->qualname);
+  if (qualified != WalkStatus::kOk) out->qualname = out->name;
+  if (qualified == WalkStatus::kImplausible) return qualified;
+  if (WalkStatus status =
+          ReadPythonString(memory, layout, file, limits.max_string_bytes, &out->file);
+      status != WalkStatus::kOk) {
+    return status;
   }
-  // The line is best effort: a frame with a name but no line is still worth showing.
-  out->line = -1;
-  int offset = 0;
-  int64_t table_size = 0;
-  if (ByteOffset(layout, raw, &offset) && ReadValue(memory, table + layout.var_size, &table_size) &&
-      table_size >= 0 && static_cast<uint64_t>(table_size) <= limits.max_line_table_bytes) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(table_size));
-    if (memory.Read(table + layout.bytes_data, bytes.data(), bytes.size())) {
-      out->line = LineForOffset(layout.line_table, bytes, out->first_line, offset);
-    }
-  }
-  return WalkStatus::kOk;
+  return ReadLine(memory, layout, raw, table, out->first_line, limits, &out->line);
 }
 
 WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,

@@ -19,6 +19,10 @@ enum class WalkStatus : uint8_t {
   kReadFailed = 2,     // an address could not be read (process gone, or inconsistent state)
   kNotCode = 3,        // a frame's code is not a code object: wrong layout or torn state
   kTruncated = 4,      // more frames than the walk may visit
+  // A size, count, kind or pointer read from the process is out of its bounds, or a chain loops:
+  // corrupt or hostile memory, refused before any arithmetic with it. Only the user-space half
+  // returns it (the BPF walk reads no sizes and is bounded by its loop).
+  kImplausible = 5,
 };
 const char* WalkStatusName(WalkStatus status);
 
@@ -48,6 +52,11 @@ struct PythonFrame {
   bool entry = false;
 };
 
+// The highest user-space address on x86-64 (five-level paging; four-level ends at 2^47). Every
+// pointer read from the process is checked against it, so adding a layout offset (< 2^32) to one
+// never wraps.
+inline constexpr uint64_t kMaxUserAddress = (uint64_t{1} << 56) - 1;
+
 struct WalkLimits {
   size_t max_threads = 64;  // thread states visited per interpreter when matching a thread
   size_t max_frames = 128;  // frame records visited (shim frames count)
@@ -56,7 +65,8 @@ struct WalkLimits {
 };
 
 // Finds the thread state of `thread` among the main interpreter's threads, matching thread_id
-// to pthread_id, or native_thread_id to native_tid. kNoThreadState when none matches.
+// to pthread_id, or native_thread_id to native_tid. kNoThreadState when none matches;
+// kImplausible for a pointer out of bounds or a thread list that loops.
 WalkStatus FindThreadState(MemoryReader& memory, const WalkerConfig& config, ThreadIdentity thread,
                            uint64_t* tstate, const WalkLimits& limits = {});
 
@@ -73,11 +83,16 @@ struct RawFrame {
 };
 
 // The BPF half: walks from the innermost frame of `tstate` outwards, appending code object
-// addresses and positions to `frames` (leaf first). Shim frames are skipped.
+// addresses and positions to `frames` (leaf first). Shim frames are skipped. A chain that loops
+// is kImplausible (frames so far kept).
 WalkStatus WalkRawFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t tstate,
                          std::vector<RawFrame>* frames, const WalkLimits& limits = {});
 
-// The agent half: the names, file and line of one raw frame, read from the code object.
+// The agent half: the names, file and line of one raw frame, read from the code object. kOk when
+// all of them were read; kReadFailed (nothing usable) when the code object or its name or file
+// could not be read; kImplausible when a value read failed its bounds check: the fields read
+// before it are filled (`name` empty when the name itself was refused) and nothing was read
+// beyond it. A line table over limits.max_line_table_bytes only leaves the line unknown.
 WalkStatus ResolveFrame(MemoryReader& memory, const WalkerConfig& config, const RawFrame& raw,
                         PythonFrame* frame, const WalkLimits& limits = {});
 
@@ -87,8 +102,11 @@ WalkStatus WalkFrames(MemoryReader& memory, const WalkerConfig& config, uint64_t
                       std::vector<PythonFrame>* frames, const WalkLimits& limits = {});
 
 // Reads a compact str object (every identifier and file name is one) as UTF-8, at most
-// `max_bytes` of character data. False for non-compact strings and unreadable memory.
-bool ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_t address,
-                      size_t max_bytes, std::string* out);
+// `max_bytes` of character data (a longer string is cut there). kReadFailed for unreadable
+// memory, a null pointer and non-compact (legacy) strings; kImplausible for a pointer, kind,
+// state or length no live str can have (a negative length, or one whose data would not fit in
+// user space).
+WalkStatus ReadPythonString(MemoryReader& memory, const CPythonLayout& layout, uint64_t address,
+                            size_t max_bytes, std::string* out);
 
 }  // namespace ember::python

@@ -119,7 +119,11 @@ bool ReadAtAddress(Elf* elf, uint64_t file_size, uint64_t address, void* out, si
     GElf_Shdr shdr;
     if (gelf_getshdr(scn, &shdr) == nullptr) continue;
     if (shdr.sh_type == SHT_NOBITS || (shdr.sh_flags & SHF_ALLOC) == 0) continue;
-    if (address < shdr.sh_addr || address - shdr.sh_addr + size > shdr.sh_size) continue;
+    // Compared without forming `address + size`: symbol values come from the file, any bits.
+    if (address < shdr.sh_addr || size > shdr.sh_size ||
+        address - shdr.sh_addr > shdr.sh_size - size) {
+      continue;
+    }
     if (shdr.sh_offset > file_size || shdr.sh_size > file_size - shdr.sh_offset) return false;
     Elf_Data* data = elf_rawdata(scn, nullptr);
     if (data == nullptr || data->d_buf == nullptr || data->d_size < shdr.sh_size) return false;
@@ -247,7 +251,8 @@ absl::Status ApplyDebugOffsets313(Elf* elf, uint64_t file_size, const Symbol& ru
     return absl::FailedPreconditionError(
         "its _Py_DebugOffsets disagree with Ember's 3.13 table (a newer 3.13 layout)");
   }
-  if (offsets.runtime_state[2] > runtime.size || offsets.interpreter_state[3] > (1u << 20)) {
+  if (offsets.runtime_state[2] > runtime.size || offsets.runtime_state[2] > (1u << 20) ||
+      offsets.interpreter_state[3] > (1u << 20)) {
     return absl::FailedPreconditionError("implausible _Py_DebugOffsets");
   }
   layout->runtime_interpreters_head = static_cast<uint32_t>(offsets.runtime_state[2]);
@@ -398,6 +403,7 @@ uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address, 
   constexpr uint64_t kPageMask = ~uint64_t{0xfff};
   for (const LoadSegment& seg : info.segments) {
     uint64_t seg_file_start = seg.offset & kPageMask;
+    if (seg.filesz > UINT64_MAX - seg.offset) continue;  // a header no linker writes
     if (map_offset < seg_file_start || map_offset >= seg.offset + seg.filesz) continue;
     // The ELF address at which the mapping starts; the load bias follows.
     uint64_t elf_at_map_start = seg.vaddr - seg.offset + map_offset;
