@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 #include "unwind/unwind_table.h"
@@ -174,7 +175,7 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
     return;
   }
   if (absl::Status status = maps_.SetProcess(pid, proc); !status.ok()) {
-    spdlog::warn("{}", std::string(status.message()));
+    spdlog::warn("{}", LogSafe(status.message()));
   }
 }
 
@@ -238,8 +239,8 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<FileUnwindTable> table = source_(mapping);
   if (!table.ok()) {
-    spdlog::debug("{}: frames in it are unwound from snapshots: {}", mapping.name,
-                  std::string(table.status().message()));
+    spdlog::debug("{}: frames in it are unwound from snapshots: {}", LogSafe(mapping.name),
+                  LogSafe(table.status().message()));
     return;
   }
   const size_t count = table->rows.size();
@@ -248,7 +249,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   if (count == 0 || count > EMBER_MAX_UNWIND_ROWS_PER_FILE ||
       !Allocate(static_cast<uint32_t>(count), &first)) {
     if (count > 0) ++out_of_room_;
-    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
+    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", LogSafe(mapping.name), count);
     return;
   }
   rows_used_ += count;
@@ -256,7 +257,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   absl::Status status = maps_.WriteRows(first, table->rows);
   if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
   if (!status.ok()) {
-    spdlog::warn("{}: {}", mapping.name, std::string(status.message()));
+    spdlog::warn("{}: {}", LogSafe(mapping.name), LogSafe(status.message()));
     Free(first, static_cast<uint32_t>(count));
     return;
   }
@@ -268,7 +269,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   loaded.bucket_count = static_cast<uint32_t>(buckets.first_rows.size());
   loaded.bucket_shift = buckets.shift;
   loaded.layout = std::move(table->layout);
-  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
+  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", LogSafe(mapping.name), count,
                 std::chrono::duration_cast<std::chrono::microseconds>(
                     std::chrono::steady_clock::now() - started)
                     .count());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/log_safe.h"
 #include "common/read_file.h"
 #include "spdlog/spdlog.h"
 
@@ -182,7 +183,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   auto mappings = ParseProcMaps(maps);
   if (!mappings.ok()) {
     ++read_failures_.maps;
-    spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
+    spdlog::debug("pid {}: {}", process->pid, LogSafe(mappings.status().message()));
     return false;
   }
   process->mappings.clear();
@@ -226,7 +227,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
   stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
-                 process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
+                 LogSafe(process->name), LogSafe(file.name()), file.map().size(),
+                 FrameTypeName(process->jit_kind));
   }
   return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded;
 }

@@ -9,8 +9,11 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "absl/strings/string_view.h"
 #include "common/utf8.h"
+#include "spdlog/spdlog.h"
 
 namespace ember {
 
@@ -20,15 +23,14 @@ inline constexpr size_t kLogSafeMaxBytes = 512;
 // `text` fit for a log line: control bytes (C0, DEL, and C1 as U+0080..U+009F), backslashes and
 // bytes that are not UTF-8 become \xNN (a backslash "\\"), valid UTF-8 stays as it is. Cut
 // after kLogSafeMaxBytes input bytes (on a UTF-8 boundary), then "...(N bytes)" tells the length.
-inline std::string LogSafe(std::string_view text) {
+inline std::string LogSafe(absl::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size() < kLogSafeMaxBytes ? text.size() : kLogSafeMaxBytes);
   size_t i = 0;
   while (i < text.size() && i < kLogSafeMaxBytes) {
     const auto byte = static_cast<uint8_t>(text[i]);
-    size_t len =
-        byte < 0x80 ? 1 : Utf8SequenceLength(absl::string_view(text.data(), text.size()), i);
+    size_t len = byte < 0x80 ? 1 : Utf8SequenceLength(text, i);
     // U+0080..U+009F are C1 controls; encoded C2 80..C2 9F.
     const bool c1 = len == 2 && byte == 0xC2 && static_cast<uint8_t>(text[i + 1]) < 0xA0;
     if (byte == '\\') {
@@ -53,6 +55,13 @@ inline std::string LogSafe(std::string_view text) {
   }
   return out;
 }
+
+// Debian's abseil has a string_view of its own: the standard one and strings come in here.
+inline std::string LogSafe(std::string_view text) {
+  return LogSafe(absl::string_view(text.data(), text.size()));
+}
+inline std::string LogSafe(const std::string& text) { return LogSafe(absl::string_view(text)); }
+inline std::string LogSafe(const char* text) { return LogSafe(absl::string_view(text)); }
 
 // Lets through at most `max_lines` lines per `window`, so that a workload that makes the agent
 // warn about each of its files or processes cannot flood the log. Thread-safe.
@@ -90,7 +99,17 @@ class LogRateLimiter {
   uint64_t suppressed_ = 0;
 };
 
-// The usual limit of per-file and per-process warnings.
+// The usual limit of per-file and per-process lines.
 inline constexpr uint32_t kLogLinesPerMinute = 20;
+
+// Logs one line at `level` when `limiter` lets it through, saying first how many it held back.
+template <typename... Args>
+void LogLimited(LogRateLimiter& limiter, spdlog::level::level_enum level,
+                spdlog::format_string_t<Args...> format, Args&&... args) {
+  uint64_t suppressed = 0;
+  if (!limiter.Allow(&suppressed)) return;
+  if (suppressed > 0) spdlog::log(level, "({} similar lines suppressed)", suppressed);
+  spdlog::log(level, format, std::forward<Args>(args)...);
+}
 
 }  // namespace ember

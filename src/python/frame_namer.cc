@@ -133,6 +133,7 @@ const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
     frame->function = "[python]";
     ++stats_.unreadable;
   }
+  CapFrameNames(*frame);
   entry.frame = std::move(frame);
   const Frame* out = entry.frame.get();
   frames_.emplace(key, std::move(entry));
