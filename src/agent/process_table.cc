@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -150,7 +149,10 @@ bool ProcessTable::ReadMaps(Process* process) {
   std::string text;
   // Read with the maps: an exec replaces both, and unknown addresses are how we notice one.
   if (ReadFile(absl::StrCat(pid_dir, "/comm"), &text)) {
-    process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
+    // Only the kernel's line end goes: a name may end in whitespace of its own ("a\n"), and must
+    // equal the thread name samples carry, or every sample would look like a rename.
+    if (text.ends_with('\n')) text.pop_back();
+    process->name = std::move(text);
   }
   std::string maps;
   std::string dir = pid_dir;
