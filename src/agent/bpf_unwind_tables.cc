@@ -25,6 +25,12 @@ FileIdentity KeyOf(const ExecutableMapping& mapping) {
   return mapping.IsVdso() ? kVdso : mapping.file;
 }
 
+// Lines about one file or process each: a workload must not flood the log with them.
+LogRateLimiter& Warnings() {
+  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
+  return limiter;
+}
+
 }  // namespace
 
 absl::StatusOr<FileUnwindTable> BpfUnwindTables::TableOfFile(const ExecutableMapping& mapping) {
@@ -175,7 +181,7 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
     return;
   }
   if (absl::Status status = maps_.SetProcess(pid, proc); !status.ok()) {
-    spdlog::warn("{}", LogSafe(status.message()));
+    LogLimited(Warnings(), spdlog::level::warn, "{}", LogSafe(status.message()));
   }
 }
 
@@ -257,7 +263,8 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   absl::Status status = maps_.WriteRows(first, table->rows);
   if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
   if (!status.ok()) {
-    spdlog::warn("{}: {}", LogSafe(mapping.name), LogSafe(status.message()));
+    LogLimited(Warnings(), spdlog::level::warn, "{}: {}", LogSafe(mapping.name),
+               LogSafe(status.message()));
     Free(first, static_cast<uint32_t>(count));
     return;
   }

@@ -24,6 +24,7 @@ struct Sink {
 };
 
 void Append(const char* piece, size_t len, void* opaque) {
+  if (len == 0) return;  // the Rust demangler passes empty pieces as (nullptr, 0)
   auto* sink = static_cast<Sink*>(opaque);
   if (len > kDemangleBudget - sink->size) {
     sink->over_budget = true;

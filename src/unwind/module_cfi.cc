@@ -197,8 +197,10 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
   if (!internal::RunCatchingSigbus([&] { StepInFile(lookup_pc, frame, bias, stack, result); })) {
     file_changed_ = true;
     result.Reset();
-    spdlog::warn("{}: the file changed under the agent; frames in it no longer unwind",
-                 LogSafe(image_->path()));
+    static LogRateLimiter warnings(kLogLinesPerMinute, std::chrono::minutes(1));
+    LogLimited(warnings, spdlog::level::warn,
+               "{}: the file changed under the agent; frames in it no longer unwind",
+               LogSafe(image_->path()));
   }
 }
 
