@@ -16,6 +16,8 @@ packages=(
   # the seccomp filter the agent installs on itself after start (docs/capabilities.md)
   libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # GNU libiberty's demangler: C++ and Rust, with a callback interface that lets a budget stop it
+  libiberty-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates
   golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps openssl

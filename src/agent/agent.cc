@@ -17,6 +17,8 @@
 #include "absl/time/clock.h"
 #include "agent/privileges.h"
 #include "agent/seccomp_filter.h"
+#include "common/log_safe.h"
+#include "common/names.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "output/pprof_writer.h"
@@ -24,6 +26,7 @@
 #include "spdlog/spdlog.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
+#include "symbolize/demangle.h"
 #include "symbolize/elf_file.h"
 
 namespace ember {
@@ -381,6 +384,19 @@ absl::Status Agent::SetUpStatusEndpoint() {
           [this, member = field] { return static_cast<double>(BpfStatsForMetrics().*member); }));
     }
   }
+  for (size_t kind = 0; kind < kNameKinds; ++kind) {
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_names_truncated_total",
+        absl::StrCat("Names and labels from the profiled programs cut to ", kMaxNameBytes,
+                     " bytes (ending in \"\u2026\"), by what they name; output: cut by a writer."),
+        {{"name", std::string(NameKindName(static_cast<NameKind>(kind)))}},
+        [kind] { return static_cast<double>(NamesTruncated(static_cast<NameKind>(kind))); }));
+  }
+  RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+      "ember_demangle_over_budget_total",
+      absl::StrCat("Symbols whose demangled name would exceed ", kDemangleBudget,
+                   " bytes: the demangler was stopped there and the name kept mangled."),
+      {}, [] { return static_cast<double>(DemangleOverBudget()); }));
   if (pods_ != nullptr) {
     PodIndex* pods = pods_.get();
     PodWatcher* watcher = pod_watcher_.get();
@@ -646,6 +662,16 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   user_pcs_.push_back(0);
 }
 
+namespace {
+
+// Lines about one process each: a workload starting many processes must not flood the log.
+LogRateLimiter& ProcessLogLimiter() {
+  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
+  return limiter;
+}
+
+}  // namespace
+
 void Agent::UpdatePython(Process* process) {
   std::vector<python::MappedFile> files;
   files.reserve(process->mappings.size());
@@ -659,18 +685,22 @@ void Agent::UpdatePython(Process* process) {
   if (python.bpf.has_value()) {
     if (absl::Status status = profiler_->SetPythonProcess(process->pid, *python.bpf);
         !status.ok()) {
-      spdlog::warn("process {} ({}): Python frames not walked: {}", process->pid, process->name,
-                   std::string(status.message()));
+      LogLimited(ProcessLogLimiter(), spdlog::level::warn,
+                 "process {} ({}): Python frames not walked: {}", process->pid,
+                 LogSafe(process->name), LogSafe(status.message()));
       return;
     }
-    spdlog::info("process {} ({}) runs CPython {}.{} ({}): walking its Python frames", process->pid,
-                 process->name, python.version.major, python.version.minor, python.interpreter);
+    LogLimited(ProcessLogLimiter(), spdlog::level::info,
+               "process {} ({}) runs CPython {}.{} ({}): walking its Python frames", process->pid,
+               LogSafe(process->name), python.version.major, python.version.minor,
+               LogSafe(python.interpreter));
     return;
   }
   profiler_->RemovePythonProcess(process->pid);
   if (python.outcome == python::DetectOutcome::kUnsupportedVersion) {
-    spdlog::warn("process {} ({}): {}: its Python frames stay native ({})", process->pid,
-                 process->name, python.reason, python.interpreter);
+    LogLimited(ProcessLogLimiter(), spdlog::level::warn,
+               "process {} ({}): {}: its Python frames stay native ({})", process->pid,
+               LogSafe(process->name), LogSafe(python.reason), LogSafe(python.interpreter));
   }
 }
 
@@ -744,20 +774,31 @@ ResourceContext Agent::MakeResourceContext() {
 
 ProcessMetadata Agent::MetadataOf(uint32_t pid) {
   ProcessMetadata metadata;
-  Process* process = processes_.Get(pid);
-  if (process == nullptr) return metadata;
-  metadata.executable_path = process->executable_path;
-  std::string_view path = metadata.executable_path;
-  metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
-  if (!process->container) return metadata;
-  metadata.container_id = process->container->id;
-  if (pods_ == nullptr) return metadata;
-  std::optional<ContainerMetadata> pod =
-      pods_->Lookup(process->container->id, process->container->pod_uid);
-  if (!pod) return metadata;
-  metadata.service_name = pod->service_name;
-  for (auto& [key, value] : KubernetesAttributes(*pod)) {
-    metadata.attributes.push_back({std::move(key), std::move(value)});
+  [&] {
+    Process* process = processes_.Get(pid);
+    if (process == nullptr) return;
+    metadata.executable_path = process->executable_path;
+    std::string_view path = metadata.executable_path;
+    metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
+    if (!process->container) return;
+    metadata.container_id = process->container->id;
+    if (pods_ == nullptr) return;
+    std::optional<ContainerMetadata> pod =
+        pods_->Lookup(process->container->id, process->container->pod_uid);
+    if (!pod) return;
+    metadata.service_name = pod->service_name;
+    for (auto& [key, value] : KubernetesAttributes(*pod)) {
+      metadata.attributes.push_back({std::move(key), std::move(value)});
+    }
+  }();
+  // Both the pprof labels and the OTLP resource attributes come from here.
+  for (std::string* text : {&metadata.executable_name, &metadata.executable_path,
+                            &metadata.container_id, &metadata.service_name}) {
+    CapName(*text, NameKind::kLabel);
+  }
+  for (ResourceAttribute& attribute : metadata.attributes) {
+    CapName(attribute.key, NameKind::kLabel);
+    CapName(attribute.value, NameKind::kLabel);
   }
   return metadata;
 }

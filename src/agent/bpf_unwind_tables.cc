@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 #include "unwind/unwind_table.h"
@@ -22,6 +23,12 @@ constexpr FileIdentity kVdso{.dev = ~uint64_t{0}, .inode = ~uint64_t{0}};
 
 FileIdentity KeyOf(const ExecutableMapping& mapping) {
   return mapping.IsVdso() ? kVdso : mapping.file;
+}
+
+// Lines about one file or process each: a workload must not flood the log with them.
+LogRateLimiter& Warnings() {
+  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
+  return limiter;
 }
 
 }  // namespace
@@ -174,7 +181,7 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
     return;
   }
   if (absl::Status status = maps_.SetProcess(pid, proc); !status.ok()) {
-    spdlog::warn("{}", std::string(status.message()));
+    LogLimited(Warnings(), spdlog::level::warn, "{}", LogSafe(status.message()));
   }
 }
 
@@ -238,8 +245,8 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<FileUnwindTable> table = source_(mapping);
   if (!table.ok()) {
-    spdlog::debug("{}: frames in it are unwound from snapshots: {}", mapping.name,
-                  std::string(table.status().message()));
+    spdlog::debug("{}: frames in it are unwound from snapshots: {}", LogSafe(mapping.name),
+                  LogSafe(table.status().message()));
     return;
   }
   const size_t count = table->rows.size();
@@ -248,7 +255,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   if (count == 0 || count > EMBER_MAX_UNWIND_ROWS_PER_FILE ||
       !Allocate(static_cast<uint32_t>(count), &first)) {
     if (count > 0) ++out_of_room_;
-    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", mapping.name, count);
+    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", LogSafe(mapping.name), count);
     return;
   }
   rows_used_ += count;
@@ -256,7 +263,8 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   absl::Status status = maps_.WriteRows(first, table->rows);
   if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
   if (!status.ok()) {
-    spdlog::warn("{}: {}", mapping.name, std::string(status.message()));
+    LogLimited(Warnings(), spdlog::level::warn, "{}: {}", LogSafe(mapping.name),
+               LogSafe(status.message()));
     Free(first, static_cast<uint32_t>(count));
     return;
   }
@@ -268,7 +276,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   loaded.bucket_count = static_cast<uint32_t>(buckets.first_rows.size());
   loaded.bucket_shift = buckets.shift;
   loaded.layout = std::move(table->layout);
-  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", mapping.name, count,
+  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", LogSafe(mapping.name), count,
                 std::chrono::duration_cast<std::chrono::microseconds>(
                     std::chrono::steady_clock::now() - started)
                     .count());

@@ -76,6 +76,8 @@ const Frame* FrameResolver::Lookup(const Key& key) {
 
 const Frame* FrameResolver::Remember(Key key, Frame frame) {
   ++stats_.misses;
+  // Every frame the agent hands out is made here: its names are bounded once, at the source.
+  CapFrameNames(frame);
   const size_t bytes = EstimatedFrameBytes(key, frame);
   auto [it, inserted] = frames_.try_emplace(std::move(key));
   Entry& entry = it->second;

@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/log_safe.h"
 #include "common/read_file.h"
 #include "spdlog/spdlog.h"
 
@@ -149,7 +149,10 @@ bool ProcessTable::ReadMaps(Process* process) {
   std::string text;
   // Read with the maps: an exec replaces both, and unknown addresses are how we notice one.
   if (ReadFile(absl::StrCat(pid_dir, "/comm"), &text)) {
-    process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
+    // Only the kernel's line end goes: a name may end in whitespace of its own ("a\n"), and must
+    // equal the thread name samples carry, or every sample would look like a rename.
+    if (text.ends_with('\n')) text.pop_back();
+    process->name = std::move(text);
   }
   std::string maps;
   std::string dir = pid_dir;
@@ -182,7 +185,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   auto mappings = ParseProcMaps(maps);
   if (!mappings.ok()) {
     ++read_failures_.maps;
-    spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
+    spdlog::debug("pid {}: {}", process->pid, LogSafe(mappings.status().message()));
     return false;
   }
   process->mappings.clear();
@@ -226,7 +229,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
   stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
-                 process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
+                 LogSafe(process->name), LogSafe(file.name()), file.map().size(),
+                 FrameTypeName(process->jit_kind));
   }
   return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded;
 }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/names.h"
 #include "common/sample_arena.h"
 
 namespace ember {
@@ -78,6 +79,18 @@ struct Frame {
   std::vector<InlineFrame> inlined{};
 };
 
+// Cuts each name of `frame` to kMaxNameBytes (CapName): where the symbolizers hand frames over.
+inline void CapFrameNames(Frame& frame) {
+  CapName(frame.function, NameKind::kFunction);
+  CapName(frame.source_file, NameKind::kSourceFile);
+  CapName(frame.module, NameKind::kModule);
+  CapName(frame.build_id, NameKind::kModule);
+  for (InlineFrame& inlined : frame.inlined) {
+    CapName(inlined.function, NameKind::kFunction);
+    CapName(inlined.source_file, NameKind::kSourceFile);
+  }
+}
+
 // One stack's count in an interval. Its names and frame list are views, of the interval's arena
 // (IntervalProfile::AddSample) or of storage that outlives the interval.
 struct StackSample {
@@ -106,9 +119,13 @@ struct IntervalProfile {
   // The labels of each process's samples (its container and pod), by pid; absent: none.
   std::map<uint32_t, std::vector<ProcessLabel>> process_labels;
 
-  // Appends a sample whose names and frames are copied into the arena.
+  // Appends a sample whose names (cut to kMaxNameBytes) and frames are copied into the arena.
   StackSample& AddSample(uint32_t pid, std::string_view process, std::string_view thread,
                          std::span<const Frame* const> frames, int64_t count) {
+    std::string process_storage;
+    std::string thread_storage;
+    process = CapNameView(process, NameKind::kProcess, process_storage);
+    thread = CapNameView(thread, NameKind::kThread, thread_storage);
     return samples.emplace_back(StackSample{.pid = pid,
                                             .process = arena.CopyString(process),
                                             .thread = arena.CopyString(thread),

@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/log_safe.h"
 #include "k8s/kube_http.h"
 #include "nlohmann/json.hpp"
 
@@ -255,8 +256,7 @@ PodWatcher::Step PodWatcher::List() {
           pods.push_back(*std::move(pod));
         } else {
           ++rejected;
-          spdlog::debug("Kubernetes: skipping a listed pod: {}",
-                        std::string(pod.status().message()));
+          spdlog::debug("Kubernetes: skipping a listed pod: {}", LogSafe(pod.status().message()));
         }
       }
     }
@@ -374,7 +374,7 @@ PodWatcher::Step PodWatcher::Watch() {
       ++stats_.expired;
     }
     spdlog::info("Kubernetes: resourceVersion {} has expired (HTTP 410); relisting",
-                 resource_version_);
+                 LogSafe(resource_version_));
     return Relist(start);
   }
   if (result.status == 401 || result.status == 403) {
@@ -458,8 +458,8 @@ bool PodWatcher::OnWatchLine(absl::string_view line) {
     ++stats_.error_events;
     if (code == 410 || reason == "Expired" || reason == "Gone") {
       ++stats_.expired;
-      spdlog::info("Kubernetes: resourceVersion {} has expired ({}); relisting", resource_version_,
-                   message.empty() ? "410 Gone" : message);
+      spdlog::info("Kubernetes: resourceVersion {} has expired ({}); relisting",
+                   LogSafe(resource_version_), message.empty() ? "410 Gone" : LogSafe(message));
     } else {
       std::string text = message.empty() ? reason : message;
       watch_failure_ = absl::StrCat("an ERROR event", code != 0 ? absl::StrCat(" ", code) : "",
@@ -475,7 +475,7 @@ bool PodWatcher::OnWatchLine(absl::string_view line) {
       index_->Upsert(*std::move(pod));
     } else {
       rejected = 1;
-      spdlog::debug("Kubernetes: skipping a watched pod: {}", std::string(pod.status().message()));
+      spdlog::debug("Kubernetes: skipping a watched pod: {}", LogSafe(pod.status().message()));
     }
   } else if (type == "DELETED") {
     std::string uid = StringAt(*object, "metadata", "uid");

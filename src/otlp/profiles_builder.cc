@@ -15,6 +15,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/names.h"
 #include "common/utf8.h"
 
 namespace ember {
@@ -24,7 +25,13 @@ namespace collector_pb = opentelemetry::proto::collector::profiles::v1developmen
 namespace common_pb = opentelemetry::proto::common::v1;
 namespace profiles_pb = opentelemetry::proto::profiles::v1development;
 
-std::string Utf8(absl::string_view s) { return IsValidUtf8(s) ? std::string(s) : ToValidUtf8(s); }
+// Valid UTF-8 (a repair may triple a name's length, so the cut comes after it), at most
+// kMaxNameBytes: names come cut from the symbolizers, this bounds what any caller sends.
+std::string Utf8(absl::string_view s) {
+  std::string out = IsValidUtf8(s) ? std::string(s) : ToValidUtf8(s);
+  CapName(out, NameKind::kOutput);
+  return out;
+}
 
 // The request's dictionary. Every key below determines its entry completely, so distinct keys
 // give distinct entries and no table holds a duplicate; a key whose entry would be the zero value
@@ -45,7 +52,11 @@ class Dictionary {
   int32_t String(absl::string_view s) {
     if (auto it = strings_.find(s); it != strings_.end()) return it->second;
     int32_t index;
-    if (IsValidUtf8(s)) {
+    if (s.size() > kMaxNameBytes) {  // as Utf8()
+      std::string cut(s.data(), s.size());
+      CapName(cut, NameKind::kOutput);
+      index = String(cut);
+    } else if (IsValidUtf8(s)) {
       index = out_->string_table_size();
       out_->add_string_table(std::string(s));
     } else {

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/names.h"
 #include "output/atomic_file.h"
 #include "output/flame_graph_template.h"
 #include "output/html_json.h"
@@ -64,6 +65,13 @@ FlameGraph::FlameGraph(size_t max_nodes)
 }
 
 uint32_t FlameGraph::InternName(absl::string_view name) {
+  // Names come cut from the symbolizers; this keeps the page bounded for any other caller.
+  std::string cut;
+  if (name.size() > kMaxNameBytes) {
+    cut.assign(name.data(), name.size());
+    CapName(cut, NameKind::kOutput);
+    name = cut;
+  }
   if (auto it = name_ids_.find(name); it != name_ids_.end()) return it->second;
   names_.emplace_back(name);
   const auto id = static_cast<uint32_t>(names_.size() - 1);
@@ -72,6 +80,12 @@ uint32_t FlameGraph::InternName(absl::string_view name) {
 }
 
 uint32_t FlameGraph::NameId(absl::string_view name) const {
+  std::string cut;
+  if (name.size() > kMaxNameBytes) {  // as InternName keeps it
+    cut.assign(name.data(), name.size());
+    CutName(cut);
+    name = cut;
+  }
   auto it = name_ids_.find(name);
   return it == name_ids_.end() ? kNoName : it->second;
 }

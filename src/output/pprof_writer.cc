@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "common/gzip.h"
+#include "common/names.h"
 #include "google/protobuf/arena.h"
 #include "output/atomic_file.h"
 
@@ -63,6 +64,12 @@ class PprofBuilder {
  private:
   int64_t Intern(absl::string_view s) {
     if (auto it = strings_.find(s); it != strings_.end()) return it->second;
+    if (s.size() > kMaxNameBytes) {
+      // Names come cut from the symbolizers; this keeps the file bounded for any other caller.
+      std::string cut(s.data(), s.size());
+      CapName(cut, NameKind::kOutput);
+      return Intern(cut);
+    }
     const int64_t id = out_.string_table_size();
     // The key views the table's own copy, which stays where it is as the table grows.
     std::string* copy = out_.add_string_table();

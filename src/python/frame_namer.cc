@@ -143,6 +143,7 @@ const Frame* FrameNamer::Name(uint32_t pid, const PythonProcess& process,
     frame->function = "[python]";
     if (status != WalkStatus::kImplausible) ++stats_.unreadable;
   }
+  CapFrameNames(*frame);
   entry.frame = std::move(frame);
   const Frame* out = entry.frame.get();
   frames_.emplace(key, std::move(entry));

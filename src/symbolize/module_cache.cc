@@ -5,9 +5,19 @@
 #include <utility>
 #include <vector>
 
+#include "common/log_safe.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
+namespace {
+
+// One warning per unreadable file: a workload mapping many of them must not flood the log.
+LogRateLimiter& Warnings() {
+  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
+  return limiter;
+}
+
+}  // namespace
 
 size_t FileIdentityHash::operator()(const FileIdentity& id) const {
   // splitmix64 finalizer over both fields: inodes on one device are dense small integers.
@@ -70,7 +80,8 @@ ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::strin
     if (module.ok()) {
       entry.module = std::move(*module);
     } else {
-      spdlog::warn("cannot symbolize {}: {}", display_path, module.status().ToString());
+      LogLimited(Warnings(), spdlog::level::warn, "cannot symbolize {}: {}", LogSafe(display_path),
+                 LogSafe(module.status().ToString()));
     }
     entry.bytes = BytesOf(entry);
     bytes_ += entry.bytes;

@@ -18,10 +18,17 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/log_safe.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {
 namespace {
+
+// One warning per perf map at its limit: a workload with many of them must not flood the log.
+LogRateLimiter& Warnings() {
+  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
+  return limiter;
+}
 
 // One counter for every PerfMap, so versions never repeat across processes.
 std::atomic<uint64_t> next_version{1};
@@ -284,10 +291,10 @@ PerfMapFile::Result PerfMapFile::Refresh() {
     }
   }
   if (evictions_before == 0 && map_.stats().evictions > 0) {
-    spdlog::warn(
-        "{}: reached the perf map limit ({} entries, {} bytes); its oldest entries are evicted "
-        "to make room",
-        path_, map_.limits().max_entries, map_.limits().max_bytes);
+    LogLimited(Warnings(), spdlog::level::warn,
+               "{}: reached the perf map limit ({} entries, {} bytes); its oldest entries are "
+               "evicted to make room",
+               LogSafe(path_), map_.limits().max_entries, map_.limits().max_bytes);
   }
   if (reload) return Result::kReloaded;
   return read > 0 ? Result::kGrew : Result::kUnchanged;

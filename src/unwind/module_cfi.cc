@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 
@@ -196,8 +197,10 @@ void ModuleCfi::Step(const FrameRegisters& frame, uint64_t bias, bool is_return_
   if (!internal::RunCatchingSigbus([&] { StepInFile(lookup_pc, frame, bias, stack, result); })) {
     file_changed_ = true;
     result.Reset();
-    spdlog::warn("{}: the file changed under the agent; frames in it no longer unwind",
-                 image_->path());
+    static LogRateLimiter warnings(kLogLinesPerMinute, std::chrono::minutes(1));
+    LogLimited(warnings, spdlog::level::warn,
+               "{}: the file changed under the agent; frames in it no longer unwind",
+               LogSafe(image_->path()));
   }
 }
 
@@ -307,7 +310,7 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
       it->second.cfi =
           std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_);
     } else {
-      spdlog::debug("no CFI from {}: {}", open_path, std::string(image.status().message()));
+      spdlog::debug("no CFI from {}: {}", LogSafe(open_path), LogSafe(image.status().message()));
     }
   }
   return it->second.cfi;

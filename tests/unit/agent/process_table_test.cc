@@ -97,6 +97,17 @@ TEST(ProcessTableTest, RefreshAfterExecPicksUpNewMapsAndName) {
   std::filesystem::remove_all(root);
 }
 
+TEST(ProcessTableTest, NameKeepsItsOwnWhitespaceAndControlBytes) {
+  // As the kernel reports it in samples: only /proc's line end is not part of it.
+  std::string root = CopyProcTree("ember-proc-name-test");
+  std::ofstream(root + "/4242/comm") << "a\x1b[31m\n\n";
+  ProcessTable table(root, std::chrono::milliseconds(0));
+  Process* process = table.Get(4242);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->name, "a\x1b[31m\n");
+  std::filesystem::remove_all(root);
+}
+
 TEST(ProcessTableTest, RefreshIsRateLimited) {
   ProcessTable table(kProcRoot, std::chrono::hours(1));
   Process* process = table.Get(4242);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "otlp/request_validator.h"
@@ -175,6 +176,40 @@ TEST(BuildExportRequestTest, EveryStringIsInTheStringTableOnce) {
         "process.executable.build_id.gnu", "/usr/bin/app", "[kernel.kallsyms]", "do_syscall_64"}) {
     EXPECT_EQ(std::count(strings.begin(), strings.end(), s), 1) << s;
   }
+}
+
+TEST(BuildExportRequestTest, NoStringIsLongerThanTheNameCap) {
+  // Frames made elsewhere than the symbolizers, which cut names at the source; the bad bytes
+  // triple in length as U+FFFD, so the cut must come after the repair.
+  Frame leaf{.function = std::string(100000, 'f'),
+             .source_file = std::string(5000, '\xFF'),
+             .address = 0x10,
+             .module = "/" + std::string(50000, 'm')};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(profile, {{.pid = 7, .process = "app", .thread = "t", .frames = {&leaf}, .count = 1}});
+  ResourceContext context;
+  context.process_metadata = [](uint32_t) {
+    ProcessMetadata metadata;
+    metadata.executable_path = "/" + std::string(9000, 'e');
+    metadata.attributes.push_back({"k8s.pod.name", std::string(9000, 'p')});
+    return metadata;
+  };
+  const auto request = BuildExportRequest(profile, context);
+  for (const std::string& text : request.dictionary().string_table()) {
+    EXPECT_LE(text.size(), kMaxNameBytes);
+  }
+  for (const auto& attribute : request.dictionary().attribute_table()) {
+    EXPECT_LE(attribute.value().string_value().size(), kMaxNameBytes);
+  }
+  ASSERT_EQ(request.resource_profiles_size(), 1);
+  for (const auto& attribute : request.resource_profiles(0).resource().attributes()) {
+    EXPECT_LE(attribute.value().string_value().size(), kMaxNameBytes) << attribute.key();
+  }
+  const auto& strings = request.dictionary().string_table();
+  EXPECT_EQ(std::count(strings.begin(), strings.end(),
+                       std::string(kMaxNameBytes - 3, 'f') + "\xE2\x80\xA6"),
+            1);
 }
 
 TEST(BuildExportRequestTest, FramesSharedAcrossProcessesAndCopiesAreStoredOnce) {

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/subprocess.h"
@@ -456,6 +457,20 @@ TEST(FlameGraphTest, JsonEscapesHostileNames) {
                               "e::na\xC3\xAFve() \\u2028 \xF0\x9F\x94\xA5"));
   EXPECT_THAT(json, HasSubstr("bad\xEF\xBF\xBD\xEF\xBF\xBD("));
   for (char c : json) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "raw control character";
+}
+
+TEST(FlameGraphTest, NamesAreCutToTheNameCap) {
+  Frame huge = Native(std::string(100000, 'f'));
+  FlameGraph graph;
+  const uint64_t before = NamesTruncated(NameKind::kOutput);
+  graph.Add(Interval({{1, "p", "t", {&huge}, 1}}));
+  graph.Add(Interval({{1, "p", "t", {&huge}, 2}}));  // the same node, not a second one
+  const std::string json = graph.ToJson();
+  EXPECT_LT(json.size(), 2 * kMaxNameBytes);
+  EXPECT_THAT(json, HasSubstr(std::string(kMaxNameBytes - 3, 'f') + "\xE2\x80\xA6"));
+  EXPECT_THAT(json, Not(HasSubstr(std::string(kMaxNameBytes - 2, 'f'))));
+  EXPECT_EQ(NamesTruncated(NameKind::kOutput), before + 1);
+  EXPECT_EQ(graph.SamplesAt({"p", std::string(kMaxNameBytes - 3, 'f') + "\xE2\x80\xA6"}), 3);
 }
 
 // Runs check_flamegraph.sh on page with the Chromium found at configure time.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "common/names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/gunzip.h"
@@ -203,6 +204,24 @@ TEST(PprofWriterLabelsTest, ProcessLabelsGoOnEveryOneOfItsSamples) {
   EXPECT_EQ(labels[1], (std::map<std::string, std::string>{{"process", "host"}, {"thread", "b"}}));
   EXPECT_EQ(labels[2].at("container.id"), "3f2a9c");
   EXPECT_EQ(labels[2].at("thread"), "c");
+}
+
+TEST(PprofWriterNamesTest, NoStringIsLongerThanTheNameCap) {
+  // Frames made elsewhere than the symbolizers, which cut names at the source.
+  Frame leaf{.function = std::string(100000, 'f'),
+             .address = 0x10,
+             .module = "/" + std::string(50000, 'm')};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(profile, {{.pid = 7, .process = "app", .thread = "t", .frames = {&leaf}, .count = 1}});
+  profile.process_labels[7] = {{"k8s.pod.name", std::string(9000, 'p')}};
+  const uint64_t before = NamesTruncated(NameKind::kOutput);
+  const pb::Profile p = BuildPprof(profile);
+  for (const std::string& text : p.string_table()) EXPECT_LE(text.size(), kMaxNameBytes);
+  ASSERT_EQ(p.function_size(), 1);
+  EXPECT_EQ(p.string_table(p.function(0).name()),
+            std::string(kMaxNameBytes - 3, 'f') + "\xE2\x80\xA6");
+  EXPECT_EQ(NamesTruncated(NameKind::kOutput), before + 3);
 }
 
 TEST_F(PprofWriterTest, TablesAreDeduplicatedWithValidIds) {
