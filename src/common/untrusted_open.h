@@ -31,6 +31,7 @@ struct FileLocation {
   // A path of the agent's own mount namespace (the process shares it, or has exited and the path
   // names the same file here).
   FileLocation(std::string own_path) : path(std::move(own_path)) {}  // NOLINT: implicit
+  FileLocation(const char* own_path) : path(own_path) {}             // NOLINT: implicit
   FileLocation(std::string root_dir, std::string inside, std::optional<FileIdentity> id = {},
                std::string map_files = {})
       : root(std::move(root_dir)),
