@@ -26,7 +26,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # process limit, files replaced under running processes, odd /proc entries). Each requires the
 # agent's exit status 0, so a report fails it. The rest need runc, Python builds or JITs, whose
 # paths these share, and would only make the run longer.
-sanitized_bpf_tests='Phases|CfiUnwind|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd'
+sanitized_bpf_tests='Phases|CfiUnwind|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd|HostileFilesTest'
 (cd build-sanitize && ../scripts/as-root.sh env ASAN_OPTIONS="$ASAN_OPTIONS" \
    LSAN_OPTIONS="$LSAN_OPTIONS" UBSAN_OPTIONS="$UBSAN_OPTIONS" \
    ctest -L bpf -R "$sanitized_bpf_tests" --output-on-failure --timeout 300)

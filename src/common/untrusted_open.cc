@@ -30,7 +30,7 @@ absl::Status Refuse(OpenRefusal refusal, const FileLocation& location, absl::str
   RecordOpenRefusal(refusal);
   absl::Status status = absl::FailedPreconditionError(
       absl::StrCat(location.Display(), ": refused (", OpenRefusalName(refusal), "): ", what));
-  status.SetPayload(kRefusalPayload, absl::Cord(std::string(1, static_cast<char>(refusal))));
+  status.SetPayload(kRefusalPayload, absl::Cord(OpenRefusalName(refusal)));
   return status;
 }
 
@@ -119,10 +119,13 @@ void RecordOpenRefusal(OpenRefusal refusal) {
 
 std::optional<OpenRefusal> RefusalOf(const absl::Status& status) {
   auto payload = status.GetPayload(kRefusalPayload);
-  if (!payload.has_value() || payload->size() != 1) return std::nullopt;
-  auto value = static_cast<uint8_t>((*payload)[0]);
-  if (value >= kOpenRefusalKinds) return std::nullopt;
-  return static_cast<OpenRefusal>(value);
+  if (!payload.has_value()) return std::nullopt;
+  for (size_t kind = 0; kind < kOpenRefusalKinds; ++kind) {
+    if (*payload == OpenRefusalName(static_cast<OpenRefusal>(kind))) {
+      return static_cast<OpenRefusal>(kind);
+    }
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<UntrustedFile> OpenUntrusted(const FileLocation& location) {
