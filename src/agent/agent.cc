@@ -615,7 +615,9 @@ void Agent::UpdatePython(Process* process) {
   std::vector<python::MappedFile> files;
   files.reserve(process->mappings.size());
   for (const MemoryMapping& mapping : process->mappings) {
-    if (mapping.IsFileBacked()) files.push_back({mapping.path, mapping.start, mapping.offset});
+    if (mapping.IsFileBacked()) {
+      files.push_back({mapping.path, mapping.start, mapping.offset, mapping.file});
+    }
   }
   bool changed = false;
   const python::PythonProcess& python =

@@ -360,8 +360,9 @@ absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const FileLocation& locati
   return info;
 }
 
-absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> mapped_paths,
-                                                  const std::string& root) {
+absl::StatusOr<InterpreterInfo> DetectInterpreter(
+    std::span<const std::string> mapped_paths, const std::string& root,
+    std::span<const std::optional<FileIdentity>> identities) {
   const std::string* executable = nullptr;
   const std::string* library = nullptr;
   for (const std::string& path : mapped_paths) {
@@ -378,7 +379,9 @@ absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> m
   absl::Status last_error = absl::OkStatus();
   for (const std::string* candidate : {library, executable}) {
     if (candidate == nullptr) continue;
-    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(FileLocation(root, *candidate));
+    const auto index = static_cast<size_t>(candidate - mapped_paths.data());
+    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(FileLocation(
+        root, *candidate, index < identities.size() ? identities[index] : std::nullopt));
     if (!info.ok()) {
       last_error = info.status();
       continue;

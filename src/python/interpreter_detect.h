@@ -68,8 +68,11 @@ bool LooksLikeInterpreterPath(const std::string& path);
 // Each path is opened under `root` (e.g. "/proc/PID/root" for a process in a container: its links
 // resolve inside it), and InterpreterInfo::path is `root` + the path. kNotPython
 // when no path looks like CPython.
-absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> mapped_paths,
-                                                  const std::string& root = "");
+// `identities`, when given, holds each path's device and inode from its maps line, which the
+// file opened must have.
+absl::StatusOr<InterpreterInfo> DetectInterpreter(
+    std::span<const std::string> mapped_paths, const std::string& root = "",
+    std::span<const std::optional<FileIdentity>> identities = {});
 
 // The process address of ELF address `elf_address` of a file mapped at `map_start` from file
 // offset `map_offset` (one line of /proc/PID/maps for that file). 0 when no segment fits.
