@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace ember {
 namespace {
 
@@ -440,7 +442,10 @@ TEST(ElfModuleTest, StrippedBinaryWithoutDebugFileKnowsOnlyDynamicSymbols) {
 class DebugLinkUnderRootTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = testing::TempDir() + "/ember_debuglink_root";
+    // Each test its own root: ctest runs the tests of one fixture in parallel processes.
+    root_ = absl::StrCat(testing::TempDir(), "/ember_debuglink_root_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
+                         getpid());
     std::filesystem::remove_all(root_);
     binary_ = kDebuglinkProgram;  // the same path inside the root as on the host
     std::filesystem::create_directories(
