@@ -21,6 +21,7 @@
 #include "common/names.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
+#include "common/untrusted_open.h"
 #include "output/pprof_writer.h"
 #include "python/frame_splice.h"
 #include "spdlog/spdlog.h"
@@ -362,6 +363,18 @@ absl::Status Agent::SetUpKubernetes() {
 absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddProcessMetrics(metrics_));
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
+  for (size_t kind = 0; kind < kOpenRefusalKinds; ++kind) {
+    const auto refusal = static_cast<OpenRefusal>(kind);
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_file_open_refusals_total",
+        "Files a profiled process names (mapped files, perf maps, separate debug files, Python "
+        "interpreters) that the agent refused to read, by reason: not_regular (a FIFO, socket, "
+        "device or directory at the path), identity_mismatch (not the device and inode of its "
+        "maps line), magic_link, escapes_root, bad_debuglink (a .gnu_debuglink that is not a "
+        "plain file name).",
+        {{"reason", std::string(OpenRefusalName(refusal))}},
+        [refusal] { return static_cast<double>(OpenRefusalCount(refusal)); }));
+  }
   {
     // The BPF program's counters, read when scraped.
     RETURN_IF_ERROR(metrics_.AddCallbackCounter(
@@ -676,7 +689,9 @@ void Agent::UpdatePython(Process* process) {
   std::vector<python::MappedFile> files;
   files.reserve(process->mappings.size());
   for (const MemoryMapping& mapping : process->mappings) {
-    if (mapping.IsFileBacked()) files.push_back({mapping.path, mapping.start, mapping.offset});
+    if (mapping.IsFileBacked()) {
+      files.push_back({mapping.path, mapping.start, mapping.offset, mapping.file});
+    }
   }
   bool changed = false;
   const python::PythonProcess& python =

@@ -214,8 +214,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
     const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
-    process->perf_map = std::make_unique<PerfMapFile>(absl::StrCat(dir, "/root", name),
-                                                      std::move(name), limits_.perf_map);
+    process->perf_map = std::make_unique<PerfMapFile>(
+        FileLocation(absl::StrCat(dir, "/root"), name), std::move(name), limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
   }
   PerfMapFile& file = *process->perf_map;
@@ -252,33 +252,35 @@ int ProcessTable::DropExited() {
   return dropped;
 }
 
-std::string ProcessTable::OpenPath(const Process& process, const MemoryMapping& mapping) const {
-  std::string map_file =
-      absl::StrFormat("%s/map_files/%x-%x", PidDir(process.pid), mapping.start, mapping.end);
-  if (access(map_file.c_str(), R_OK) == 0) return map_file;
+FileLocation ProcessTable::OpenPath(const Process& process, const MemoryMapping& mapping) const {
   const std::string& dir = process.proc_dir.empty() ? PidDir(process.pid) : process.proc_dir;
-  std::string under_root = absl::StrCat(dir, "/root", mapping.path);
-  if (access(dir.c_str(), F_OK) == 0) return under_root;
+  if (access(dir.c_str(), F_OK) == 0) {
+    return FileLocation(
+        absl::StrCat(dir, "/root"), mapping.path, mapping.file,
+        absl::StrFormat("%s/map_files/%x-%x", PidDir(process.pid), mapping.start, mapping.end));
+  }
   // The process is gone. The same file (device and inode) at the same path here, as for a
-  // process of the agent's own mount namespace, is still the file it ran.
+  // process of the agent's own mount namespace, is still the file it ran; OpenUntrusted checks
+  // that again as it opens.
   struct stat here;
   if (stat(mapping.path.c_str(), &here) == 0 && here.st_dev == mapping.file.dev &&
       here.st_ino == mapping.file.inode) {
-    return mapping.path;
+    return FileLocation("", mapping.path, mapping.file);
   }
-  return "";  // nothing to open it through now, which says nothing about the file itself
+  return {};  // nothing to open it through now, which says nothing about the file itself
 }
 
 std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const Process& process) {
   std::vector<ExecutableMapping> mappings;
   mappings.reserve(process.mappings.size());
   for (const MemoryMapping& m : process.mappings) {
-    mappings.push_back({.start = m.start,
-                        .end = m.end,
-                        .offset = m.offset,
-                        .file = m.file,
-                        .name = m.path,
-                        .open_path = m.IsFileBacked() ? table.OpenPath(process, m) : ""});
+    mappings.push_back(
+        {.start = m.start,
+         .end = m.end,
+         .offset = m.offset,
+         .file = m.file,
+         .name = m.path,
+         .open_path = m.IsFileBacked() ? table.OpenPath(process, m) : FileLocation()});
   }
   return mappings;
 }

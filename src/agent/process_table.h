@@ -113,12 +113,13 @@ class ProcessTable {
   const ProcessTableLimits& limits() const { return limits_; }
   const ProcReadFailures& read_failures() const { return read_failures_; }
 
-  // The path to open a mapped file through: map_files (works for deleted files and in other
-  // mount namespaces) when it is readable, else the path under the process's root. Once the
-  // process has gone, its path in the agent's own namespace when that is the same file (device
-  // and inode), else "": the file cannot be reached now, and caches must not remember that as
-  // a fact about the file (another process may map it).
-  std::string OpenPath(const Process& process, const MemoryMapping& mapping) const;
+  // Where to open a mapped file: its map_files entry (works for deleted files, needs
+  // CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), else its path under the process's root, both
+  // checked to be the device and inode the maps line names (OpenUntrusted). Once the process
+  // has gone, its path in the agent's own namespace when that is the same file, else an empty
+  // location: the file cannot be reached now, and caches must not remember that as a fact
+  // about the file (another process may map it).
+  FileLocation OpenPath(const Process& process, const MemoryMapping& mapping) const;
 
  private:
   std::unique_ptr<Process> Load(uint32_t pid);

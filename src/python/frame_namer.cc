@@ -16,9 +16,11 @@ const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile
                                         const std::string& root, bool* changed) {
   std::string key;
   std::vector<std::string> paths;
+  std::vector<std::optional<FileIdentity>> identities;
   for (const MappedFile& mapping : mappings) {
     if (!LooksLikeInterpreterPath(mapping.path)) continue;
     paths.push_back(mapping.path);
+    identities.push_back(mapping.file);
     absl::StrAppend(&key, mapping.path, "@", mapping.start, "+", mapping.offset, ";");
   }
   auto [it, inserted] = processes_.try_emplace(pid);
@@ -28,7 +30,7 @@ const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile
   tracked.interpreter_key = key;
   PythonProcess result;
   if (!paths.empty()) {
-    absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, root);
+    absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, root, identities);
     if (!info.ok()) {
       result.outcome = DetectOutcome::kNotPython;
       result.reason = std::string(info.status().message());

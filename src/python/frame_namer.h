@@ -23,6 +23,8 @@ struct MappedFile {
   std::string path;  // as the process sees it
   uint64_t start = 0;
   uint64_t offset = 0;
+  // Device and inode of the line, which the file opened at `path` must have; unchecked if unset.
+  std::optional<FileIdentity> file;
 };
 
 struct PythonProcess {

@@ -19,6 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/sigbus_guard.h"
+#include "common/unique_fd.h"
+#include "common/untrusted_open.h"
 
 namespace ember::python {
 namespace {
@@ -28,23 +30,18 @@ class ElfHandle {
  public:
   ~ElfHandle() {
     if (elf_ != nullptr) elf_end(elf_);
-    if (fd_ >= 0) close(fd_);
   }
-  static absl::StatusOr<std::unique_ptr<ElfHandle>> Open(const std::string& path) {
+  // Opened by OpenUntrusted: a process names this file, and may have put a FIFO or a link out of
+  // its root at the path.
+  static absl::StatusOr<std::unique_ptr<ElfHandle>> Open(const FileLocation& location) {
+    const std::string path = location.Display();
     auto handle = std::unique_ptr<ElfHandle>(new ElfHandle());
-    handle->fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (handle->fd_ < 0) {
-      int err = errno;
-      std::string message = absl::StrCat(path, ": ", std::strerror(err));
-      return err == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
-    }
-    struct stat st;
-    if (fstat(handle->fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-    }
-    handle->size_ = static_cast<uint64_t>(st.st_size);
+    absl::StatusOr<UntrustedFile> opened = OpenUntrusted(location);
+    if (!opened.ok()) return opened.status();
+    handle->fd_ = std::move(opened->fd);
+    handle->size_ = static_cast<uint64_t>(opened->st.st_size);
     elf_version(EV_CURRENT);
-    handle->elf_ = elf_begin(handle->fd_, ELF_C_READ_MMAP, nullptr);
+    handle->elf_ = elf_begin(handle->fd_.get(), ELF_C_READ_MMAP, nullptr);
     if (handle->elf_ == nullptr || elf_kind(handle->elf_) != ELF_K_ELF) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file"));
     }
@@ -65,7 +62,7 @@ class ElfHandle {
 
  private:
   ElfHandle() = default;
-  int fd_ = -1;
+  UniqueFd fd_;
   Elf* elf_ = nullptr;
   uint64_t size_ = 0;
 };
@@ -345,7 +342,8 @@ bool LooksLikeInterpreterPath(const std::string& path) {
   return VersionFromFileName(path, nullptr).has_value();
 }
 
-absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
+absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const FileLocation& location) {
+  const std::string path = location.Display();
   // Everything below reads through the file's mapping, which faults (SIGBUS) if the file is
   // truncated meanwhile (replaced in place under the process). Then the file is not inspected,
   // and its handle is kept, never used again.
@@ -353,7 +351,7 @@ absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
       absl::DataLossError(absl::StrCat(path, ": the file changed while it was read"));
   absl::StatusOr<InterpreterInfo> info = handle.status();
   bool read = internal::RunCatchingSigbus([&] {
-    handle = ElfHandle::Open(path);
+    handle = ElfHandle::Open(location);
     if (!handle.ok()) {
       info = handle.status();
       return;
@@ -367,8 +365,9 @@ absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path) {
   return info;
 }
 
-absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> mapped_paths,
-                                                  const std::string& root) {
+absl::StatusOr<InterpreterInfo> DetectInterpreter(
+    std::span<const std::string> mapped_paths, const std::string& root,
+    std::span<const std::optional<FileIdentity>> identities) {
   const std::string* executable = nullptr;
   const std::string* library = nullptr;
   for (const std::string& path : mapped_paths) {
@@ -385,7 +384,9 @@ absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> m
   absl::Status last_error = absl::OkStatus();
   for (const std::string* candidate : {library, executable}) {
     if (candidate == nullptr) continue;
-    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(root + *candidate);
+    const auto index = static_cast<size_t>(candidate - mapped_paths.data());
+    absl::StatusOr<InterpreterInfo> info = InspectInterpreterElf(FileLocation(
+        root, *candidate, index < identities.size() ? identities[index] : std::nullopt));
     if (!info.ok()) {
       last_error = info.status();
       continue;

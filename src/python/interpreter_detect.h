@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/untrusted_open.h"
 #include "python/cpython_layout.h"
 #include "python/frame_walker.h"
 
@@ -56,17 +57,22 @@ struct InterpreterInfo {
 
 // Inspects one ELF file (an executable or a shared library). Errors only for files that cannot
 // be read or are not valid ELF; a valid ELF without CPython is kNotPython.
-absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const std::string& path);
+// Opened by OpenUntrusted, under the location's root.
+absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const FileLocation& location);
 
 // True for paths whose file name is python3.X[d] or libpython3.X[d].so[...].
 bool LooksLikeInterpreterPath(const std::string& path);
 
 // Picks the interpreter among a process's mapped file paths (libpython before the executable, as
 // an embedding or --enable-shared build runs the library's copy of _PyRuntime) and inspects it.
-// `root` prefixes each path (e.g. "/proc/PID/root" for a process in a container). kNotPython
+// Each path is opened under `root` (e.g. "/proc/PID/root" for a process in a container: its links
+// resolve inside it), and InterpreterInfo::path is `root` + the path. kNotPython
 // when no path looks like CPython.
-absl::StatusOr<InterpreterInfo> DetectInterpreter(std::span<const std::string> mapped_paths,
-                                                  const std::string& root = "");
+// `identities`, when given, holds each path's device and inode from its maps line, which the
+// file opened must have.
+absl::StatusOr<InterpreterInfo> DetectInterpreter(
+    std::span<const std::string> mapped_paths, const std::string& root = "",
+    std::span<const std::optional<FileIdentity>> identities = {});
 
 // The process address of ELF address `elf_address` of a file mapped at `map_start` from file
 // offset `map_offset` (one line of /proc/PID/maps for that file). 0 when no segment fits.

@@ -2,10 +2,12 @@
 #include "symbolize/dwarf_lines.h"
 
 #include <dwarf.h>
+#include <elfutils/libdwelf.h>
 
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/untrusted_open.h"
 #include "symbolize/demangle.h"
 
 namespace ember::internal {
@@ -88,7 +90,49 @@ size_t HeapBytes(const std::string& text) {
 
 }  // namespace
 
-DwarfLines::DwarfLines(Elf* elf) : dwarf_(dwarf_begin_elf(elf, DWARF_C_READ, nullptr)) {}
+namespace {
+
+// Whether libdw can read this DWARF without opening a file by a name the file itself carries.
+// libdw opens a dwz file named by .gnu_debugaltlink (after its build id under /usr/lib/debug)
+// and split units' .dwo files by their DW_AT_comp_dir and name, with a plain blocking open() in
+// the agent's own namespace: a workload's binary could name its FIFO or a host file there.
+bool NamesNoOtherFile(Dwarf* dwarf) {
+  const char* alt_name = nullptr;
+  const void* build_id = nullptr;
+  const ssize_t id_size = dwelf_dwarf_gnu_debugaltlink(dwarf, &alt_name, &build_id);
+  if (id_size != 0) {
+    // libdw tries the build id first; when that file is there, the name is never opened.
+    if (id_size < 3 || id_size > 64) return false;
+    const auto* id = static_cast<const unsigned char*>(build_id);
+    std::string path = "/usr/lib/debug/.build-id/";
+    static constexpr char kDigits[] = "0123456789abcdef";
+    for (ssize_t i = 0; i < id_size; ++i) {
+      path.push_back(kDigits[id[i] >> 4]);
+      path.push_back(kDigits[id[i] & 0xf]);
+      if (i == 0) path.push_back('/');
+    }
+    path += ".debug";
+    if (!OpenUntrusted(FileLocation(path)).ok()) return false;
+  }
+  Dwarf_CU* cu = nullptr;
+  Dwarf_CU* next = nullptr;
+  Dwarf_Half version = 0;
+  uint8_t unit_type = 0;
+  while (dwarf_get_units(dwarf, cu, &next, &version, &unit_type, nullptr, nullptr) == 0) {
+    if (unit_type == DW_UT_skeleton) return false;
+    cu = next;
+  }
+  return true;
+}
+
+}  // namespace
+
+DwarfLines::DwarfLines(Elf* elf) : dwarf_(dwarf_begin_elf(elf, DWARF_C_READ, nullptr)) {
+  if (dwarf_ != nullptr && !NamesNoOtherFile(dwarf_)) {
+    dwarf_end(dwarf_);
+    dwarf_ = nullptr;
+  }
+}
 
 DwarfLines::~DwarfLines() {
   if (dwarf_ != nullptr) dwarf_end(dwarf_);

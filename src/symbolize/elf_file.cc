@@ -24,20 +24,6 @@
 namespace ember::internal {
 namespace {
 
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
-
 absl::Status CorruptError(const std::string& path, const std::string& what) {
   return absl::DataLossError(absl::StrCat(path, ": corrupt or truncated ELF file: ", what));
 }
@@ -134,16 +120,14 @@ std::string BuildIdFromNotes(Elf_Data* data) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const std::string& path,
+absl::StatusOr<std::unique_ptr<ElfFile>> ElfFile::Open(const FileLocation& location,
                                                        bool check_segments) {
   elf_version(EV_CURRENT);
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat ", path));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
+  absl::StatusOr<UntrustedFile> opened = OpenUntrusted(location);
+  if (!opened.ok()) return opened.status();
+  const UniqueFd fd = std::move(opened->fd);
+  const struct stat& st = opened->st;
+  const std::string path = location.Display();
   if (st.st_size < static_cast<off_t>(EI_NIDENT)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file (too small)"));
   }
@@ -264,19 +248,17 @@ std::optional<DebugLink> ElfFile::GnuDebugLink() const {
   return link;
 }
 
-std::optional<uint32_t> FileCrc32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+std::optional<uint32_t> FileCrc32(const ElfFile& file) {
+  size_t size = 0;
+  const char* image = elf_rawfile(file.elf(), &size);
+  if (image == nullptr) return std::nullopt;
   uLong crc = crc32(0L, Z_NULL, 0);
-  std::vector<char> buffer(1 << 16);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    std::streamsize n = in.gcount();
-    if (n > 0) {
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-    }
+  // zlib takes a uInt length: the image goes in chunks.
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t done = 0; done < size; done += kChunk) {
+    const size_t n = std::min(kChunk, size - done);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(image + done), static_cast<uInt>(n));
   }
-  if (in.bad()) return std::nullopt;
   return static_cast<uint32_t>(crc);
 }
 

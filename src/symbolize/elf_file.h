@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "common/untrusted_open.h"
 
 typedef struct Elf Elf;
 typedef struct Elf_Scn Elf_Scn;
@@ -33,12 +34,13 @@ class FileMappingCheck {
 
 class ElfFile {
  public:
-  // Opens `path` read-only, maps it, and checks that every header and section it declares lies
-  // inside the file, so later reads of a truncated or corrupt file fail cleanly instead of
-  // faulting. The fd is closed before returning: a cache of a thousand modules must not hold a
-  // thousand fds. Separate debug files pass check_segments=false: their program headers describe
-  // the original binary's contents, which they no longer carry.
-  static absl::StatusOr<std::unique_ptr<ElfFile>> Open(const std::string& path,
+  // Opens `location` read-only (OpenUntrusted: under its process's root, never blocking, a
+  // regular file of the expected identity), maps it, and checks that every header and section it
+  // declares lies inside the file, so later reads of a truncated or corrupt file fail cleanly
+  // instead of faulting. The fd is closed before returning: a cache of a thousand modules must not
+  // hold a thousand fds. Separate debug files pass check_segments=false: their program headers
+  // describe the original binary's contents, which they no longer carry.
+  static absl::StatusOr<std::unique_ptr<ElfFile>> Open(const FileLocation& location,
                                                        bool check_segments = true);
   ~ElfFile();
   ElfFile(const ElfFile&) = delete;
@@ -73,7 +75,9 @@ class ElfFile {
   mutable Image image_ = Image::kNotChecked;
 };
 
-// CRC-32 (the .gnu_debuglink checksum) of a whole file; nullopt when it cannot be read.
-std::optional<uint32_t> FileCrc32(const std::string& path);
+// CRC-32 (the .gnu_debuglink checksum) of the whole file, read through libelf's image of it
+// rather than opened again by path; nullopt when there is no image. Reads the file's mapping:
+// call it where a SIGBUS is caught.
+std::optional<uint32_t> FileCrc32(const ElfFile& file);
 
 }  // namespace ember::internal

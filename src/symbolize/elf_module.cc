@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/sigbus_guard.h"
+#include "common/untrusted_open.h"
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
@@ -22,59 +24,48 @@ namespace {
 
 using internal::ElfFile;
 
-std::string DirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string JoinPath(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  if (a.back() == '/' || (!b.empty() && b.front() == '/')) return a + b;
-  return a + "/" + b;
-}
-
 // A candidate separate debug file, accepted when it is the one built with `main`: same build id
 // when both have one, else a matching .gnu_debuglink CRC.
-std::unique_ptr<ElfFile> OpenDebugCandidate(const std::string& path, const std::string& build_id,
+std::unique_ptr<ElfFile> OpenDebugCandidate(const FileLocation& location,
+                                            const std::string& build_id,
                                             const std::optional<uint32_t>& crc) {
-  absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(path, /*check_segments=*/false);
+  absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(location, /*check_segments=*/false);
   if (!file.ok()) return nullptr;
   std::string candidate_id = (*file)->BuildId();
   if (!build_id.empty() && !candidate_id.empty()) {
     return candidate_id == build_id ? std::move(*file) : nullptr;
   }
-  if (crc.has_value() && internal::FileCrc32(path) == crc) return std::move(*file);
+  if (crc.has_value() && internal::FileCrc32(**file) == crc) return std::move(*file);
   return nullptr;
 }
 
 std::unique_ptr<ElfFile> FindDebugFile(const ElfFile& main, const std::string& display_path,
-                                       const std::string& build_id, const std::string& debug_dir) {
+                                       const std::string& root, const std::string& build_id,
+                                       const std::string& debug_dir) {
   if (build_id.size() > 2) {
-    std::string path = JoinPath(
-        debug_dir, ".build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug");
+    std::string path = absl::StrCat(debug_dir, "/.build-id/", build_id.substr(0, 2), "/",
+                                    build_id.substr(2), ".debug");
     if (auto file = OpenDebugCandidate(path, build_id, std::nullopt)) return file;
   }
   std::optional<internal::DebugLink> link = main.GnuDebugLink();
   if (!link.has_value()) return nullptr;
-  // The search order gdb documents: next to the binary, its .debug/, then under the debug root.
-  std::string dir = DirName(display_path);
-  const std::string candidates[] = {
-      JoinPath(dir, link->file_name),
-      JoinPath(JoinPath(dir, ".debug"), link->file_name),
-      JoinPath(JoinPath(debug_dir, dir), link->file_name),
-  };
-  for (const std::string& path : candidates) {
-    if (path == display_path) continue;  // a debuglink naming the binary itself
-    if (auto file = OpenDebugCandidate(path, build_id, link->crc)) return file;
+  // A plain file name only, looked for where gdb looks, under the process's own root: a name
+  // with "../" or an absolute one would reach files the process does not own.
+  if (!IsPlainDebugLinkName(link->file_name)) {
+    RecordOpenRefusal(OpenRefusal::kBadDebugLink);
+    return nullptr;
+  }
+  for (std::string& path : DebugLinkCandidates(display_path, link->file_name, debug_dir)) {
+    if (auto file = OpenDebugCandidate(FileLocation(root, std::move(path)), build_id, link->crc)) {
+      return file;
+    }
   }
   return nullptr;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& open_path,
+absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const FileLocation& location,
                                                            const std::string& display_path,
                                                            const ElfModuleOptions& options) {
   // The headers and notes are read through the file's mapping, which faults (SIGBUS) if the file
@@ -85,7 +76,7 @@ absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& op
   std::vector<Segment> segments;
   std::string build_id;
   bool read = internal::RunCatchingSigbus([&] {
-    file = ElfFile::Open(open_path);
+    file = ElfFile::Open(location);
     if (!file.ok()) return;
     Elf* elf = (*file)->elf();
     size_t phnum = 0;
@@ -103,18 +94,23 @@ absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const std::string& op
   });
   if (!read) {
     if (file.ok()) internal::KeepAbandoned(file->release());
-    return absl::DataLossError(open_path + ": the file changed while its headers were read");
+    return absl::DataLossError(
+        absl::StrCat(location.Display(), ": the file changed while its headers were read"));
   }
   if (!file.ok()) return file.status();
-  std::unique_ptr<ElfModule> module(new ElfModule(display_path, options, std::move(*file)));
+  std::unique_ptr<ElfModule> module(
+      new ElfModule(display_path, location.root, options, std::move(*file)));
   module->segments_ = std::move(segments);
   module->build_id_ = std::move(build_id);
   return module;
 }
 
-ElfModule::ElfModule(std::string path, ElfModuleOptions options,
+ElfModule::ElfModule(std::string path, std::string root, ElfModuleOptions options,
                      std::unique_ptr<internal::ElfFile> file)
-    : path_(std::move(path)), options_(std::move(options)), file_(std::move(file)) {}
+    : path_(std::move(path)),
+      root_(std::move(root)),
+      options_(std::move(options)),
+      file_(std::move(file)) {}
 
 ElfModule::~ElfModule() {
   if (file_changed_) {
@@ -156,7 +152,7 @@ void ElfModule::LoadSymbols() const {
       internal::SymbolTable::Read(file_->elf(), SHT_SYMTAB));
   bool has_dwarf = file_->HasSectionData(".debug_info");
   if (symtab->empty() || !has_dwarf) {
-    debug_file_ = FindDebugFile(*file_, path_, build_id_, options_.debug_dir);
+    debug_file_ = FindDebugFile(*file_, path_, root_, build_id_, options_.debug_dir);
   }
   if (symtab->empty() && debug_file_ != nullptr) {
     *symtab = internal::SymbolTable::Read(debug_file_->elf(), SHT_SYMTAB);

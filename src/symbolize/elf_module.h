@@ -13,6 +13,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/profile.h"
+#include "common/untrusted_open.h"
 #include "symbolize/address.h"
 
 namespace ember {
@@ -23,13 +24,6 @@ class ElfFile;
 class FileMappingCheck;
 class SymbolTable;
 }  // namespace internal
-
-// Identity of a mapped file, from /proc/PID/maps (device + inode).
-struct FileIdentity {
-  uint64_t dev = 0;
-  uint64_t inode = 0;
-  bool operator==(const FileIdentity&) const = default;
-};
 
 struct FileIdentityHash {
   size_t operator()(const FileIdentity& id) const;
@@ -49,7 +43,9 @@ struct SourceSymbol {
 };
 
 struct ElfModuleOptions {
-  // Root of separate debug files (tests point it at a fixture dir).
+  // Root of separate debug files (tests point it at a fixture dir). Files by build id are looked
+  // for here, in the agent's namespace (a build id names one file only); by .gnu_debuglink name
+  // here under the process's root.
   std::string debug_dir = "/usr/lib/debug";
 };
 
@@ -58,10 +54,11 @@ struct ElfModuleOptions {
 // Symbolize() call, so modules that are mapped but never sampled stay cheap.
 class ElfModule {
  public:
-  // open_path: what to open (may be /proc/PID/map_files/START-END or /proc/PID/root/PATH);
+  // location: what to open (its map_files entry, or its path under its process's root); its
+  // root is also where the separate debug file named by .gnu_debuglink is looked for.
   // display_path: the path as the process mapped it (names, .gnu_debuglink search dir).
-  // Errors: unreadable / not ELF / corrupt -> a clear absl::Status, never a crash.
-  static absl::StatusOr<std::unique_ptr<ElfModule>> Open(const std::string& open_path,
+  // Errors: unreadable / refused / not ELF / corrupt -> a clear absl::Status, never a crash.
+  static absl::StatusOr<std::unique_ptr<ElfModule>> Open(const FileLocation& location,
                                                          const std::string& display_path,
                                                          const ElfModuleOptions& options = {});
   ~ElfModule();
@@ -103,10 +100,12 @@ class ElfModule {
     bool executable;
   };
 
-  ElfModule(std::string path, ElfModuleOptions options, std::unique_ptr<internal::ElfFile> file);
+  ElfModule(std::string path, std::string root, ElfModuleOptions options,
+            std::unique_ptr<internal::ElfFile> file);
   void LoadSymbols() const;
 
   std::string path_;
+  std::string root_;  // FileLocation::root of the process it was opened through
   std::string build_id_;
   ElfModuleOptions options_;
   std::unique_ptr<internal::ElfFile> file_;
@@ -146,11 +145,11 @@ class ModuleCache {
   // counted at the next call, and then, when the cache holds more than max_bytes, the least
   // recently used modules other than the one returned are evicted, down to seven eighths of it.
   // So after every Get, bytes() <= max_bytes unless the returned module alone is bigger.
-  ElfModule* Get(const FileIdentity& id, const std::string& open_path,
+  ElfModule* Get(const FileIdentity& id, const FileLocation& location,
                  const std::string& display_path);
   // The same, with the path to open made only when the module is not cached (finding a path
   // that opens may take a system call).
-  ElfModule* Get(const FileIdentity& id, absl::FunctionRef<std::string()> open_path,
+  ElfModule* Get(const FileIdentity& id, absl::FunctionRef<FileLocation()> location,
                  const std::string& display_path);
 
   // Marks the cached module of `id`, if any, used in the current generation without opening it:

@@ -50,19 +50,19 @@ void ModuleCache::Reaccount() {
   bytes_ += last_->bytes;
 }
 
-ElfModule* ModuleCache::Get(const FileIdentity& id, const std::string& open_path,
+ElfModule* ModuleCache::Get(const FileIdentity& id, const FileLocation& location,
                             const std::string& display_path) {
   return Get(
-      id, [&open_path] { return open_path; }, display_path);
+      id, [&location] { return location; }, display_path);
 }
 
-ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<std::string()> open_path,
+ElfModule* ModuleCache::Get(const FileIdentity& id, absl::FunctionRef<FileLocation()> location,
                             const std::string& display_path) {
   Reaccount();
   auto [it, inserted] = entries_.try_emplace(id);
-  std::string path;
+  FileLocation path;
   if (inserted) {
-    path = open_path();
+    path = location();
     if (path.empty()) {
       entries_.erase(it);
       ++stats_.unreachable;

@@ -238,23 +238,20 @@ std::optional<PerfMapSymbol> PerfMap::Lookup(uint64_t address) const {
       .name = absl::string_view(names_).substr(it->second.name_offset, it->second.name_size)};
 }
 
-PerfMapFile::PerfMapFile(std::string path, std::string name, PerfMapLimits limits,
+PerfMapFile::PerfMapFile(FileLocation location, std::string name, PerfMapLimits limits,
                          size_t max_read_per_refresh)
-    : path_(std::move(path)),
+    : location_(std::move(location)),
       name_(std::move(name)),
       max_read_(std::max<size_t>(max_read_per_refresh, 1)),
       map_(limits) {}
 
 PerfMapFile::Result PerfMapFile::Refresh() {
-  // O_NOFOLLOW: a process must not make us read another file through a symlink at its map's path.
-  const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return Result::kMissing;
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return Result::kMissing;
+  // Under the process's root: its links cannot make us read another process's or the host's
+  // file, nor its FIFO stall us.
+  absl::StatusOr<UntrustedFile> opened = OpenUntrusted(location_);
+  if (!opened.ok()) return Result::kMissing;
+  const int fd = opened->fd.get();
+  const struct stat& st = opened->st;
   const auto size = static_cast<uint64_t>(st.st_size);
 
   bool reload = st.st_dev != dev_ || st.st_ino != inode_ || size < offset_;
@@ -294,7 +291,7 @@ PerfMapFile::Result PerfMapFile::Refresh() {
     LogLimited(Warnings(), spdlog::level::warn,
                "{}: reached the perf map limit ({} entries, {} bytes); its oldest entries are "
                "evicted to make room",
-               LogSafe(path_), map_.limits().max_entries, map_.limits().max_bytes);
+               LogSafe(location_.Display()), map_.limits().max_entries, map_.limits().max_bytes);
   }
   if (reload) return Result::kReloaded;
   return read > 0 ? Result::kGrew : Result::kUnchanged;

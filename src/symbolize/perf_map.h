@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "common/untrusted_open.h"
 
 namespace ember {
 
@@ -128,20 +129,20 @@ class PerfMapFile {
     kMissing,    // no file (yet); the entries read before are kept
   };
 
-  // `path` is where to open it (e.g. /proc/PID/root/tmp/perf-NSPID.map); `name` how the process
-  // names it (/tmp/perf-NSPID.map).
-  PerfMapFile(std::string path, std::string name, PerfMapLimits limits = {},
+  // `location` is where to open it (/tmp/perf-NSPID.map under /proc/PID/root); `name` how the
+  // process names it (/tmp/perf-NSPID.map).
+  PerfMapFile(FileLocation location, std::string name, PerfMapLimits limits = {},
               size_t max_read_per_refresh = size_t{16} << 20);
 
   // Reads at most max_read_per_refresh new bytes (the rest waits for the next call).
   Result Refresh();
 
   const PerfMap& map() const { return map_; }
-  const std::string& path() const { return path_; }
+  const FileLocation& location() const { return location_; }
   const std::string& name() const { return name_; }
 
  private:
-  std::string path_;
+  FileLocation location_;
   std::string name_;
   size_t max_read_;
   PerfMap map_;

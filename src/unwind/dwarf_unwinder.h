@@ -40,10 +40,10 @@ struct UserStack {
 struct ExecutableMapping {
   uint64_t start = 0;
   uint64_t end = 0;
-  uint64_t offset = 0;    // file offset of `start`
-  FileIdentity file;      // {0, 0} for memory that is not a file
-  std::string name;       // the path as the process mapped it, or "[vdso]"
-  std::string open_path;  // what to open it through (e.g. /proc/PID/map_files/...)
+  uint64_t offset = 0;     // file offset of `start`
+  FileIdentity file;       // {0, 0} for memory that is not a file
+  std::string name;        // the path as the process mapped it, or "[vdso]"
+  FileLocation open_path;  // what to open it through (its map_files entry, path under its root)
 
   // A file on disk (not anonymous memory, not the vDSO or another special mapping).
   bool IsFile() const { return file.inode != 0 && !name.empty() && name[0] == '/'; }

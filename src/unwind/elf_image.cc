@@ -24,8 +24,9 @@ void ElfImage::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   if (file_ != nullptr) file_->ReleasePages(file_mappings);
 }
 
-absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::Open(const std::string& path) {
-  auto file = internal::ElfFile::Open(path);
+absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::Open(const FileLocation& location) {
+  auto file = internal::ElfFile::Open(location);
+  const std::string path = location.Display();
   if (!file.ok()) return file.status();
   Elf* elf = (*file)->elf();
   std::shared_ptr<ElfImage> image(new ElfImage(path, std::move(file).value(), elf));

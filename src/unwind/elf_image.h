@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/untrusted_open.h"
 
 typedef struct Elf Elf;
 
@@ -47,7 +48,7 @@ class LoadLayout {
 class ElfImage {
  public:
   // A file on disk (or behind /proc/PID/map_files).
-  static absl::StatusOr<std::shared_ptr<ElfImage>> Open(const std::string& path);
+  static absl::StatusOr<std::shared_ptr<ElfImage>> Open(const FileLocation& location);
   // The vDSO of this process: the kernel maps the same image into every process.
   static absl::StatusOr<std::shared_ptr<ElfImage>> OpenOwnVdso();
   ~ElfImage();

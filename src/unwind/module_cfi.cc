@@ -293,7 +293,7 @@ size_t ModuleCfi::row_cache_bytes() const {
 }
 
 std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
-                                               const std::string& open_path) {
+                                               const FileLocation& open_path) {
   if (open_path.empty()) {  // cannot be reached now (its process is gone): nothing to remember
     auto found = entries_.find(file);
     if (found == entries_.end()) return nullptr;
@@ -310,7 +310,7 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
       it->second.cfi =
           std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_);
     } else {
-      spdlog::debug("no CFI from {}: {}", LogSafe(open_path), LogSafe(image.status().message()));
+      spdlog::debug("no CFI from {}: {}", LogSafe(open_path.Display()), LogSafe(image.status().message()));
     }
   }
   return it->second.cfi;

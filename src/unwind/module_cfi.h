@@ -128,7 +128,7 @@ class ModuleCfiCache {
   // The module's CFI, opened on first use; nullptr when the file cannot be opened (cached and
   // logged once at debug level). An empty open_path (the file cannot be reached now, as its
   // process is gone) finds only what is cached and caches nothing.
-  std::shared_ptr<ModuleCfi> Get(const FileIdentity& file, const std::string& open_path);
+  std::shared_ptr<ModuleCfi> Get(const FileIdentity& file, const FileLocation& open_path);
   // This process's vDSO: the kernel maps the same image into every process.
   std::shared_ptr<ModuleCfi> Vdso();
   // Drops modules unused for keep_generations generations, then, while the row caches together

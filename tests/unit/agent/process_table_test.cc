@@ -56,8 +56,13 @@ TEST(ProcessTableTest, OpenPathFallsBackToTheProcessRoot) {
   ProcessTable table(kProcRoot);
   Process* process = table.Get(4242);
   ASSERT_NE(process, nullptr);
-  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]),
-            kProcRoot + "/4242/root/usr/bin/phases");
+  FileLocation location = table.OpenPath(*process, process->mappings[0]);
+  EXPECT_EQ(location.root, kProcRoot + "/4242/root");
+  EXPECT_EQ(location.path, "/usr/bin/phases");
+  EXPECT_EQ(location.mapped_file,
+            absl::StrFormat("%s/4242/map_files/%x-%x", kProcRoot, process->mappings[0].start,
+                            process->mappings[0].end));
+  EXPECT_EQ(location.identity, process->mappings[0].file);
 }
 
 TEST(ProcessTableTest, DropsExitedAndReusedPids) {
@@ -256,7 +261,7 @@ TEST(ProcessTableTest, LeaderThatExitedIsReadThroughALiveThread) {
   EXPECT_EQ(process->mappings.size(), 7u);
   EXPECT_EQ(process->executable_path, "/usr/bin/phases");
   EXPECT_EQ(process->proc_dir, pid_dir + "/task/4244");
-  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]),
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]).Display(),
             pid_dir + "/task/4244/root/usr/bin/phases");
   EXPECT_EQ(table.read_failures().maps, 0u);
   // Its JIT code's perf map is in the live thread's root too.
@@ -286,10 +291,14 @@ TEST(ProcessTableTest, OpenPathOfAProcessThatIsGoneIsItsOwnFileOrNothing) {
   ASSERT_NE(process, nullptr);
   ASSERT_EQ(process->mappings.size(), 2u);
   // While it runs: under its root, whatever is there.
-  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]), root + "/4242/root" + program);
+  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]).Display(),
+            root + "/4242/root" + program);
   std::filesystem::remove_all(root + "/4242");
-  EXPECT_EQ(table.OpenPath(*process, process->mappings[0]), program);
-  EXPECT_EQ(table.OpenPath(*process, process->mappings[1]), "");  // not the file it mapped
+  FileLocation gone = table.OpenPath(*process, process->mappings[0]);
+  EXPECT_EQ(gone.Display(), program);
+  EXPECT_EQ(gone.root, "");
+  EXPECT_EQ(gone.identity, process->mappings[0].file);                  // checked again as it opens
+  EXPECT_TRUE(table.OpenPath(*process, process->mappings[1]).empty());  // not the file it mapped
   std::filesystem::remove_all(root);
 }
 

@@ -3,8 +3,10 @@
 #include "python/interpreter_detect.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +93,33 @@ TEST(InterpreterDetectTest, RootPrefixForContainers) {
   absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, "/proc/self/root");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+}
+
+// The interpreter a maps line names is the file inspected, or none: a process can put another
+// file, or a FIFO, at its path.
+TEST(InterpreterDetectTest, AFileOtherThanTheMappedOneIsRefused) {
+  std::vector<std::string> paths = {EMBER_PYTHON311};
+  struct stat st;
+  ASSERT_EQ(stat(EMBER_PYTHON311, &st), 0);
+  std::vector<std::optional<FileIdentity>> same = {FileIdentity{st.st_dev, st.st_ino}};
+  absl::StatusOr<InterpreterInfo> info = DetectInterpreter(paths, "/proc/self/root", same);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outcome, DetectOutcome::kSupported);
+  std::vector<std::optional<FileIdentity>> other = {FileIdentity{st.st_dev, st.st_ino + 1}};
+  info = DetectInterpreter(paths, "/proc/self/root", other);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(RefusalOf(info.status()), OpenRefusal::kIdentityMismatch) << info.status();
+
+  const std::string fifo = ::testing::TempDir() + "/libpython3.11.so";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  alarm(20);  // a blocking open ends the test
+  std::vector<std::string> at_fifo = {fifo};
+  info = DetectInterpreter(at_fifo);
+  alarm(0);
+  std::remove(fifo.c_str());
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(RefusalOf(info.status()), OpenRefusal::kNotRegular) << info.status();
 }
 
 TEST(InterpreterDetectTest, InterpreterFileNames) {

@@ -4,6 +4,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +18,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ember {
 namespace {
@@ -431,6 +435,70 @@ TEST(ElfModuleTest, StrippedBinaryWithoutDebugFileKnowsOnlyDynamicSymbols) {
   const NmSymbol* spin = FindNm(symbols, "ember_fixture::Widget::Spin(int) const");
   ASSERT_NE(spin, nullptr);
   EXPECT_FALSE(module->Symbolize(ElfAddress{spin->address}).has_value());
+}
+
+// A binary of a container (opened under its root) finds its .gnu_debuglink file under that root
+// only: not at the same path in the agent's namespace, and a FIFO there is refused at once.
+class DebugLinkUnderRootTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Each test its own root: ctest runs the tests of one fixture in parallel processes.
+    root_ = absl::StrCat(testing::TempDir(), "/ember_debuglink_root_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
+                         getpid());
+    std::filesystem::remove_all(root_);
+    binary_ = kDebuglinkProgram;  // the same path inside the root as on the host
+    std::filesystem::create_directories(
+        root_ + std::filesystem::path(binary_).parent_path().string() + "/.debug");
+    std::filesystem::copy_file(kDebuglinkProgram, root_ + binary_);
+    debug_file_ =
+        std::filesystem::path(binary_).parent_path().string() + "/.debug/ember_sym_fixture.debug";
+    ASSERT_TRUE(std::filesystem::exists(debug_file_));  // the host's copy, never to be read
+    std::vector<NmSymbol> symbols = NmFunctions(kProgram);
+    const NmSymbol* spin = FindNm(symbols, "ember_fixture::Widget::Spin(int) const");
+    ASSERT_NE(spin, nullptr);
+    spin_ = spin->address;
+    alarm(20);  // a blocking open ends the test
+  }
+  void TearDown() override {
+    alarm(0);
+    std::filesystem::remove_all(root_);
+  }
+  std::unique_ptr<ElfModule> Open() {
+    ElfModuleOptions options;
+    options.debug_dir = kEmptyDebugDir;
+    absl::StatusOr<std::unique_ptr<ElfModule>> module =
+        ElfModule::Open(FileLocation(root_, binary_), binary_, options);
+    EXPECT_TRUE(module.ok()) << module.status();
+    return module.ok() ? std::move(*module) : nullptr;
+  }
+
+  std::string root_, binary_, debug_file_;
+  uint64_t spin_ = 0;
+};
+
+TEST_F(DebugLinkUnderRootTest, TheHostsDebugFileIsNotRead) {
+  std::unique_ptr<ElfModule> module = Open();
+  ASSERT_NE(module, nullptr);
+  EXPECT_FALSE(module->Symbolize(ElfAddress{spin_}).has_value());
+}
+
+TEST_F(DebugLinkUnderRootTest, TheRootsOwnDebugFileIsRead) {
+  std::filesystem::copy_file(debug_file_, root_ + debug_file_);
+  std::unique_ptr<ElfModule> module = Open();
+  ASSERT_NE(module, nullptr);
+  std::optional<SourceSymbol> symbol = module->Symbolize(ElfAddress{spin_});
+  ASSERT_TRUE(symbol.has_value());
+  EXPECT_EQ(symbol->function, "ember_fixture::Widget::Spin(int) const");
+}
+
+TEST_F(DebugLinkUnderRootTest, AFifoAtTheDebugLinkIsRefusedAtOnce) {
+  ASSERT_EQ(mkfifo((root_ + debug_file_).c_str(), 0600), 0);
+  const uint64_t before = OpenRefusalCount(OpenRefusal::kNotRegular);
+  std::unique_ptr<ElfModule> module = Open();
+  ASSERT_NE(module, nullptr);
+  EXPECT_FALSE(module->Symbolize(ElfAddress{spin_}).has_value());
+  EXPECT_EQ(OpenRefusalCount(OpenRefusal::kNotRegular), before + 1);
 }
 
 TEST(ElfModuleTest, CorruptDebugFileCandidateIsIgnored) {

@@ -2,6 +2,7 @@
 // that grow, shrink, get replaced and get rewritten in place.
 #include "symbolize/perf_map.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -342,18 +343,36 @@ TEST_F(PerfMapFileTest, KeepsEntriesWhileTheFileIsGone) {
   EXPECT_EQ(NameAt(file.map(), 0x1000), "one");
 }
 
-TEST_F(PerfMapFileTest, RefusesSymlinksAndNonRegularFiles) {
-  const std::string target = dir_ + "/target";
+// The map is opened under its process's root (here dir_): a link at its path to a file outside
+// that root finds nothing, and a FIFO there is refused at once.
+TEST_F(PerfMapFileTest, LinksStayInsideTheProcessRootAndNonRegularFilesAreRefused) {
+  const std::string outside = dir_ + ".outside";
   {
-    std::ofstream out(target);
+    std::ofstream out(outside);
     out << "1000 10 secret\n";
   }
-  std::filesystem::create_symlink(target, path_);
-  PerfMapFile file(path_, "m");
+  const std::string name = path_.substr(dir_.size());
+  std::filesystem::create_symlink(outside, path_);
+  PerfMapFile file(FileLocation(dir_, name), name);
   EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kMissing);
   EXPECT_EQ(file.map().size(), 0u);
-  PerfMapFile directory(dir_, "m");
+  // The same link's target inside the root is what is read.
+  std::filesystem::create_directories(std::filesystem::path(dir_ + outside).parent_path());
+  {
+    std::ofstream out(dir_ + outside);
+    out << "2000 10 inside\n";
+  }
+  EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kReloaded);
+  EXPECT_EQ(NameAt(file.map(), 0x2000), "inside");
+  EXPECT_EQ(NameAt(file.map(), 0x1000), "<none>");
+  std::filesystem::remove(path_);
+  ASSERT_EQ(mkfifo(path_.c_str(), 0600), 0);
+  alarm(20);  // a blocking open ends the test
+  EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kMissing);
+  alarm(0);
+  PerfMapFile directory(FileLocation(dir_, "/"), "m");
   EXPECT_EQ(directory.Refresh(), PerfMapFile::Result::kMissing);
+  std::filesystem::remove(outside);
 }
 
 TEST_F(PerfMapFileTest, HugeFileIsReadInSlicesAndEvictsItsOldestEntries) {
