@@ -3,6 +3,7 @@
 
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +35,8 @@ absl::string_view NextField(absl::string_view* rest) {
   return field;
 }
 
-bool ParseLine(absl::string_view line, MemoryMapping* m) {
+bool ParseLine(absl::string_view line, size_t max_path_bytes, MemoryMapping* m,
+               ProcMapsStats* stats) {
   absl::string_view rest = line;
   absl::string_view range = NextField(&rest);
   absl::string_view perms = NextField(&rest);
@@ -58,25 +60,66 @@ bool ParseLine(absl::string_view line, MemoryMapping* m) {
   // The path is the rest of the line and may itself contain spaces.
   absl::string_view path = absl::StripLeadingAsciiWhitespace(rest);
   m->deleted = absl::ConsumeSuffix(&path, " (deleted)");
-  m->path = std::string(path);
+  if (path.size() > max_path_bytes) {
+    m->path = std::string(kLongPathMarker);
+    if (stats != nullptr) ++stats->long_paths;
+  } else {
+    m->path = std::string(path);
+  }
   return true;
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text) {
+absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text,
+                                                         size_t max_path_bytes,
+                                                         ProcMapsStats* stats) {
   std::vector<MemoryMapping> mappings;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     ++line_number;
     MemoryMapping m;
-    if (!ParseLine(line, &m)) {
+    if (!ParseLine(line, max_path_bytes, &m, stats)) {
       return absl::InvalidArgumentError(
           absl::StrCat("malformed maps line ", line_number, ": '", line.substr(0, 120), "'"));
     }
     mappings.push_back(std::move(m));
   }
   return mappings;
+}
+
+std::vector<MemoryMapping> KeepExecutableMappings(std::vector<MemoryMapping> all,
+                                                  absl::string_view executable_path,
+                                                  size_t max_mappings, ProcMapsStats* stats) {
+  std::erase_if(all, [](const MemoryMapping& m) { return !m.executable; });
+  if (all.size() > max_mappings) {
+    // The program's own code is where most of its samples land; other files' code is named from
+    // their symbols (and signal frames unwind through the vDSO); anonymous code needs no mapping
+    // to be named from a perf map.
+    const auto rank = [&](const MemoryMapping& m) {
+      if (m.IsFileBacked()) return !executable_path.empty() && m.path == executable_path ? 0 : 1;
+      return m.path == "[vdso]" ? 1 : 2;
+    };
+    std::stable_sort(all.begin(), all.end(), [&](const MemoryMapping& a, const MemoryMapping& b) {
+      return rank(a) < rank(b);
+    });
+    if (stats != nullptr) stats->dropped_mappings += all.size() - max_mappings;
+    all.resize(max_mappings);
+    std::sort(all.begin(), all.end(),
+              [](const MemoryMapping& a, const MemoryMapping& b) { return a.start < b.start; });
+  }
+  all.shrink_to_fit();
+  return all;
+}
+
+size_t MappingsBytes(const std::vector<MemoryMapping>& mappings) {
+  // A string keeps short text inside itself; longer text has a heap block of capacity + 1.
+  const size_t inline_capacity = std::string().capacity();
+  size_t bytes = mappings.capacity() * sizeof(MemoryMapping);
+  for (const MemoryMapping& m : mappings) {
+    if (m.path.capacity() > inline_capacity) bytes += m.path.capacity() + 1;
+  }
+  return bytes;
 }
 
 }  // namespace ember

@@ -87,6 +87,7 @@ ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_
       perf_map_min_refresh_(perf_map_min_refresh),
       limits_(limits) {
   limits_.max_processes = std::max<size_t>(limits_.max_processes, 1);
+  limits_.max_mappings_per_process = std::max<size_t>(limits_.max_mappings_per_process, 1);
 }
 
 ProcessTable::~ProcessTable() = default;
@@ -96,8 +97,10 @@ std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_
 Process* ProcessTable::Get(uint32_t pid) {
   auto it = processes_.find(pid);
   if (it != processes_.end()) {
-    it->second->last_used = ++tick_;
-    return it->second.get();
+    Process* process = it->second.get();
+    process->last_used = ++tick_;
+    if (process->mappings_evicted) ReadMaps(process);
+    return process;
   }
   std::unique_ptr<Process> process = Load(pid);
   if (process == nullptr) return nullptr;
@@ -117,7 +120,7 @@ void ProcessTable::EvictLeastRecentlyUsed() {
                    by_use.end());
   for (size_t i = 0; i < excess; ++i) {
     auto it = processes_.find(by_use[i].second);
-    DropPerfMap(it->second.get());
+    Untrack(it->second.get());
     processes_.erase(it);
   }
   stats_.evicted += excess;
@@ -127,6 +130,71 @@ void ProcessTable::DropPerfMap(Process* process) {
   if (process->perf_map == nullptr) return;
   perf_map_bytes_ -= process->perf_map->map().EstimatedBytes();
   process->perf_map.reset();
+}
+
+void ProcessTable::Untrack(Process* process) {
+  DropPerfMap(process);
+  mapping_bytes_ -= process->mapping_bytes;
+  process->mapping_bytes = 0;
+}
+
+void ProcessTable::SetMappings(Process* process, std::vector<MemoryMapping> mappings) {
+  mapping_bytes_ -= process->mapping_bytes;
+  process->mappings = std::move(mappings);
+  process->mapping_bytes = MappingsBytes(process->mappings);
+  process->mappings_evicted = false;
+  mapping_bytes_ += process->mapping_bytes;
+  if (mapping_bytes_ > limits_.max_mapping_bytes) EvictMappings(process);
+}
+
+void ProcessTable::EvictMappings(const Process* keep) {
+  // The least recently sampled go first: they are the least likely to be sampled soon, and one
+  // that is gets its mappings read again by Get. Down to 7/8 of the budget, so that a table at
+  // the budget does not evict at every read. The process just read is kept whatever it holds
+  // (the per-process caps bound it).
+  const size_t target = limits_.max_mapping_bytes - limits_.max_mapping_bytes / 8;
+  std::vector<std::pair<uint64_t, Process*>> by_use;  // (last_used, process)
+  for (const auto& [pid, process] : processes_) {
+    if (process.get() != keep && process->mapping_bytes > 0) {
+      by_use.emplace_back(process->last_used, process.get());
+    }
+  }
+  std::sort(by_use.begin(), by_use.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [last_used, process] : by_use) {
+    if (mapping_bytes_ <= target) break;
+    mapping_bytes_ -= process->mapping_bytes;
+    process->mapping_bytes = 0;
+    std::vector<MemoryMapping>().swap(process->mappings);
+    process->mappings_evicted = true;
+    ++stats_.mapping_evictions;
+  }
+}
+
+void ProcessTable::ShedPerfMaps() {
+  // The largest map first: a map grows with its runtime's JIT code, so the largest holds the most
+  // old code, and halving it frees the most at a time, while the small maps of other processes
+  // (typically some KiB) keep naming all their code. Least recently sampled first would let one
+  // busy process's map starve every other process of its names.
+  while (perf_map_bytes_ > limits_.max_perf_map_total_bytes) {
+    Process* largest = nullptr;
+    size_t largest_bytes = 0;
+    for (const auto& [pid, process] : processes_) {
+      if (process->perf_map == nullptr) continue;
+      const size_t bytes = process->perf_map->map().EstimatedBytes();
+      if (bytes > largest_bytes) {
+        largest = process.get();
+        largest_bytes = bytes;
+      }
+    }
+    if (largest == nullptr) break;
+    const uint64_t evicted_before = largest->perf_map->map().stats().evicted;
+    largest->perf_map->ShedOldest();
+    const PerfMap& map = largest->perf_map->map();
+    perf_map_bytes_ -= largest_bytes - map.EstimatedBytes();
+    stats_.perf_map_entries_evicted += map.stats().evicted - evicted_before;
+    ++stats_.perf_map_budget_evictions;
+  }
 }
 
 std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
@@ -179,16 +247,18 @@ bool ProcessTable::ReadMaps(Process* process) {
     if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
     return false;
   }
-  auto mappings = ParseProcMaps(maps);
+  ProcMapsStats maps_stats;
+  auto mappings = ParseProcMaps(maps, limits_.max_mapping_path_bytes, &maps_stats);
   if (!mappings.ok()) {
     ++read_failures_.maps;
     spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
     return false;
   }
-  process->mappings.clear();
-  for (MemoryMapping& m : *mappings) {
-    if (m.executable) process->mappings.push_back(std::move(m));
-  }
+  std::string().swap(maps);  // before the kept mappings are allocated: a smaller peak
+  SetMappings(process, KeepExecutableMappings(std::move(mappings).value(), process->executable_path,
+                                              limits_.max_mappings_per_process, &maps_stats));
+  stats_.mapping_long_paths += maps_stats.long_paths;
+  stats_.mappings_dropped += maps_stats.dropped_mappings;
   return true;
 }
 
@@ -224,6 +294,7 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
   perf_map_bytes_ -= bytes_before;
   stats_.perf_map_entries_evicted += file.map().stats().evicted - stats_before.evicted;
   stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
+  if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
                  process->name, file.name(), file.map().size(), FrameTypeName(process->jit_kind));
@@ -240,7 +311,7 @@ int ProcessTable::DropExited() {
     if (alive) {
       ++it;
     } else {
-      DropPerfMap(it->second.get());
+      Untrack(it->second.get());
       it = processes_.erase(it);
       ++dropped;
     }

@@ -62,6 +62,9 @@ class PerfMap {
   size_t Append(absl::string_view bytes);
   // Forgets every entry and any unfinished line (the file was replaced or truncated).
   void Reset();
+  // Evicts the oldest half of the entries, as reaching a limit does (counted the same way), for
+  // a budget shared with other maps.
+  void ShedOldest();
 
   // The newest entry covering `address`, or nullopt.
   std::optional<PerfMapSymbol> Lookup(uint64_t address) const;
@@ -135,6 +138,8 @@ class PerfMapFile {
 
   // Reads at most max_read_per_refresh new bytes (the rest waits for the next call).
   Result Refresh();
+  // PerfMap::ShedOldest; the file is not read again for it.
+  void ShedOldest() { map_.ShedOldest(); }
 
   const PerfMap& map() const { return map_; }
   const std::string& path() const { return path_; }

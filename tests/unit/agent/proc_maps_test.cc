@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace ember {
@@ -66,6 +67,88 @@ TEST(ProcMapsTest, MalformedLinesAreErrorsNamingTheLine) {
     ASSERT_FALSE(maps.ok()) << junk;
     EXPECT_NE(maps.status().message().find("line 2"), std::string::npos) << maps.status();
   }
+}
+
+std::string Line(uint64_t start, const std::string& perms, uint64_t inode,
+                 const std::string& path) {
+  return absl::StrFormat("%x-%x %s 00000000 fd:01 %d %s\n", start, start + 0x1000, perms, inode,
+                         path);
+}
+
+TEST(ProcMapsTest, PathsOverTheLimitKeepRangeAndIdentityButNotThePath) {
+  const std::string long_path = "/" + std::string(300, 'd') + "/libx.so";
+  const std::string text = Line(0x1000, "r-xp", 7, "/usr/lib/liba.so") +
+                           Line(0x3000, "r-xp", 8, long_path) +
+                           Line(0x5000, "r-xp", 9, long_path + " (deleted)");
+  ProcMapsStats stats;
+  auto maps = ParseProcMaps(text, 256, &stats);
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  ASSERT_EQ(maps->size(), 3u);
+  EXPECT_EQ((*maps)[0].path, "/usr/lib/liba.so");
+  EXPECT_TRUE((*maps)[0].IsFileBacked());
+  for (int i : {1, 2}) {
+    const MemoryMapping& m = (*maps)[i];
+    EXPECT_EQ(m.path, kLongPathMarker);
+    EXPECT_EQ(m.start, 0x3000u + 0x2000u * (i - 1));
+    EXPECT_EQ(m.end, m.start + 0x1000);
+    EXPECT_EQ(m.file.inode, 7u + i);
+    EXPECT_EQ(m.file.dev, makedev(0xfd, 0x01));
+    // Nothing to open it by: no frame of it is named after another file.
+    EXPECT_FALSE(m.IsFileBacked());
+  }
+  EXPECT_TRUE((*maps)[2].deleted);
+  EXPECT_EQ(stats.long_paths, 2u);
+
+  // Without a limit, the path is kept whole.
+  auto whole = ParseProcMaps(text);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ((*whole)[1].path, long_path);
+}
+
+TEST(ProcMapsTest, KeepsExecutableMappingsProgramFirstThenFilesThenAnonymous) {
+  std::string text;
+  text += Line(0x1000, "r-xp", 0, "");                  // anonymous code (JIT)
+  text += Line(0x2000, "r-xp", 5, "/usr/lib/liba.so");  // a library
+  text += Line(0x3000, "rw-p", 5, "/usr/lib/liba.so");  // data: never kept
+  text += Line(0x4000, "r-xp", 6, "/usr/bin/prog");     // the program
+  text += Line(0x5000, "r-xp", 7, "/usr/lib/libb.so");  // another library
+  text += Line(0x6000, "r-xp", 0, "[vdso]");            // special
+  text += Line(0x7000, "r-xp", 8, "/usr/bin/prog");     // the program again
+  auto maps = ParseProcMaps(text);
+  ASSERT_TRUE(maps.ok());
+
+  ProcMapsStats stats;
+  std::vector<MemoryMapping> all = KeepExecutableMappings(*maps, "/usr/bin/prog", 100, &stats);
+  ASSERT_EQ(all.size(), 6u);  // every executable one, in address order
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LT(all[i - 1].start, all[i].start);
+  EXPECT_EQ(stats.dropped_mappings, 0u);
+
+  std::vector<MemoryMapping> three = KeepExecutableMappings(*maps, "/usr/bin/prog", 3, &stats);
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(three[0].start, 0x2000u);  // liba: the first other file, by address
+  EXPECT_EQ(three[1].start, 0x4000u);  // the program, both of its mappings
+  EXPECT_EQ(three[2].start, 0x7000u);
+  EXPECT_EQ(stats.dropped_mappings, 3u);
+
+  std::vector<MemoryMapping> five = KeepExecutableMappings(*maps, "/usr/bin/prog", 5, &stats);
+  ASSERT_EQ(five.size(), 5u);
+  // The vDSO (signal frames unwind through it) ranks with the files; anonymous code goes first.
+  EXPECT_EQ(five[0].start, 0x2000u);
+  EXPECT_EQ(five[3].start, 0x6000u);
+  EXPECT_EQ(five[4].start, 0x7000u);
+  EXPECT_EQ(stats.dropped_mappings, 4u);
+}
+
+TEST(ProcMapsTest, MappingsBytesCountsThePathsHeapBlocks) {
+  std::vector<MemoryMapping> mappings(2);
+  mappings.shrink_to_fit();
+  const size_t objects = 2 * sizeof(MemoryMapping);
+  EXPECT_EQ(MappingsBytes(mappings), objects);
+  mappings[0].path = "/short";  // inside the string
+  EXPECT_EQ(MappingsBytes(mappings), objects);
+  mappings[1].path = std::string(4000, 'p');
+  EXPECT_GE(MappingsBytes(mappings), objects + 4001);
+  EXPECT_EQ(MappingsBytes(mappings), objects + mappings[1].path.capacity() + 1);
 }
 
 }  // namespace
