@@ -128,7 +128,11 @@ void ProcessTable::EvictLeastRecentlyUsed() {
 
 void ProcessTable::DropPerfMap(Process* process) {
   if (process->perf_map == nullptr) return;
-  perf_map_bytes_ -= process->perf_map->map().EstimatedBytes();
+  if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
+    const PerfMapFile& file = *process->perf_map;
+    perf_map_bytes_ -= file.map().EstimatedBytes();
+    perf_maps_by_file_.erase({file.dev(), file.inode()});
+  }
   process->perf_map.reset();
 }
 
@@ -281,9 +285,42 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
     const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
-    process->perf_map = std::make_unique<PerfMapFile>(absl::StrCat(dir, "/root", name),
-                                                      std::move(name), limits_.perf_map);
+    process->perf_map_path = absl::StrCat(dir, "/root", name);
+    process->perf_map_name = std::move(name);
+    process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_path,
+                                                      process->perf_map_name, limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
+  }
+  // The processes of one container share its /tmp, and a runtime's map may be linked for
+  // several processes: a map that is a file another process's map already read is shared, not
+  // read and held once more (eight processes on one 60 MB map held eight copies).
+  struct stat own;
+  if (lstat(process->perf_map_path.c_str(), &own) == 0 && S_ISREG(own.st_mode)) {
+    std::shared_ptr<PerfMapFile> same;
+    if (auto it = perf_maps_by_file_.find({own.st_dev, own.st_ino});
+        it != perf_maps_by_file_.end()) {
+      same = it->second.lock();
+      // Read from the start again since, it may be another file now.
+      if (same != nullptr && (same->dev() != own.st_dev || same->inode() != own.st_ino)) {
+        same = nullptr;
+      }
+    }
+    const PerfMapFile& current = *process->perf_map;
+    if (same != nullptr && same != process->perf_map) {
+      DropPerfMap(process);
+      process->perf_map = std::move(same);
+    } else if (same == nullptr && process->perf_map.use_count() > 1 &&
+               (current.dev() != own.st_dev || current.inode() != own.st_ino)) {
+      // It shared another process's map, and its own is another file now: read its own.
+      DropPerfMap(process);
+      process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_path,
+                                                        process->perf_map_name, limits_.perf_map);
+    }
+    // Read through this process's path, which names the file now: the process that opened it
+    // first may be gone.
+    PerfMapFile& file = *process->perf_map;
+    if (file.dev() == own.st_dev && file.inode() == own.st_ino)
+      file.set_path(process->perf_map_path);
   }
   PerfMapFile& file = *process->perf_map;
   const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
@@ -294,6 +331,7 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
   perf_map_bytes_ -= bytes_before;
   stats_.perf_map_entries_evicted += file.map().stats().evicted - stats_before.evicted;
   stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
+  if (file.inode() != 0) perf_maps_by_file_[{file.dev(), file.inode()}] = process->perf_map;
   if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,

@@ -2,8 +2,11 @@
 // /proc under a configurable root (tests point it at a fixture tree).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,7 +47,11 @@ struct Process {
   std::optional<ContainerRef> container;
   // Names of its JIT code from its perf map: null until ProcessTable::RefreshPerfMap first looks
   // (an address in code outside any file), then kept, missing file or not, until the process goes.
-  std::unique_ptr<PerfMapFile> perf_map;
+  // Shared by the processes whose maps are one file (device and inode), read and held once; it
+  // is then named as the first of them to read it named it.
+  std::shared_ptr<PerfMapFile> perf_map;
+  std::string perf_map_path;  // where its own perf map is opened
+  std::string perf_map_name;  // how the process names it: /tmp/perf-NSPID.map
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
   uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order
@@ -167,6 +174,8 @@ class ProcessTable {
   uint64_t maps_versions_ = 0;
   uint64_t tick_ = 0;
   size_t perf_map_bytes_ = 0;
+  // Every perf map read, by the file it read: a process whose map is the same file shares it.
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<PerfMapFile>> perf_maps_by_file_;
   size_t mapping_bytes_ = 0;
   ProcessTableStats stats_;
   ProcReadFailures read_failures_;

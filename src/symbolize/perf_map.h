@@ -144,6 +144,12 @@ class PerfMapFile {
   const PerfMap& map() const { return map_; }
   const std::string& path() const { return path_; }
   const std::string& name() const { return name_; }
+  // Where the next Refresh opens it: another path to the same file, for a map several processes
+  // share (as long as one path is the file read before, reading goes on where it was).
+  void set_path(std::string path) { path_ = std::move(path); }
+  // The file read last; 0 and 0 before any was.
+  dev_t dev() const { return dev_; }
+  ino_t inode() const { return inode_; }
 
  private:
   std::string path_;

@@ -247,6 +247,57 @@ TEST(ProcessTableTest, PerfMapsTogetherStayWithinTheTotalBudgetLargestFirst) {
   std::filesystem::remove_all(root);
 }
 
+TEST(ProcessTableTest, ProcessesWhoseMapIsOneFileShareItAndItsBytes) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-shared-test", 3);
+  WritePerfMap(root, 100, 1000);
+  std::filesystem::create_directories(root + "/101/root/tmp");
+  std::filesystem::create_hard_link(root + "/100/root/tmp/perf-100.map",
+                                    root + "/101/root/tmp/perf-101.map");
+  WritePerfMap(root, 102, 1000);  // the same text, another file
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0));
+  Process* first = table.Get(100);
+  Process* second = table.Get(101);
+  Process* other = table.Get(102);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(first));
+  const size_t one = table.perf_map_bytes();
+  ASSERT_GT(one, 1000u * PerfMap::kEntryBytes);
+  table.RefreshPerfMap(second);
+  EXPECT_EQ(second->perf_map, first->perf_map);
+  EXPECT_EQ(table.perf_map_bytes(), one);  // held once
+  EXPECT_EQ(second->perf_map->map().Lookup(999 * 16)->name, "jitted_function_999");
+  ASSERT_TRUE(table.RefreshPerfMap(other));
+  EXPECT_NE(other->perf_map, first->perf_map);
+  EXPECT_EQ(table.perf_map_bytes(), 2 * one);
+
+  // What the file gains is read once, for both.
+  {
+    std::ofstream map(root + "/100/root/tmp/perf-100.map", std::ios::app);
+    map << "ffff0 10 appended\n";
+  }
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  EXPECT_EQ(first->perf_map->map().Lookup(0xffff0)->name, "appended");
+  EXPECT_FALSE(table.RefreshPerfMap(first));  // nothing new
+
+  // The map's bytes stay while any of its processes does.
+  std::filesystem::remove_all(root + "/100");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), 2 * one + PerfMap::kEntryBytes + 8);  // + "appended"
+  EXPECT_EQ(second->perf_map->map().Lookup(0xffff0)->name, "appended");
+  {  // its first process gone, the map is read through another's path
+    std::ofstream map(root + "/101/root/tmp/perf-101.map", std::ios::app);
+    map << "fffff0 10 appended_later\n";
+  }
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  EXPECT_EQ(second->perf_map->map().Lookup(0xfffff0)->name, "appended_later");
+  std::filesystem::remove_all(root + "/101");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), other->perf_map->map().EstimatedBytes());
+  std::filesystem::remove_all(root);
+}
+
 // Maps text of `count` executable mappings, one page apart, of files named by `path_of(i)`.
 std::string ManyMappings(int count, const std::function<std::string(int)>& path_of) {
   std::string text;
