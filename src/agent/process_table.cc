@@ -291,9 +291,10 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
                                                       process->perf_map_name, limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
   }
-  // The processes of one container share its /tmp, and a runtime's map may be linked for
-  // several processes: a map that is a file another process's map already read is shared, not
-  // read and held once more (eight processes on one 60 MB map held eight copies).
+  // Several processes' maps may be one file (hard links in a /tmp they share): a map that is a
+  // file another process's map already read is shared, not read and held once more (eight
+  // processes on one 60 MB map held eight copies, and reading them kept the agent's loop busy
+  // for minutes).
   struct stat own;
   if (lstat(process->perf_map_path.c_str(), &own) == 0 && S_ISREG(own.st_mode)) {
     std::shared_ptr<PerfMapFile> same;
