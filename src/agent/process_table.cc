@@ -99,7 +99,10 @@ Process* ProcessTable::Get(uint32_t pid) {
   if (it != processes_.end()) {
     Process* process = it->second.get();
     process->last_used = ++tick_;
-    if (process->mappings_evicted) ReadMaps(process);
+    if (process->mappings_evicted) {
+      process->mappings_evicted = false;  // once: a failed read is retried as any other
+      ReadMaps(process);
+    }
     return process;
   }
   std::unique_ptr<Process> process = Load(pid);
@@ -131,7 +134,10 @@ void ProcessTable::DropPerfMap(Process* process) {
   if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
     const PerfMapFile& file = *process->perf_map;
     perf_map_bytes_ -= file.map().EstimatedBytes();
-    perf_maps_by_file_.erase({file.dev(), file.inode()});
+    auto it = perf_maps_by_file_.find({file.dev(), file.inode()});
+    if (it != perf_maps_by_file_.end() && it->second.lock() == process->perf_map) {
+      perf_maps_by_file_.erase(it);
+    }
   }
   process->perf_map.reset();
 }
@@ -301,17 +307,17 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     if (auto it = perf_maps_by_file_.find({own.st_dev, own.st_ino});
         it != perf_maps_by_file_.end()) {
       same = it->second.lock();
-      // Read from the start again since, it may be another file now.
+      // A map whose file was replaced since reads another file now.
       if (same != nullptr && (same->dev() != own.st_dev || same->inode() != own.st_ino)) {
         same = nullptr;
       }
     }
-    const PerfMapFile& current = *process->perf_map;
+    const bool reads_own =
+        process->perf_map->dev() == own.st_dev && process->perf_map->inode() == own.st_ino;
     if (same != nullptr && same != process->perf_map) {
       DropPerfMap(process);
       process->perf_map = std::move(same);
-    } else if (same == nullptr && process->perf_map.use_count() > 1 &&
-               (current.dev() != own.st_dev || current.inode() != own.st_ino)) {
+    } else if (same == nullptr && process->perf_map.use_count() > 1 && !reads_own) {
       // It shared another process's map, and its own is another file now: read its own.
       DropPerfMap(process);
       process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_path,
@@ -342,6 +348,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
 }
 
 int ProcessTable::DropExited() {
+  // Maps whose file was replaced stay filed under the old one until their processes go.
+  std::erase_if(perf_maps_by_file_, [](const auto& item) { return item.second.expired(); });
   int dropped = 0;
   for (auto it = processes_.begin(); it != processes_.end();) {
     std::string stat;
