@@ -71,20 +71,60 @@ bool ParseLine(absl::string_view line, size_t max_path_bytes, MemoryMapping* m,
 
 }  // namespace
 
+ProcMapsParser::ProcMapsParser(size_t max_path_bytes, bool executable_only)
+    : max_path_bytes_(max_path_bytes), executable_only_(executable_only) {}
+
+void ProcMapsParser::ParseOne(absl::string_view line) {
+  if (line.empty() || !error_.ok()) return;
+  ++line_number_;
+  MemoryMapping m;
+  if (!ParseLine(line, max_path_bytes_, &m, &stats_)) {
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("malformed maps line ", line_number_, ": '", line.substr(0, 120), "'"));
+    return;
+  }
+  if (!executable_only_ || m.executable) mappings_.push_back(std::move(m));
+}
+
+void ProcMapsParser::Append(absl::string_view bytes) {
+  bytes_ += bytes.size();
+  // The kernel writes a path of at most PATH_MAX (4 KiB) on a line of its own: anything much
+  // longer is not maps text.
+  constexpr size_t kMaxLine = size_t{64} << 10;
+  while (!bytes.empty() && error_.ok()) {
+    const size_t newline = bytes.find('\n');
+    if (newline == absl::string_view::npos) {
+      partial_.append(bytes.data(), bytes.size());
+      if (partial_.size() > kMaxLine) {
+        error_ = absl::InvalidArgumentError(
+            absl::StrCat("maps line ", line_number_ + 1, " is over ", kMaxLine, " bytes"));
+      }
+      return;
+    }
+    if (partial_.empty()) {
+      ParseOne(bytes.substr(0, newline));
+    } else {
+      partial_.append(bytes.data(), newline);
+      ParseOne(partial_);
+      partial_.clear();
+    }
+    bytes.remove_prefix(newline + 1);
+  }
+}
+
+absl::StatusOr<std::vector<MemoryMapping>> ProcMapsParser::Finish() && {
+  ParseOne(partial_);
+  if (!error_.ok()) return error_;
+  return std::move(mappings_);
+}
+
 absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text,
                                                          size_t max_path_bytes,
                                                          ProcMapsStats* stats) {
-  std::vector<MemoryMapping> mappings;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    ++line_number;
-    MemoryMapping m;
-    if (!ParseLine(line, max_path_bytes, &m, stats)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("malformed maps line ", line_number, ": '", line.substr(0, 120), "'"));
-    }
-    mappings.push_back(std::move(m));
-  }
+  ProcMapsParser parser(max_path_bytes);
+  parser.Append(text);
+  absl::StatusOr<std::vector<MemoryMapping>> mappings = std::move(parser).Finish();
+  if (stats != nullptr) stats->long_paths += parser.stats().long_paths;
   return mappings;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "symbolize/address.h"
@@ -44,6 +45,35 @@ inline constexpr absl::string_view kLongPathMarker = "[long path]";
 struct ProcMapsStats {
   uint64_t long_paths = 0;        // paths over max_path_bytes, replaced by kLongPathMarker
   uint64_t dropped_mappings = 0;  // executable mappings over max_mappings, not kept
+};
+
+// Parses maps text fed in pieces as they are read, keeping no line longer than it takes to parse
+// it: the whole text of a process with tens of thousands of mappings of long paths is tens of MiB.
+class ProcMapsParser {
+ public:
+  // `executable_only`: mappings that are not executable are not kept either (the process table
+  // wants no others). A path longer than `max_path_bytes` becomes kLongPathMarker.
+  explicit ProcMapsParser(size_t max_path_bytes = SIZE_MAX, bool executable_only = false);
+
+  // After a malformed line, the rest is ignored.
+  void Append(absl::string_view bytes);
+  // The mappings of every line (the last need not end in a newline), in the text's order; an
+  // error naming the first malformed line.
+  absl::StatusOr<std::vector<MemoryMapping>> Finish() &&;
+  uint64_t bytes() const { return bytes_; }  // fed so far
+  const ProcMapsStats& stats() const { return stats_; }
+
+ private:
+  void ParseOne(absl::string_view line);
+
+  size_t max_path_bytes_;
+  bool executable_only_;
+  std::vector<MemoryMapping> mappings_;
+  std::string partial_;  // an unfinished line
+  uint64_t bytes_ = 0;
+  int line_number_ = 0;
+  absl::Status error_;
+  ProcMapsStats stats_;
 };
 
 // Parses every line; returns an error naming the first malformed line. Mappings come back in the

@@ -1,10 +1,12 @@
 // Reads /proc/PID/{comm,stat,maps,exe} for the process table.
 #include "agent/process_table.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
@@ -26,6 +28,26 @@ bool ReadFile(const std::string& path, std::string* out) {
   if (!text) return false;
   *out = std::move(*text);
   return true;
+}
+
+// Feeds the file at `path` to `parser` as it is read; false when it cannot be opened or a read
+// fails (the process exited meanwhile).
+bool ReadInto(const std::string& path, ProcMapsParser& parser) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[64 << 10];
+  bool ok = true;
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = n == 0;
+      break;
+    }
+    parser.Append(absl::string_view(buffer, static_cast<size_t>(n)));
+  }
+  close(fd);
+  return ok;
 }
 
 // The target of DIR/exe, as the kernel shows it but without " (deleted)"; "" when unreadable.
@@ -229,18 +251,23 @@ bool ProcessTable::ReadMaps(Process* process) {
   if (ReadFile(absl::StrCat(pid_dir, "/comm"), &text)) {
     process->name = std::string(absl::StripTrailingAsciiWhitespace(text));
   }
-  std::string maps;
+  // Parsed as it is read, keeping only what the caps let through: the text itself can be tens
+  // of MiB (15,000 mappings of 4 KiB paths).
+  const auto parser = [this] {
+    return ProcMapsParser(limits_.max_mapping_path_bytes, /*executable_only=*/true);
+  };
+  ProcMapsParser maps = parser();
   std::string dir = pid_dir;
-  bool read = ReadFile(pid_dir + "/maps", &maps);
-  if (!read || maps.empty()) {
+  bool read = ReadInto(pid_dir + "/maps", maps);
+  if (!read || maps.bytes() == 0) {
     // A process whose main thread exited reads as empty here (so does a kernel thread, which has
     // no other thread to ask): a live thread's view of the same address space is under task/.
     std::error_code error;
     for (std::filesystem::directory_iterator it(pid_dir + "/task", error), end; !error && it != end;
          it.increment(error)) {
-      std::string task_maps;
+      ProcMapsParser task_maps = parser();
       std::string task_dir = it->path().string();
-      if (ReadFile(task_dir + "/maps", &task_maps) && !task_maps.empty()) {
+      if (ReadInto(task_dir + "/maps", task_maps) && task_maps.bytes() > 0) {
         read = true;
         maps = std::move(task_maps);
         dir = std::move(task_dir);
@@ -257,14 +284,13 @@ bool ProcessTable::ReadMaps(Process* process) {
     if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
     return false;
   }
-  ProcMapsStats maps_stats;
-  auto mappings = ParseProcMaps(maps, limits_.max_mapping_path_bytes, &maps_stats);
+  auto mappings = std::move(maps).Finish();
+  ProcMapsStats maps_stats = maps.stats();  // Finish moved only the mappings out
   if (!mappings.ok()) {
     ++read_failures_.maps;
     spdlog::debug("pid {}: {}", process->pid, std::string(mappings.status().message()));
     return false;
   }
-  std::string().swap(maps);  // before the kept mappings are allocated: a smaller peak
   SetMappings(process, KeepExecutableMappings(std::move(mappings).value(), process->executable_path,
                                               limits_.max_mappings_per_process, &maps_stats));
   stats_.mapping_long_paths += maps_stats.long_paths;

@@ -139,6 +139,48 @@ TEST(ProcMapsTest, KeepsExecutableMappingsProgramFirstThenFilesThenAnonymous) {
   EXPECT_EQ(stats.dropped_mappings, 4u);
 }
 
+TEST(ProcMapsTest, ParserTakesTheTextInAnyPiecesAndKeepsOnlyExecutableOnes) {
+  const std::string text = ReadFixture("maps/typical.txt");
+  auto whole = ParseProcMaps(text);
+  ASSERT_TRUE(whole.ok());
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{100}, text.size()}) {
+    ProcMapsParser parser(SIZE_MAX, /*executable_only=*/true);
+    for (size_t at = 0; at < text.size(); at += piece) {
+      parser.Append(absl::string_view(text).substr(at, piece));
+    }
+    EXPECT_EQ(parser.bytes(), text.size());
+    auto maps = std::move(parser).Finish();
+    ASSERT_TRUE(maps.ok()) << maps.status();
+    std::vector<MemoryMapping> executable;
+    for (const MemoryMapping& m : *whole) {
+      if (m.executable) executable.push_back(m);
+    }
+    ASSERT_EQ(maps->size(), executable.size()) << "pieces of " << piece;
+    for (size_t i = 0; i < maps->size(); ++i) {
+      EXPECT_EQ((*maps)[i].start, executable[i].start);
+      EXPECT_EQ((*maps)[i].path, executable[i].path);
+    }
+  }
+  // The last line need not end in a newline; its long path is counted too.
+  ProcMapsParser parser(16);
+  parser.Append("1000-2000 r-xp 00000000 fd:01 7 /usr/lib/a-long-library-name.so");
+  auto last = std::move(parser).Finish();
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(last->size(), 1u);
+  EXPECT_EQ((*last)[0].path, kLongPathMarker);
+  EXPECT_EQ(parser.stats().long_paths, 1u);
+}
+
+TEST(ProcMapsTest, ParserRefusesALineNoKernelWrites) {
+  ProcMapsParser parser;
+  parser.Append("1000-2000 r-xp 00000000 fd:01 7 /a\n");
+  for (int i = 0; i < 100; ++i) parser.Append(std::string(1024, 'x'));  // no newline: 100 KiB
+  auto maps = std::move(parser).Finish();
+  ASSERT_FALSE(maps.ok());
+  EXPECT_NE(maps.status().message().find("line 2 is over 65536 bytes"), std::string::npos)
+      << maps.status();
+}
+
 TEST(ProcMapsTest, MappingsBytesCountsThePathsHeapBlocks) {
   std::vector<MemoryMapping> mappings(2);
   mappings.shrink_to_fit();
