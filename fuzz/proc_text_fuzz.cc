@@ -3,7 +3,10 @@
 // the parser, the rest is its input.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "agent/proc_maps.h"
@@ -18,11 +21,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 6) {
     case 0: {
-      auto mappings = ember::ParseProcMaps(text);
+      ember::ProcMapsStats stats;
+      auto mappings = ember::ParseProcMaps(text, /*max_path_bytes=*/64, &stats);
       if (mappings.ok()) {
         for (const ember::MemoryMapping& m : *mappings) {
           if (m.start > m.end) __builtin_trap();  // ParseProcMaps refuses reversed ranges
+          if (m.path.size() > 64) __builtin_trap();
         }
+        // With the parsed paths as the program's, so that every rank is reached.
+        const std::string program = mappings->empty() ? "" : mappings->front().path;
+        std::vector<ember::MemoryMapping> kept =
+            ember::KeepExecutableMappings(std::move(mappings).value(), program, 4, &stats);
+        if (kept.size() > 4) __builtin_trap();
+        for (size_t i = 1; i < kept.size(); ++i) {
+          if (kept[i - 1].start > kept[i].start) __builtin_trap();  // still in address order
+        }
+        ember::MappingsBytes(kept);
       }
       break;
     }

@@ -126,6 +126,9 @@ ProcessTableLimits ProcessLimits(const Options& options) {
   limits.perf_map.max_bytes = options.max_perf_map_bytes;
   limits.perf_map.max_name_bytes = options.max_perf_map_bytes;
   limits.perf_map.max_entries = options.max_perf_map_bytes / kPerfMapEntryBytes;
+  limits.max_perf_map_total_bytes = options.max_perf_map_total_bytes;
+  limits.max_mappings_per_process = options.max_mappings_per_process;
+  limits.max_mapping_bytes = options.max_mapping_bytes;
   return limits;
 }
 
@@ -980,7 +983,7 @@ void Agent::TrimHeap() {
   // freed at its export), or its caches shrank by that much from their peak since then.
   const size_t resident = ResidentBytes();
   const size_t cache_bytes = modules_.bytes() + frames_.bytes() + unwinder_.row_cache_bytes() +
-                             processes_.perf_map_bytes();
+                             processes_.perf_map_bytes() + processes_.mapping_bytes();
   cache_bytes_peak_ = std::max(cache_bytes_peak_, cache_bytes);
   const bool grew = resident == 0 || resident > resident_at_heap_check_ + kFreeHeapKept;
   const bool caches_shrank = cache_bytes + kFreeHeapKept < cache_bytes_peak_;

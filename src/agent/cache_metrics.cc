@@ -31,7 +31,25 @@ CacheMetrics::CacheMetrics(MetricsRegistry& registry) {
   perf_map_entries_evicted_.metric =
       counter("ember_perf_map_entries_evicted_total",
               "Perf map entries evicted, oldest first, when a process's map reached "
-              "--max-perf-map-bytes.");
+              "--max-perf-map-bytes or every map together --max-perf-map-total-bytes.");
+  perf_map_budget_evictions_.metric =
+      counter("ember_perf_map_budget_evictions_total",
+              "Times the perf maps of every process together reached --max-perf-map-total-bytes "
+              "and the largest map lost its oldest half.");
+  mapping_bytes_ = gauge("ember_mapping_bytes",
+                         "Estimated bytes of the executable mappings kept, every process together "
+                         "(--max-mapping-bytes).");
+  mapping_long_paths_.metric =
+      counter("ember_mapping_long_paths_total",
+              "Executable mappings read whose path was too long to keep (over 1 KiB): each keeps "
+              "its range and file identity, and its frames are named [long path].");
+  mappings_dropped_.metric =
+      counter("ember_mappings_dropped_total",
+              "Executable mappings read but not kept, over --max-mappings-per-process.");
+  mapping_evictions_.metric =
+      counter("ember_mapping_evictions_total",
+              "Processes whose mappings were evicted, least recently sampled first, to stay "
+              "within --max-mapping-bytes (read again when sampled).");
 
   constexpr absl::string_view kBytes = "ember_symbol_cache_bytes";
   constexpr absl::string_view kBytesHelp =
@@ -82,6 +100,11 @@ void CacheMetrics::Publish(const ProcessTable& processes, const ModuleCache& mod
   processes_evicted_.Publish(processes.stats().evicted);
   perf_map_bytes_->Set(static_cast<double>(processes.perf_map_bytes()));
   perf_map_entries_evicted_.Publish(processes.stats().perf_map_entries_evicted);
+  perf_map_budget_evictions_.Publish(processes.stats().perf_map_budget_evictions);
+  mapping_bytes_->Set(static_cast<double>(processes.mapping_bytes()));
+  mapping_long_paths_.Publish(processes.stats().mapping_long_paths);
+  mappings_dropped_.Publish(processes.stats().mappings_dropped);
+  mapping_evictions_.Publish(processes.stats().mapping_evictions);
   module_bytes_->Set(static_cast<double>(modules.bytes()));
   frame_bytes_->Set(static_cast<double>(frames.bytes()));
   modules_evicted_.Publish(modules.stats().evicted);

@@ -34,6 +34,11 @@ class CacheMetrics {
   Mirror processes_evicted_;
   Gauge* perf_map_bytes_ = nullptr;
   Mirror perf_map_entries_evicted_;
+  Mirror perf_map_budget_evictions_;
+  Gauge* mapping_bytes_ = nullptr;
+  Mirror mapping_long_paths_;
+  Mirror mappings_dropped_;
+  Mirror mapping_evictions_;
   Gauge* module_bytes_ = nullptr;
   Gauge* frame_bytes_ = nullptr;
   Mirror modules_evicted_;

@@ -186,6 +186,20 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return ParseBytesFlag("max-perf-map-bytes", v, size_t{4} << 10,
                                &options.max_perf_map_bytes);
        }},
+      {"max-perf-map-total-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("max-perf-map-total-bytes", v, size_t{4} << 10,
+                               &options.max_perf_map_total_bytes);
+       }},
+      {"max-mappings-per-process",
+       [&](absl::string_view v) {
+         return ParseCountFlag("max-mappings-per-process", v, 16, 1u << 20,
+                               &options.max_mappings_per_process);
+       }},
+      {"max-mapping-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("max-mapping-bytes", v, size_t{1} << 20, &options.max_mapping_bytes);
+       }},
       {"otlp-max-queue-bytes",
        [&](absl::string_view v) {
          return ParseBytesFlag("otlp-max-queue-bytes", v, size_t{64} << 10,
@@ -304,6 +318,13 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
   if (kubernetes_on && kubernetes_off) {
     return absl::InvalidArgumentError("--kubernetes: not with --no-kubernetes");
   }
+  // One map may fill its own limit before the shared budget sheds it: a total below that would
+  // shed every map at every read.
+  if (options.max_perf_map_total_bytes < options.max_perf_map_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-perf-map-total-bytes: expected at least --max-perf-map-bytes (",
+        options.max_perf_map_bytes, " bytes), got ", options.max_perf_map_total_bytes, " bytes"));
+  }
   if (kubernetes_on) options.kubernetes = Options::Kubernetes::kOn;
   if (kubernetes_off) options.kubernetes = Options::Kubernetes::kOff;
   return options;
@@ -345,6 +366,16 @@ Limits (when one is reached, the least recently used entries are evicted and cou
                         1MiB (default 64MiB)
   --max-perf-map-bytes B
                         JIT names read from one process's perf map, at least 4KiB (default 64MiB)
+  --max-perf-map-total-bytes B
+                        JIT names read from every process's perf map together, at least
+                        --max-perf-map-bytes; the largest maps lose their oldest half first
+                        (default 256MiB)
+  --max-mappings-per-process N
+                        executable mappings kept per process, 16 to 1048576: the program's own,
+                        then other files', then anonymous ones (default 4096)
+  --max-mapping-bytes B executable mappings kept, every process together, at least 1MiB; the least
+                        recently sampled processes' go first, read again when sampled
+                        (default 64MiB)
   --max-pods N          Kubernetes pods cached, 1 to 1048576 (default 4096)
   --otlp-max-queue-bytes B
                         intervals waiting for the OTLP endpoint, at least 64KiB (default 64MiB)

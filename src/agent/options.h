@@ -42,14 +42,17 @@ struct Options {
   // ParseListenAddress; empty: no endpoint.
   std::string metrics_address = "127.0.0.1:9464";
   // Resource limits (README, "Bounded resources"); each has a metric that counts when it is hit.
-  size_t max_processes = 4096;                        // process table entries
-  size_t max_symbol_cache_bytes = size_t{256} << 20;  // ELF modules (3/4) and frames (1/4)
-  size_t max_perf_map_bytes = size_t{64} << 20;       // per process
-  size_t max_cfi_cache_bytes = size_t{64} << 20;      // call-frame rows of every file
-  size_t otlp_max_queue_bytes = size_t{64} << 20;     // serialized requests waiting to be sent
-  size_t otlp_max_request_bytes = size_t{4} << 20;    // one request, serialized
-  size_t max_pods = 4096;                             // Kubernetes pods cached
-  bool profile_self = false;                          // sample the agent's own threads too
+  size_t max_processes = 4096;                          // process table entries
+  size_t max_symbol_cache_bytes = size_t{256} << 20;    // ELF modules (3/4) and frames (1/4)
+  size_t max_perf_map_bytes = size_t{64} << 20;         // per process
+  size_t max_perf_map_total_bytes = size_t{256} << 20;  // every process's perf maps together
+  size_t max_mappings_per_process = 4096;               // executable mappings kept per process
+  size_t max_mapping_bytes = size_t{64} << 20;          // every process's kept mappings together
+  size_t max_cfi_cache_bytes = size_t{64} << 20;        // call-frame rows of every file
+  size_t otlp_max_queue_bytes = size_t{64} << 20;       // serialized requests waiting to be sent
+  size_t otlp_max_request_bytes = size_t{4} << 20;      // one request, serialized
+  size_t max_pods = 4096;                               // Kubernetes pods cached
+  bool profile_self = false;                            // sample the agent's own threads too
   bool help = false;
   bool version = false;
 };

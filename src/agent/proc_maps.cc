@@ -3,6 +3,7 @@
 
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +35,8 @@ absl::string_view NextField(absl::string_view* rest) {
   return field;
 }
 
-bool ParseLine(absl::string_view line, MemoryMapping* m) {
+bool ParseLine(absl::string_view line, size_t max_path_bytes, MemoryMapping* m,
+               ProcMapsStats* stats) {
   absl::string_view rest = line;
   absl::string_view range = NextField(&rest);
   absl::string_view perms = NextField(&rest);
@@ -58,25 +60,106 @@ bool ParseLine(absl::string_view line, MemoryMapping* m) {
   // The path is the rest of the line and may itself contain spaces.
   absl::string_view path = absl::StripLeadingAsciiWhitespace(rest);
   m->deleted = absl::ConsumeSuffix(&path, " (deleted)");
-  m->path = std::string(path);
+  if (path.size() > max_path_bytes) {
+    m->path = std::string(kLongPathMarker);
+    if (stats != nullptr) ++stats->long_paths;
+  } else {
+    m->path = std::string(path);
+  }
   return true;
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text) {
-  std::vector<MemoryMapping> mappings;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    ++line_number;
-    MemoryMapping m;
-    if (!ParseLine(line, &m)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("malformed maps line ", line_number, ": '", line.substr(0, 120), "'"));
-    }
-    mappings.push_back(std::move(m));
+ProcMapsParser::ProcMapsParser(size_t max_path_bytes, bool executable_only)
+    : max_path_bytes_(max_path_bytes), executable_only_(executable_only) {}
+
+void ProcMapsParser::ParseOne(absl::string_view line) {
+  if (line.empty() || !error_.ok()) return;
+  ++line_number_;
+  MemoryMapping m;
+  if (!ParseLine(line, max_path_bytes_, &m, &stats_)) {
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("malformed maps line ", line_number_, ": '", line.substr(0, 120), "'"));
+    return;
   }
+  if (!executable_only_ || m.executable) mappings_.push_back(std::move(m));
+}
+
+void ProcMapsParser::Append(absl::string_view bytes) {
+  bytes_ += bytes.size();
+  // The kernel writes a path of at most PATH_MAX (4 KiB) on a line of its own: anything much
+  // longer is not maps text.
+  constexpr size_t kMaxLine = size_t{64} << 10;
+  while (!bytes.empty() && error_.ok()) {
+    const size_t newline = bytes.find('\n');
+    if (newline == absl::string_view::npos) {
+      partial_.append(bytes.data(), bytes.size());
+      if (partial_.size() > kMaxLine) {
+        error_ = absl::InvalidArgumentError(
+            absl::StrCat("maps line ", line_number_ + 1, " is over ", kMaxLine, " bytes"));
+      }
+      return;
+    }
+    if (partial_.empty()) {
+      ParseOne(bytes.substr(0, newline));
+    } else {
+      partial_.append(bytes.data(), newline);
+      ParseOne(partial_);
+      partial_.clear();
+    }
+    bytes.remove_prefix(newline + 1);
+  }
+}
+
+absl::StatusOr<std::vector<MemoryMapping>> ProcMapsParser::Finish() && {
+  ParseOne(partial_);
+  if (!error_.ok()) return error_;
+  return std::move(mappings_);
+}
+
+absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text,
+                                                         size_t max_path_bytes,
+                                                         ProcMapsStats* stats) {
+  ProcMapsParser parser(max_path_bytes);
+  parser.Append(text);
+  absl::StatusOr<std::vector<MemoryMapping>> mappings = std::move(parser).Finish();
+  if (stats != nullptr) stats->long_paths += parser.stats().long_paths;
   return mappings;
+}
+
+std::vector<MemoryMapping> KeepExecutableMappings(std::vector<MemoryMapping> all,
+                                                  absl::string_view executable_path,
+                                                  size_t max_mappings, ProcMapsStats* stats) {
+  std::erase_if(all, [](const MemoryMapping& m) { return !m.executable; });
+  if (all.size() > max_mappings) {
+    // The program's own code is where most of its samples land; other files' code is named from
+    // their symbols (and signal frames unwind through the vDSO); anonymous code needs no mapping
+    // to be named from a perf map.
+    const auto rank = [&](const MemoryMapping& m) {
+      if (m.IsFileBacked()) return !executable_path.empty() && m.path == executable_path ? 0 : 1;
+      return m.path == "[vdso]" ? 1 : 2;
+    };
+    std::stable_sort(all.begin(), all.end(), [&](const MemoryMapping& a, const MemoryMapping& b) {
+      return rank(a) < rank(b);
+    });
+    if (stats != nullptr) stats->dropped_mappings += all.size() - max_mappings;
+    all.resize(max_mappings);
+    std::sort(all.begin(), all.end(),
+              [](const MemoryMapping& a, const MemoryMapping& b) { return a.start < b.start; });
+  }
+  all.shrink_to_fit();
+  return all;
+}
+
+size_t MappingsBytes(const std::vector<MemoryMapping>& mappings) {
+  // A string keeps short text inside itself; longer text has a heap block of capacity + 1.
+  const size_t inline_capacity = std::string().capacity();
+  size_t bytes = mappings.capacity() * sizeof(MemoryMapping);
+  for (const MemoryMapping& m : mappings) {
+    if (m.path.capacity() > inline_capacity) bytes += m.path.capacity() + 1;
+  }
+  return bytes;
 }
 
 }  // namespace ember

@@ -1,10 +1,12 @@
 // Reads /proc/PID/{comm,stat,maps,exe} for the process table.
 #include "agent/process_table.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -26,6 +28,26 @@ bool ReadFile(const std::string& path, std::string* out) {
   if (!text) return false;
   *out = std::move(*text);
   return true;
+}
+
+// Feeds the file at `path` to `parser` as it is read; false when it cannot be opened or a read
+// fails (the process exited meanwhile).
+bool ReadInto(const std::string& path, ProcMapsParser& parser) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[64 << 10];
+  bool ok = true;
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = n == 0;
+      break;
+    }
+    parser.Append(absl::string_view(buffer, static_cast<size_t>(n)));
+  }
+  close(fd);
+  return ok;
 }
 
 // The target of DIR/exe, as the kernel shows it but without " (deleted)"; "" when unreadable.
@@ -87,6 +109,7 @@ ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_
       perf_map_min_refresh_(perf_map_min_refresh),
       limits_(limits) {
   limits_.max_processes = std::max<size_t>(limits_.max_processes, 1);
+  limits_.max_mappings_per_process = std::max<size_t>(limits_.max_mappings_per_process, 1);
 }
 
 ProcessTable::~ProcessTable() = default;
@@ -96,8 +119,13 @@ std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_
 Process* ProcessTable::Get(uint32_t pid) {
   auto it = processes_.find(pid);
   if (it != processes_.end()) {
-    it->second->last_used = ++tick_;
-    return it->second.get();
+    Process* process = it->second.get();
+    process->last_used = ++tick_;
+    if (process->mappings_evicted) {
+      process->mappings_evicted = false;  // once: a failed read is retried as any other
+      ReadMaps(process);
+    }
+    return process;
   }
   std::unique_ptr<Process> process = Load(pid);
   if (process == nullptr) return nullptr;
@@ -117,7 +145,7 @@ void ProcessTable::EvictLeastRecentlyUsed() {
                    by_use.end());
   for (size_t i = 0; i < excess; ++i) {
     auto it = processes_.find(by_use[i].second);
-    DropPerfMap(it->second.get());
+    Untrack(it->second.get());
     processes_.erase(it);
   }
   stats_.evicted += excess;
@@ -125,8 +153,80 @@ void ProcessTable::EvictLeastRecentlyUsed() {
 
 void ProcessTable::DropPerfMap(Process* process) {
   if (process->perf_map == nullptr) return;
-  perf_map_bytes_ -= process->perf_map->map().EstimatedBytes();
+  if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
+    const PerfMapFile& file = *process->perf_map;
+    perf_map_bytes_ -= file.map().EstimatedBytes();
+    auto it = perf_maps_by_file_.find({file.dev(), file.inode()});
+    if (it != perf_maps_by_file_.end() && it->second.lock() == process->perf_map) {
+      perf_maps_by_file_.erase(it);
+    }
+  }
   process->perf_map.reset();
+}
+
+void ProcessTable::Untrack(Process* process) {
+  DropPerfMap(process);
+  mapping_bytes_ -= process->mapping_bytes;
+  process->mapping_bytes = 0;
+}
+
+void ProcessTable::SetMappings(Process* process, std::vector<MemoryMapping> mappings) {
+  mapping_bytes_ -= process->mapping_bytes;
+  process->mappings = std::move(mappings);
+  process->mapping_bytes = MappingsBytes(process->mappings);
+  process->mappings_evicted = false;
+  mapping_bytes_ += process->mapping_bytes;
+  if (mapping_bytes_ > limits_.max_mapping_bytes) EvictMappings(process);
+}
+
+void ProcessTable::EvictMappings(const Process* keep) {
+  // The least recently sampled go first: they are the least likely to be sampled soon, and one
+  // that is gets its mappings read again by Get. Down to 7/8 of the budget, so that a table at
+  // the budget does not evict at every read. The process just read is kept whatever it holds
+  // (the per-process caps bound it).
+  const size_t target = limits_.max_mapping_bytes - limits_.max_mapping_bytes / 8;
+  std::vector<std::pair<uint64_t, Process*>> by_use;  // (last_used, process)
+  for (const auto& [pid, process] : processes_) {
+    if (process.get() != keep && process->mapping_bytes > 0) {
+      by_use.emplace_back(process->last_used, process.get());
+    }
+  }
+  std::sort(by_use.begin(), by_use.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [last_used, process] : by_use) {
+    if (mapping_bytes_ <= target) break;
+    mapping_bytes_ -= process->mapping_bytes;
+    process->mapping_bytes = 0;
+    std::vector<MemoryMapping>().swap(process->mappings);
+    process->mappings_evicted = true;
+    ++stats_.mapping_evictions;
+  }
+}
+
+void ProcessTable::ShedPerfMaps() {
+  // The largest map first: a map grows with its runtime's JIT code, so the largest holds the most
+  // old code, and halving it frees the most at a time, while the small maps of other processes
+  // (typically some KiB) keep naming all their code. Least recently sampled first would let one
+  // busy process's map starve every other process of its names.
+  while (perf_map_bytes_ > limits_.max_perf_map_total_bytes) {
+    Process* largest = nullptr;
+    size_t largest_bytes = 0;
+    for (const auto& [pid, process] : processes_) {
+      if (process->perf_map == nullptr) continue;
+      const size_t bytes = process->perf_map->map().EstimatedBytes();
+      if (bytes > largest_bytes) {
+        largest = process.get();
+        largest_bytes = bytes;
+      }
+    }
+    if (largest == nullptr) break;
+    const uint64_t evicted_before = largest->perf_map->map().stats().evicted;
+    largest->perf_map->ShedOldest();
+    const PerfMap& map = largest->perf_map->map();
+    perf_map_bytes_ -= largest_bytes - map.EstimatedBytes();
+    stats_.perf_map_entries_evicted += map.stats().evicted - evicted_before;
+    ++stats_.perf_map_budget_evictions;
+  }
 }
 
 std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
@@ -154,18 +254,23 @@ bool ProcessTable::ReadMaps(Process* process) {
     if (text.ends_with('\n')) text.pop_back();
     process->name = std::move(text);
   }
-  std::string maps;
+  // Parsed as it is read, keeping only what the caps let through: the text itself can be tens
+  // of MiB (15,000 mappings of 4 KiB paths).
+  const auto parser = [this] {
+    return ProcMapsParser(limits_.max_mapping_path_bytes, /*executable_only=*/true);
+  };
+  ProcMapsParser maps = parser();
   std::string dir = pid_dir;
-  bool read = ReadFile(pid_dir + "/maps", &maps);
-  if (!read || maps.empty()) {
+  bool read = ReadInto(pid_dir + "/maps", maps);
+  if (!read || maps.bytes() == 0) {
     // A process whose main thread exited reads as empty here (so does a kernel thread, which has
     // no other thread to ask): a live thread's view of the same address space is under task/.
     std::error_code error;
     for (std::filesystem::directory_iterator it(pid_dir + "/task", error), end; !error && it != end;
          it.increment(error)) {
-      std::string task_maps;
+      ProcMapsParser task_maps = parser();
       std::string task_dir = it->path().string();
-      if (ReadFile(task_dir + "/maps", &task_maps) && !task_maps.empty()) {
+      if (ReadInto(task_dir + "/maps", task_maps) && task_maps.bytes() > 0) {
         read = true;
         maps = std::move(task_maps);
         dir = std::move(task_dir);
@@ -182,16 +287,17 @@ bool ProcessTable::ReadMaps(Process* process) {
     if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
     return false;
   }
-  auto mappings = ParseProcMaps(maps);
+  auto mappings = std::move(maps).Finish();
+  ProcMapsStats maps_stats = maps.stats();  // Finish moved only the mappings out
   if (!mappings.ok()) {
     ++read_failures_.maps;
     spdlog::debug("pid {}: {}", process->pid, LogSafe(mappings.status().message()));
     return false;
   }
-  process->mappings.clear();
-  for (MemoryMapping& m : *mappings) {
-    if (m.executable) process->mappings.push_back(std::move(m));
-  }
+  SetMappings(process, KeepExecutableMappings(std::move(mappings).value(), process->executable_path,
+                                              limits_.max_mappings_per_process, &maps_stats));
+  stats_.mapping_long_paths += maps_stats.long_paths;
+  stats_.mappings_dropped += maps_stats.dropped_mappings;
   return true;
 }
 
@@ -214,9 +320,46 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     }
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
     const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
-    process->perf_map = std::make_unique<PerfMapFile>(
-        FileLocation(absl::StrCat(dir, "/root"), name), std::move(name), limits_.perf_map);
+    process->perf_map_location = FileLocation(absl::StrCat(dir, "/root"), name);
+    process->perf_map_name = std::move(name);
+    process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_location,
+                                                      process->perf_map_name, limits_.perf_map);
     process->jit_kind = JitKindOf(*process);
+  }
+  // Several processes' maps may be one file (hard links in a /tmp they share): a map that is a
+  // file another process's map already read is shared, not read and held once more (eight
+  // processes on one 60 MB map held eight copies, and reading them kept the agent's loop busy
+  // for minutes).
+  // Its identity as OpenUntrusted finds it: a plain stat of the path would follow the
+  // process's links out of its root, and could take another process's map for its own.
+  absl::StatusOr<UntrustedFile> opened = OpenUntrusted(process->perf_map_location);
+  if (opened.ok()) {
+    const struct stat& own = opened->st;
+    std::shared_ptr<PerfMapFile> same;
+    if (auto it = perf_maps_by_file_.find({own.st_dev, own.st_ino});
+        it != perf_maps_by_file_.end()) {
+      same = it->second.lock();
+      // A map whose file was replaced since reads another file now.
+      if (same != nullptr && (same->dev() != own.st_dev || same->inode() != own.st_ino)) {
+        same = nullptr;
+      }
+    }
+    const bool reads_own =
+        process->perf_map->dev() == own.st_dev && process->perf_map->inode() == own.st_ino;
+    if (same != nullptr && same != process->perf_map) {
+      DropPerfMap(process);
+      process->perf_map = std::move(same);
+    } else if (same == nullptr && process->perf_map.use_count() > 1 && !reads_own) {
+      // It shared another process's map, and its own is another file now: read its own.
+      DropPerfMap(process);
+      process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_location,
+                                                        process->perf_map_name, limits_.perf_map);
+    }
+    // Read through this process's path, which names the file now: the process that opened it
+    // first may be gone.
+    PerfMapFile& file = *process->perf_map;
+    if (file.dev() == own.st_dev && file.inode() == own.st_ino)
+      file.set_location(process->perf_map_location);
   }
   PerfMapFile& file = *process->perf_map;
   const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
@@ -227,6 +370,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
   perf_map_bytes_ -= bytes_before;
   stats_.perf_map_entries_evicted += file.map().stats().evicted - stats_before.evicted;
   stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
+  if (file.inode() != 0) perf_maps_by_file_[{file.dev(), file.inode()}] = process->perf_map;
+  if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
   if (first && file.map().size() > 0) {
     spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
                  LogSafe(process->name), LogSafe(file.name()), file.map().size(),
@@ -236,6 +381,8 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
 }
 
 int ProcessTable::DropExited() {
+  // Maps whose file was replaced stay filed under the old one until their processes go.
+  std::erase_if(perf_maps_by_file_, [](const auto& item) { return item.second.expired(); });
   int dropped = 0;
   for (auto it = processes_.begin(); it != processes_.end();) {
     std::string stat;
@@ -244,7 +391,7 @@ int ProcessTable::DropExited() {
     if (alive) {
       ++it;
     } else {
-      DropPerfMap(it->second.get());
+      Untrack(it->second.get());
       it = processes_.erase(it);
       ++dropped;
     }

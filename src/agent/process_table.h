@@ -2,8 +2,11 @@
 // /proc under a configurable root (tests point it at a fixture tree).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,7 +33,11 @@ struct Process {
   // when /proc/PID/maps reads empty or fails (the thread-group leader exited while other threads
   // run on; its maps, exe and root went with it).
   std::string proc_dir;
-  std::vector<MemoryMapping> mappings;  // executable mappings, ascending
+  // Executable mappings, ascending, within ProcessTableLimits' caps. Empty with mappings_evicted
+  // when they were evicted to fit max_mapping_bytes: Get reads them again.
+  std::vector<MemoryMapping> mappings;
+  size_t mapping_bytes = 0;  // MappingsBytes(mappings)
+  bool mappings_evicted = false;
   std::chrono::steady_clock::time_point maps_read_at;
   // Unique across the table and over time: changes with every re-read of the maps.
   uint64_t maps_version = 0;
@@ -40,7 +47,11 @@ struct Process {
   std::optional<ContainerRef> container;
   // Names of its JIT code from its perf map: null until ProcessTable::RefreshPerfMap first looks
   // (an address in code outside any file), then kept, missing file or not, until the process goes.
-  std::unique_ptr<PerfMapFile> perf_map;
+  // Shared by the processes whose maps are one file (device and inode), read and held once; it
+  // is then named as the first of them to read it named it.
+  std::shared_ptr<PerfMapFile> perf_map;
+  FileLocation perf_map_location;  // where its own perf map is opened
+  std::string perf_map_name;  // how the process names it: /tmp/perf-NSPID.map
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
   uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order
@@ -60,6 +71,16 @@ struct ProcessTableLimits {
   // only those sampled since they were last dropped, each a few KiB plus its perf map.
   size_t max_processes = 4096;
   PerfMapLimits perf_map = {};  // per process (--max-perf-map-bytes)
+  // Every process's perf maps together (--max-perf-map-total-bytes). A read may pass it by up to
+  // one map's limit until the read ends and the largest maps are shed.
+  size_t max_perf_map_total_bytes = size_t{256} << 20;
+  // A mapping's path longer than this is not kept (kLongPathMarker stands for it).
+  size_t max_mapping_path_bytes = 1024;
+  // Executable mappings kept per process (--max-mappings-per-process); see KeepExecutableMappings
+  // for which are kept. A big JVM or browser maps a few hundred.
+  size_t max_mappings_per_process = 4096;
+  // Every process's kept mappings together, estimated by MappingsBytes (--max-mapping-bytes).
+  size_t max_mapping_bytes = size_t{64} << 20;
 };
 
 // Counters since the table was made.
@@ -67,6 +88,12 @@ struct ProcessTableStats {
   uint64_t evicted = 0;                   // processes dropped to stay within max_processes
   uint64_t perf_map_entries_evicted = 0;  // perf map entries evicted at a process's limit
   uint64_t perf_map_evictions = 0;        // times a process's perf map reached its limit
+  // Times every perf map together reached max_perf_map_total_bytes and the largest map lost
+  // its oldest half (its entries count in perf_map_entries_evicted too).
+  uint64_t perf_map_budget_evictions = 0;
+  uint64_t mapping_long_paths = 0;  // mappings read whose path was over max_mapping_path_bytes
+  uint64_t mappings_dropped = 0;  // executable mappings read but not kept: max_mappings_per_process
+  uint64_t mapping_evictions = 0;  // processes whose mappings went to fit max_mapping_bytes
 };
 
 // /proc reads that failed for a sampled process, so its samples lost their user frames.
@@ -110,6 +137,8 @@ class ProcessTable {
   const ProcessTableStats& stats() const { return stats_; }
   // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
   size_t perf_map_bytes() const { return perf_map_bytes_; }
+  // Process::mapping_bytes of every process.
+  size_t mapping_bytes() const { return mapping_bytes_; }
   const ProcessTableLimits& limits() const { return limits_; }
   const ProcReadFailures& read_failures() const { return read_failures_; }
 
@@ -127,6 +156,15 @@ class ProcessTable {
   void EvictLeastRecentlyUsed();
   // Forgets a process's perf map (its bytes leave perf_map_bytes_).
   void DropPerfMap(Process* process);
+  // Before a process leaves the table: its bytes leave the totals.
+  void Untrack(Process* process);
+  void SetMappings(Process* process, std::vector<MemoryMapping> mappings);
+  // Evicts the mappings of the least recently sampled processes other than `keep` until the
+  // kept mappings fit max_mapping_bytes.
+  void EvictMappings(const Process* keep);
+  // Sheds the oldest half of the largest perf maps until every map together fits
+  // max_perf_map_total_bytes.
+  void ShedPerfMaps();
   std::string PidDir(uint32_t pid) const;
 
   std::string proc_root_;
@@ -137,6 +175,9 @@ class ProcessTable {
   uint64_t maps_versions_ = 0;
   uint64_t tick_ = 0;
   size_t perf_map_bytes_ = 0;
+  // Every perf map read, by the file it read: a process whose map is the same file shares it.
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<PerfMapFile>> perf_maps_by_file_;
+  size_t mapping_bytes_ = 0;
   ProcessTableStats stats_;
   ProcReadFailures read_failures_;
 };

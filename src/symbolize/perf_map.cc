@@ -148,6 +148,13 @@ bool PerfMap::Fits(size_t name_size) const {
          EstimatedBytes() + name_size + 2 * kEntryBytes <= limits_.max_bytes;
 }
 
+void PerfMap::ShedOldest() {
+  if (ranges_.empty()) return;
+  EvictOldest();
+  overlapped_ = false;
+  NewVersion();
+}
+
 void PerfMap::EvictOldest() {
   std::vector<uint64_t> seqs;
   seqs.reserve(ranges_.size());

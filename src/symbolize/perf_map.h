@@ -63,6 +63,9 @@ class PerfMap {
   size_t Append(absl::string_view bytes);
   // Forgets every entry and any unfinished line (the file was replaced or truncated).
   void Reset();
+  // Evicts the oldest half of the entries, as reaching a limit does (counted the same way), for
+  // a budget shared with other maps.
+  void ShedOldest();
 
   // The newest entry covering `address`, or nullopt.
   std::optional<PerfMapSymbol> Lookup(uint64_t address) const;
@@ -136,10 +139,18 @@ class PerfMapFile {
 
   // Reads at most max_read_per_refresh new bytes (the rest waits for the next call).
   Result Refresh();
+  // PerfMap::ShedOldest; the file is not read again for it.
+  void ShedOldest() { map_.ShedOldest(); }
 
   const PerfMap& map() const { return map_; }
   const FileLocation& location() const { return location_; }
   const std::string& name() const { return name_; }
+  // Where the next Refresh opens it: another path to the same file, for a map several processes
+  // share (as long as one path is the file read before, reading goes on where it was).
+  void set_location(FileLocation location) { location_ = std::move(location); }
+  // The file read last; 0 and 0 before any was.
+  dev_t dev() const { return dev_; }
+  ino_t inode() const { return inode_; }
 
  private:
   FileLocation location_;

@@ -57,8 +57,16 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   auto empty = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(empty.ok()) << empty.status();
   for (const char* series :
-       {"ember_processes_tracked", "ember_processes_evicted_total", "ember_perf_map_bytes",
-        "ember_perf_map_entries_evicted_total", "ember_symbol_cache_bytes{cache=\"elf_modules\"}",
+       {"ember_processes_tracked",
+        "ember_processes_evicted_total",
+        "ember_perf_map_bytes",
+        "ember_perf_map_entries_evicted_total",
+        "ember_perf_map_budget_evictions_total",
+        "ember_mapping_bytes",
+        "ember_mapping_long_paths_total",
+        "ember_mappings_dropped_total",
+        "ember_mapping_evictions_total",
+        "ember_symbol_cache_bytes{cache=\"elf_modules\"}",
         "ember_symbol_cache_bytes{cache=\"frames\"}",
         "ember_symbol_cache_evictions_total{cache=\"elf_modules\"}",
         "ember_symbol_cache_evictions_total{cache=\"frames\"}",
@@ -66,7 +74,8 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
         "ember_symbol_cache_lookups_total{cache=\"frames\",result=\"miss\"}",
         "ember_symbol_cache_lookups_total{cache=\"elf_modules\",result=\"hit\"}",
         "ember_symbol_cache_lookups_total{cache=\"elf_modules\",result=\"miss\"}",
-        "ember_cfi_cache_bytes", "ember_cfi_cache_evictions_total",
+        "ember_cfi_cache_bytes",
+        "ember_cfi_cache_evictions_total",
         "ember_unwind_steps_total{method=\"compact_row\"}",
         "ember_unwind_steps_total{method=\"libdwfl\"}"}) {
     EXPECT_EQ(Sample(*empty, series), 0) << series;
@@ -97,6 +106,8 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   EXPECT_EQ(Sample(*after, "ember_symbol_cache_bytes{cache=\"frames\"}"),
             static_cast<double>(frames.bytes()));
   EXPECT_GT(frames.bytes(), 0u);
+  EXPECT_EQ(Sample(*after, "ember_mapping_bytes"), static_cast<double>(processes.mapping_bytes()));
+  EXPECT_GT(processes.mapping_bytes(), 0u);
 
   // Counters only add what is new at the next publication.
   metrics.Publish(processes, modules, frames, unwinder);

@@ -21,6 +21,9 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->max_processes, 4096u);
   EXPECT_EQ(options->max_symbol_cache_bytes, size_t{256} << 20);
   EXPECT_EQ(options->max_perf_map_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->max_perf_map_total_bytes, size_t{256} << 20);
+  EXPECT_EQ(options->max_mappings_per_process, 4096u);
+  EXPECT_EQ(options->max_mapping_bytes, size_t{64} << 20);
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{64} << 20);
   EXPECT_EQ(options->otlp_max_request_bytes, size_t{4} << 20);  // a Collector's gRPC limit
   EXPECT_EQ(options->max_pods, 4096u);
@@ -65,6 +68,13 @@ TEST(OptionsTest, LimitFlags) {
   EXPECT_EQ(options->max_pods, 100u);
   EXPECT_EQ(options->max_cfi_cache_bytes, size_t{2} << 20);
   EXPECT_EQ(options->otlp_max_request_bytes, size_t{16} << 20);
+
+  auto budgets = Parse({"--max-perf-map-bytes=1GiB", "--max-perf-map-total-bytes=2GiB",
+                        "--max-mappings-per-process", "16", "--max-mapping-bytes=8MiB"});
+  ASSERT_TRUE(budgets.ok()) << budgets.status();
+  EXPECT_EQ(budgets->max_perf_map_total_bytes, size_t{2} << 30);
+  EXPECT_EQ(budgets->max_mappings_per_process, 16u);
+  EXPECT_EQ(budgets->max_mapping_bytes, size_t{8} << 20);
 }
 
 TEST(OptionsTest, ByteSizes) {
@@ -168,7 +178,8 @@ TEST(OptionsTest, HelpAndVersion) {
   EXPECT_NE(UsageText().find("--sampling-hz"), std::string::npos);
   for (const char* flag :
        {"--max-processes", "--max-symbol-cache-bytes", "--max-perf-map-bytes", "--max-pods",
-        "--otlp-max-queue-bytes", "--max-cfi-cache-bytes", "--otlp-max-request-bytes"}) {
+        "--otlp-max-queue-bytes", "--max-cfi-cache-bytes", "--otlp-max-request-bytes",
+        "--max-perf-map-total-bytes", "--max-mappings-per-process", "--max-mapping-bytes"}) {
     EXPECT_NE(UsageText().find(flag), std::string::npos) << flag;
   }
 }
@@ -203,6 +214,12 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--max-perf-map-bytes=100"}, "--max-perf-map-bytes: expected"},
       {{"--max-cfi-cache-bytes=1KiB"}, "--max-cfi-cache-bytes: expected"},
       {{"--max-perf-map-bytes=-1"}, "--max-perf-map-bytes: expected"},
+      {{"--max-perf-map-total-bytes=1KiB"}, "--max-perf-map-total-bytes: expected"},
+      {{"--max-perf-map-total-bytes=32MiB"}, "--max-perf-map-total-bytes: expected at least"},
+      {{"--max-perf-map-bytes=1GiB"}, "--max-perf-map-total-bytes: expected at least"},
+      {{"--max-mappings-per-process=15"}, "--max-mappings-per-process: expected"},
+      {{"--max-mappings-per-process=lots"}, "--max-mappings-per-process: expected"},
+      {{"--max-mapping-bytes=64KiB"}, "--max-mapping-bytes: expected"},
       {{"--otlp-max-queue-bytes=1KiB"}, "--otlp-max-queue-bytes: expected"},
       {{"--otlp-max-queue-bytes="}, "--otlp-max-queue-bytes: expected"},
       {{"--otlp-max-request-bytes=1KiB"}, "--otlp-max-request-bytes: expected"},

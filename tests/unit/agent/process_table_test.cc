@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -217,6 +218,185 @@ TEST(ProcessTableTest, PerfMapBytesAreBoundedPerProcessAndCounted) {
   std::filesystem::remove_all(root + "/100");
   EXPECT_EQ(table.DropExited(), 1);
   EXPECT_EQ(table.perf_map_bytes(), second_bytes);
+  std::filesystem::remove_all(root);
+}
+
+void WritePerfMap(const std::string& root, int pid, int entries) {
+  std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
+  std::ofstream map(absl::StrCat(root, "/", pid, "/root/tmp/perf-", pid, ".map"));
+  for (int i = 0; i < entries; ++i) map << absl::StrFormat("%x 10 jitted_function_%d\n", i * 16, i);
+}
+
+TEST(ProcessTableTest, PerfMapsTogetherStayWithinTheTotalBudgetLargestFirst) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-total-test", 3);
+  WritePerfMap(root, 100, 4000);
+  WritePerfMap(root, 101, 500);
+  WritePerfMap(root, 102, 100);
+  ProcessTableLimits limits;
+  limits.max_perf_map_total_bytes = 150 * 1024;
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
+  Process* big = table.Get(100);
+  Process* middle = table.Get(101);
+  Process* small = table.Get(102);
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(middle, nullptr);
+  ASSERT_NE(small, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(middle));
+  ASSERT_TRUE(table.RefreshPerfMap(small));
+  EXPECT_EQ(table.stats().perf_map_budget_evictions, 0u);
+  ASSERT_TRUE(table.RefreshPerfMap(big));  // 4000 entries: over the total
+
+  const PerfMap& big_map = big->perf_map->map();
+  EXPECT_LE(table.perf_map_bytes(), limits.max_perf_map_total_bytes);
+  EXPECT_EQ(table.perf_map_bytes(), big_map.EstimatedBytes() +
+                                        middle->perf_map->map().EstimatedBytes() +
+                                        small->perf_map->map().EstimatedBytes());
+  // The largest map lost its oldest halves (twice: 4000 -> 2000 -> 1000), the others nothing.
+  EXPECT_EQ(table.stats().perf_map_budget_evictions, 2u);
+  EXPECT_EQ(big_map.size(), 1000u);
+  EXPECT_EQ(middle->perf_map->map().size(), 500u);
+  EXPECT_EQ(small->perf_map->map().size(), 100u);
+  EXPECT_EQ(table.stats().perf_map_entries_evicted, 3000u);
+  EXPECT_EQ(big_map.Lookup(3999 * 16)->name, "jitted_function_3999");  // the newest stay named
+  EXPECT_FALSE(big_map.Lookup(0).has_value());
+  EXPECT_EQ(middle->perf_map->map().Lookup(0)->name, "jitted_function_0");
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, ProcessesWhoseMapIsOneFileShareItAndItsBytes) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-shared-test", 3);
+  WritePerfMap(root, 100, 1000);
+  std::filesystem::create_directories(root + "/101/root/tmp");
+  std::filesystem::create_hard_link(root + "/100/root/tmp/perf-100.map",
+                                    root + "/101/root/tmp/perf-101.map");
+  WritePerfMap(root, 102, 1000);  // the same text, another file
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0));
+  Process* first = table.Get(100);
+  Process* second = table.Get(101);
+  Process* other = table.Get(102);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(first));
+  const size_t one = table.perf_map_bytes();
+  ASSERT_GT(one, 1000u * PerfMap::kEntryBytes);
+  table.RefreshPerfMap(second);
+  EXPECT_EQ(second->perf_map, first->perf_map);
+  EXPECT_EQ(table.perf_map_bytes(), one);  // held once
+  EXPECT_EQ(second->perf_map->map().Lookup(999 * 16)->name, "jitted_function_999");
+  ASSERT_TRUE(table.RefreshPerfMap(other));
+  EXPECT_NE(other->perf_map, first->perf_map);
+  EXPECT_EQ(table.perf_map_bytes(), 2 * one);
+
+  // What the file gains is read once, for both.
+  {
+    std::ofstream map(root + "/100/root/tmp/perf-100.map", std::ios::app);
+    map << "ffff0 10 appended\n";
+  }
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  EXPECT_EQ(first->perf_map->map().Lookup(0xffff0)->name, "appended");
+  EXPECT_FALSE(table.RefreshPerfMap(first));  // nothing new
+
+  // The map's bytes stay while any of its processes does.
+  std::filesystem::remove_all(root + "/100");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), 2 * one + PerfMap::kEntryBytes + 8);  // + "appended"
+  EXPECT_EQ(second->perf_map->map().Lookup(0xffff0)->name, "appended");
+  {  // its first process gone, the map is read through another's path
+    std::ofstream map(root + "/101/root/tmp/perf-101.map", std::ios::app);
+    map << "fffff0 10 appended_later\n";
+  }
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  EXPECT_EQ(second->perf_map->map().Lookup(0xfffff0)->name, "appended_later");
+  std::filesystem::remove_all(root + "/101");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), other->perf_map->map().EstimatedBytes());
+  std::filesystem::remove_all(root);
+}
+
+// Maps text of `count` executable mappings, one page apart, of files named by `path_of(i)`.
+std::string ManyMappings(int count, const std::function<std::string(int)>& path_of) {
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t start = 0x10000000 + uint64_t{0x2000} * i;
+    text += absl::StrFormat("%x-%x r-xp 00000000 fd:01 %d %s\n", start, start + 0x1000, 1000 + i,
+                            path_of(i));
+  }
+  return text;
+}
+
+TEST(ProcessTableTest, MappingsKeptPerProcessAreCappedInNumberAndPathLength) {
+  const std::string root = MakeProcTree("ember-proc-mapping-caps-test", 1);
+  std::ofstream(root + "/100/maps") << ManyMappings(20, [](int i) {
+    return i % 4 == 0 ? "/lib/" + std::string(200, 'x') + std::to_string(i)
+                      : absl::StrCat("/lib/lib", i, ".so");
+  });
+  ProcessTableLimits limits;
+  limits.max_mapping_path_bytes = 100;
+  limits.max_mappings_per_process = 8;
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1), limits);
+  Process* process = table.Get(100);
+  ASSERT_NE(process, nullptr);
+  // Files first: the 15 with a path kept; the 5 with a long one are not files any more.
+  ASSERT_EQ(process->mappings.size(), 8u);
+  for (const MemoryMapping& m : process->mappings) EXPECT_TRUE(m.IsFileBacked()) << m.path;
+  EXPECT_EQ(table.stats().mapping_long_paths, 5u);
+  EXPECT_EQ(table.stats().mappings_dropped, 12u);
+  EXPECT_EQ(process->mapping_bytes, MappingsBytes(process->mappings));
+  EXPECT_EQ(table.mapping_bytes(), process->mapping_bytes);
+
+  // Each read counts again.
+  ASSERT_TRUE(table.ReloadMaps(process));
+  EXPECT_EQ(table.stats().mappings_dropped, 24u);
+  EXPECT_EQ(table.mapping_bytes(), process->mapping_bytes);
+
+  // A process that goes takes its mappings' bytes with it.
+  std::filesystem::remove_all(root + "/100");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.mapping_bytes(), 0u);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ProcessTableTest, MappingsOfEveryProcessStayWithinTheBudgetLeastRecentlySampledFirst) {
+  const std::string root = MakeProcTree("ember-proc-mapping-budget-test", 3);
+  for (int pid : {100, 101, 102}) {
+    std::ofstream(absl::StrCat(root, "/", pid, "/maps")) << ManyMappings(
+        20, [](int i) { return absl::StrCat("/srv/", std::string(900, 'd'), "/lib", i, ".so"); });
+  }
+  size_t one = 0;  // what one process's mappings take
+  {
+    ProcessTable unlimited(root);
+    ASSERT_NE(unlimited.Get(100), nullptr);
+    one = unlimited.mapping_bytes();
+  }
+  ASSERT_GT(one, 20u * 900);  // the paths' heap blocks count
+  ProcessTableLimits limits;
+  limits.max_mapping_bytes = one * 5 / 2;
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1), limits);
+  Process* first = table.Get(100);
+  ASSERT_NE(first, nullptr);
+  const uint64_t first_version = first->maps_version;
+  ASSERT_NE(table.Get(101), nullptr);
+  EXPECT_EQ(table.mapping_bytes(), 2 * one);
+  EXPECT_EQ(table.stats().mapping_evictions, 0u);
+
+  ASSERT_NE(table.Get(102), nullptr);  // a third does not fit: the least recently sampled goes
+  EXPECT_EQ(table.stats().mapping_evictions, 1u);
+  EXPECT_LE(table.mapping_bytes(), limits.max_mapping_bytes);
+  EXPECT_EQ(table.mapping_bytes(), 2 * one);
+  EXPECT_TRUE(first->mappings.empty());
+  EXPECT_TRUE(first->mappings_evicted);
+  EXPECT_EQ(first->mapping_bytes, 0u);
+  EXPECT_EQ(table.size(), 3u);  // the process itself stays, with its other state
+
+  // Sampled again, it is read again; now 101 is the least recently sampled.
+  Process* again = table.Get(100);
+  ASSERT_EQ(again, first);
+  EXPECT_EQ(again->mappings.size(), 20u);
+  EXPECT_FALSE(again->mappings_evicted);
+  EXPECT_NE(again->maps_version, first_version);
+  EXPECT_EQ(table.stats().mapping_evictions, 2u);
+  EXPECT_EQ(table.mapping_bytes(), 2 * one);
   std::filesystem::remove_all(root);
 }
 

@@ -247,6 +247,31 @@ TEST(PerfMapTest, VersionChangesOnlyWhenANamedAddressMayBeRenamed) {
   EXPECT_NE(map.version(), version);
 }
 
+TEST(PerfMapTest, ShedOldestHalvesTheEntriesOldestFirstAndRenews) {
+  PerfMap map;
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += absl::StrFormat("%x 10 f%d\n", i * 16, i);
+  ASSERT_EQ(map.Append(text), 100u);
+  const size_t bytes = map.EstimatedBytes();
+  const uint64_t version = map.version();
+  map.ShedOldest();
+  EXPECT_EQ(map.size(), 50u);
+  EXPECT_LT(map.EstimatedBytes(), bytes / 2 + PerfMap::kEntryBytes);
+  EXPECT_EQ(NameAt(map, 49 * 16), "<none>");
+  EXPECT_EQ(NameAt(map, 50 * 16), "f50");
+  EXPECT_EQ(map.stats().evictions, 1u);
+  EXPECT_EQ(map.stats().evicted, 50u);
+  EXPECT_NE(map.version(), version);  // f0 to f49 are unnamed now
+  map.ShedOldest();
+  EXPECT_EQ(map.size(), 25u);
+  // Appending after works as before; an empty map has nothing to shed.
+  EXPECT_EQ(map.Append("9000 10 later\n"), 1u);
+  EXPECT_EQ(NameAt(map, 0x9000), "later");
+  PerfMap empty;
+  empty.ShedOldest();
+  EXPECT_EQ(empty.stats().evictions, 0u);
+}
+
 TEST(PerfMapTest, VersionsDifferAcrossMaps) {
   PerfMap a;
   PerfMap b;
