@@ -52,6 +52,9 @@ bool IsRustCandidate(std::string_view name) {
 // Runs the demanglers on `mangled` into `sink`; true when one of them understood it (and, unless
 // sink->over_budget, wrote all of it). Only plain data lives in this frame across the setjmp.
 bool RunDemangler(const char* mangled, bool rust, Sink* sink) {
+  // Without DMGL_NO_RECURSE_LIMIT: libiberty's recursion limits are what keep a hostile name
+  // from exhausting the stack (a 51-byte Rust name whose back-reference refers to itself
+  // recurses without end past them), at the price of leaving mangled names over 1 KiB mangled.
   constexpr int kOptions = DMGL_PARAMS | DMGL_ANSI;
   sink->size = 0;
   sink->over_budget = false;

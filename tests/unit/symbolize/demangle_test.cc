@@ -94,6 +94,13 @@ TEST(DemangleTest, NameOneByteOverTheBudgetStaysMangled) {
   EXPECT_EQ(Demangle("_ZN13ember_fixture6Widget4SpinEi"), "ember_fixture::Widget::Spin(int)");
 }
 
+TEST(DemangleTest, SelfReferringRustBackReferenceStaysMangled) {
+  // Within libiberty's recursion limit, which Demangle keeps: without it this name recursed until
+  // the stack overflowed.
+  const std::string name = "_RINtB_ZNpE3fo04_13honst_generic4implINtB_ZNpE3foo";
+  EXPECT_EQ(Demangle(name), name);
+}
+
 TEST(DemangleTest, LongMangledNamesStayMangled) {
   // Over libiberty's 1 KiB bound of a mangled name, and over the budget.
   for (size_t length : {1100, 5000}) {
