@@ -161,7 +161,8 @@ AgentRun ProfileUntilTheyEnd(Workloads& workloads,
     argv.push_back(std::to_string(pid));
   }
   argv.insert(argv.end(), agent_args.begin(), agent_args.end());
-  Subprocess agent(argv);
+  // With the chart's capabilities: the budgets must hold where the agent is deployed.
+  Subprocess agent(WithTheChartsCapabilities(std::move(argv)));
   EXPECT_TRUE(agent.WaitForOutput("status endpoint", seconds(30))) << agent.output();
   const std::string endpoint = StatusEndpoint(agent.output());
   EXPECT_FALSE(endpoint.empty()) << agent.output();

@@ -39,14 +39,6 @@ const std::string kPhases = EMBER_PHASES_BIN;
 const std::string kSpinLib = EMBER_SPIN_LIB;
 const std::string kSpinLoader = EMBER_SPIN_LOADER_BIN;
 
-// The capabilities the Helm chart grants (docs/capabilities.md), for root: no CAP_SYS_ADMIN nor
-// CAP_CHECKPOINT_RESTORE, so map_files cannot be opened and files are reached by path.
-std::vector<std::string> AsRootWithTheChartsCapabilities() {
-  std::string set = "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search,+syslog,+setpcap";
-  return {"/usr/bin/setpriv", "--inh-caps=" + set, "--ambient-caps=" + set,
-          "--bounding-set=" + set};
-}
-
 class TempDir {
  public:
   TempDir() : path_(MakeTempDir()) {}
@@ -65,19 +57,22 @@ class TempDir {
 // processes: on a shared machine every process may include other suites' giant perf maps.)
 struct ChartAgent {
   ChartAgent(const std::string& output_dir, int duration_s, const std::vector<pid_t>& pids) {
-    std::vector<std::string> argv = AsRootWithTheChartsCapabilities();
-    for (const std::string& arg :
-         {std::string(EMBER_AGENT_BIN), std::string("--sampling-hz"), std::string("99"),
-          std::string("--export-interval"), std::string("1s"), std::string("--duration"),
-          absl::StrCat(duration_s, "s"), std::string("--output-dir"), output_dir,
-          std::string("--metrics-address"), std::string("127.0.0.1:0")}) {
-      argv.push_back(arg);
-    }
+    std::vector<std::string> argv = {EMBER_AGENT_BIN,
+                                     "--sampling-hz",
+                                     "99",
+                                     "--export-interval",
+                                     "1s",
+                                     "--duration",
+                                     absl::StrCat(duration_s, "s"),
+                                     "--output-dir",
+                                     output_dir,
+                                     "--metrics-address",
+                                     "127.0.0.1:0"};
     for (pid_t pid : pids) {
       argv.push_back("--pid");
       argv.push_back(std::to_string(pid));
     }
-    process = std::make_unique<Subprocess>(argv);
+    process = std::make_unique<Subprocess>(WithTheChartsCapabilities(std::move(argv)));
     ready = process->WaitForOutput("status endpoint", seconds(30));
     endpoint = StatusEndpoint(process->output());
   }

@@ -42,10 +42,11 @@ TEST(HostileMemoryTest, AStrClaiming2To62Plus1FourByteCharactersIsRefusedAndCoun
   const std::string dir = MakeTempDir();
   ASSERT_FALSE(dir.empty());
   Subprocess fixture({"/usr/bin/python3.11", EMBER_HOSTILE_NAME_FIXTURE, absl::StrCat(kSpinS)});
-  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
-                    std::to_string(kHz), "--export-interval", "1s", "--duration",
-                    absl::StrCat(kDurationS, "s"), "--output-dir", dir, "--metrics-address",
-                    "127.0.0.1:0"});
+  // With the chart's capabilities: the refusal must hold where the agent is deployed.
+  Subprocess agent(WithTheChartsCapabilities(
+      {EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
+       std::to_string(kHz), "--export-interval", "1s", "--duration", absl::StrCat(kDurationS, "s"),
+       "--output-dir", dir, "--metrics-address", "127.0.0.1:0"}));
   ASSERT_TRUE(agent.WaitForOutput("status endpoint", seconds(30))) << agent.output();
   const auto started = std::chrono::steady_clock::now();
   const std::string endpoint = StatusEndpoint(agent.output());

@@ -82,9 +82,10 @@ TEST(HostileNamesTest, DemanglingBombAndControlBytesInNames) {
   ASSERT_FALSE(out_dir.empty());
   ASSERT_FALSE(file_dir.empty());
   Subprocess fixture({EMBER_HOSTILE_NAMES_BIN, file_dir, "4"});
-  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz", "199",
-                    "--export-interval", "2s", "--output-dir", out_dir, "--metrics-address",
-                    "127.0.0.1:0"});
+  // With the chart's capabilities: the bounds must hold where the agent is deployed.
+  Subprocess agent(WithTheChartsCapabilities(
+      {EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz", "199",
+       "--export-interval", "2s", "--output-dir", out_dir, "--metrics-address", "127.0.0.1:0"}));
   ASSERT_TRUE(agent.WaitForOutput("status endpoint: ", seconds(15))) << agent.output();
   const std::string endpoint = StatusEndpoint(agent.output());
   ASSERT_FALSE(endpoint.empty()) << agent.output();

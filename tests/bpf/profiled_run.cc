@@ -32,6 +32,17 @@ std::string MakeTempDir() {
   return dir ? std::string(dir) : std::string();
 }
 
+std::vector<std::string> WithTheChartsCapabilities(std::vector<std::string> agent_argv) {
+  // But CAP_SYS_RESOURCE, which matters only before Linux 5.11 and which some hosts withhold even
+  // from root (privileges_test.cc).
+  const std::string set = "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search,+syslog,+setpcap";
+  std::vector<std::string> argv = {"/usr/bin/setpriv", "--inh-caps=" + set, "--ambient-caps=" + set,
+                                   "--bounding-set=" + set};
+  argv.insert(argv.end(), std::make_move_iterator(agent_argv.begin()),
+              std::make_move_iterator(agent_argv.end()));
+  return argv;
+}
+
 bool IsKernelModule(const std::string& module) { return !module.empty() && module[0] == '['; }
 
 std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {

@@ -22,6 +22,12 @@ namespace ember::testing {
 // A fresh private directory under the system temp dir; "" if it cannot be made.
 std::string MakeTempDir();
 
+// `agent_argv` run as root with only the capabilities the Helm chart grants (its daemonset's
+// securityContext, docs/capabilities.md), through setpriv: no CAP_SYS_ADMIN nor
+// CAP_CHECKPOINT_RESTORE, so /proc/PID/map_files cannot be opened and files are reached by path.
+// setpriv execs the agent, so the process keeps its pid.
+std::vector<std::string> WithTheChartsCapabilities(std::vector<std::string> agent_argv);
+
 // Kernel frames carry a "[kernel.kallsyms]" or "[module]" mapping; so do marker frames such as
 // "[truncated]" and "[vdso]", which are not code of the profiled program either.
 bool IsKernelModule(const std::string& module);
