@@ -78,13 +78,21 @@ struct ChartAgent {
   }
   std::string Metrics() const { return HttpGet(endpoint + "/metrics").second; }
   // SIGINT, as a container runtime stops it: the agent writes its last interval and exits 0 in
-  // a few seconds.
+  // a few seconds. Its peak RSS is read first, while it runs.
   std::optional<int> Stop() {
+    peak_rss = PeakRssBytes(process->pid());
     process->Signal(SIGINT);
     return process->Wait(seconds(15));
   }
+  // Nothing here is big: profiling a few processes, the agent stays near 60 MB.
+  void ExpectStayedSmall() const {
+    EXPECT_GT(peak_rss, 0u);
+    EXPECT_LT(peak_rss, AgentPeakRssBound(uint64_t{256} << 20))
+        << "agent peak RSS " << (peak_rss >> 10) << " kB";
+  }
 
   std::unique_ptr<Subprocess> process;
+  uint64_t peak_rss = 0;
   bool ready = false;
   std::string endpoint;
 };
@@ -197,6 +205,7 @@ TEST(HostileFilesTest, FifosAtLibraryAndDebugLinkPathsNeitherStallNorCount) {
   }
   ASSERT_EQ(exit_code, 0) << log;
   EXPECT_LT(stopped - started, seconds(kDuration - 5)) << "it ran to --duration: SIGINT unheard";
+  agent.ExpectStayedSmall();
 
   // Each FIFO at a mapped path is refused by the ELF reader, the unwinder or the Python check:
   // at least one refusal for each of the three FIFOs; both bad links are refused by name.
@@ -238,6 +247,7 @@ TEST(HostileFilesTest, AContainersLinkToAHostFileIsNotFollowedOutOfItsRoot) {
   const std::optional<int> exit_code = agent.Stop();
   const std::string& log = agent.process->output();
   ASSERT_EQ(exit_code, 0) << log;
+  agent.ExpectStayedSmall();
   EXPECT_GT(Total(SamplesOf(out.path(), container->pid())), 20) << log;
   EXPECT_GE(Refusals(metrics, "identity_mismatch"), 1) << metrics;
   // No frame of the container is named from the host file (C++ symbols; busybox has none).

@@ -68,6 +68,13 @@ TEST(HostileMemoryTest, AStrClaiming2To62Plus1FourByteCharactersIsRefusedAndCoun
   EXPECT_GE(MetricValue(page, "ember_python_frame_names_total{result=\"named\"}").value_or(0), 2)
       << page;
 
+  // Stayed small: a walk that believed the length would have asked for 2^64 bytes. (Profiling one
+  // process, the agent stays near 60 MB.)
+  const uint64_t peak = PeakRssBytes(agent.pid());
+  EXPECT_GT(peak, 0u);
+  EXPECT_LT(peak, AgentPeakRssBound(uint64_t{256} << 20))
+      << "agent peak RSS " << (peak >> 10) << " kB";
+
   // Ends by itself at --duration, exit 0: no crash, no hang.
   EXPECT_EQ(agent.Wait(seconds(kDurationS + 30)), 0) << agent.output();
   const double ran_s =

@@ -43,6 +43,26 @@ std::vector<std::string> WithTheChartsCapabilities(std::vector<std::string> agen
   return argv;
 }
 
+uint64_t PeakRssBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!line.starts_with("VmHWM:")) continue;
+    std::istringstream fields(line.substr(6));
+    uint64_t kib = 0;
+    if (fields >> kib) return kib * 1024;
+  }
+  return 0;
+}
+
+uint64_t AgentPeakRssBound(uint64_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  return bytes + bytes / 8 + (uint64_t{256} << 20);
+#else
+  return bytes;
+#endif
+}
+
 bool IsKernelModule(const std::string& module) { return !module.empty() && module[0] == '['; }
 
 std::vector<NamedSample> SamplesOf(const std::string& dir, int64_t pid) {

@@ -28,6 +28,16 @@ std::string MakeTempDir();
 // setpriv execs the agent, so the process keeps its pid.
 std::vector<std::string> WithTheChartsCapabilities(std::vector<std::string> agent_argv);
 
+// VmHWM (peak resident memory) of a live process, in bytes; 0 when unreadable. Read it before the
+// process exits.
+uint64_t PeakRssBytes(pid_t pid);
+
+// A bound of `bytes` on the agent's peak RSS, for the build these tests run: in a sanitized build
+// (scripts/sanitize-and-fuzz.sh runs the agent and these tests with AddressSanitizer) its shadow
+// memory (an eighth of what is used) and its quarantine of freed memory (256 MiB by default)
+// come on top.
+uint64_t AgentPeakRssBound(uint64_t bytes);
+
 // Kernel frames carry a "[kernel.kallsyms]" or "[module]" mapping; so do marker frames such as
 // "[truncated]" and "[vdso]", which are not code of the profiled program either.
 bool IsKernelModule(const std::string& module);
