@@ -53,10 +53,6 @@ constexpr uint64_t kProcessSettleTimeNs = 100'000'000;
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
 constexpr std::chrono::seconds kFlameGraphRewrite{60};
-// The kernel's symbols are read again when /proc/modules changes, and at most this often while
-// kernel frames are named above the kernel image (BPF programs come and go there unlisted):
-// a read costs 40 to 100 ms of CPU here.
-constexpr std::chrono::minutes kKernelSymbolsRecheck{5};
 constexpr char kModulesPath[] = "/proc/modules";
 // How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages),
 // when at least kFileReadsPerLoopRelease were read: the few reads of steady state (CFI rows for
@@ -271,8 +267,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_,
                                    FrameBudget(options));
     agent->kallsyms_file_ = std::move(kallsyms).value();
-    agent->kernel_symbols_refresh_.emplace(ReadWholeFile(kModulesPath),
-                                           std::chrono::steady_clock::now(), kKernelSymbolsRecheck);
+    agent->kernel_symbols_refresh_.emplace(
+        ReadWholeFile(kModulesPath), std::chrono::steady_clock::now(),
+        absl::ToChronoNanoseconds(options.kernel_symbols_recheck));
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
   }

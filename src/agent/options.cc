@@ -111,6 +111,11 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
        [&](absl::string_view v) {
          return ParseDurationFlag("export-interval", v, absl::Seconds(1), &options.export_interval);
        }},
+      {"kernel-symbols-recheck",
+       [&](absl::string_view v) {
+         return ParseDurationFlag("kernel-symbols-recheck", v, absl::Seconds(1),
+                                  &options.kernel_symbols_recheck);
+       }},
       {"pid",
        [&](absl::string_view v) {
          uint32_t pid = 0;
@@ -349,6 +354,9 @@ Flags:
                         walk user stacks without frame pointers itself, 0 to 16777216; 0 leaves
                         every such walk to the agent, from the snapshot (default 1048576)
   --export-interval D   length of each profile, at least 1s (default 10s)
+  --kernel-symbols-recheck D
+                        how often, at most, kernel symbols are read again while frames land above
+                        the kernel image (BPF programs loaded since), at least 1s (default 5m)
   --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles; with
                         an OTLP endpoint, local files are written only when this is given)
   --log-level L         trace, debug, info, warn, error or off (default info)

@@ -28,6 +28,9 @@ struct Options {
   // Rows of the in-BPF stack walk's table (docs/bpf-unwinding.md); 0: no walk in BPF.
   uint32_t bpf_unwind_rows = 1u << 20;
   absl::Duration export_interval = absl::Seconds(10);
+  // How often, at most, the kernel's symbols are read again while frames land above the kernel
+  // image (BPF programs loaded since); /proc/modules changing rereads them at once regardless.
+  absl::Duration kernel_symbols_recheck = absl::Minutes(5);
   std::string output_dir = "ember-profiles";
   // --output-dir was given: with an OTLP endpoint, local files are written only then.
   bool output_dir_given = false;

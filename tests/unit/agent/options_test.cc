@@ -13,6 +13,7 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   ASSERT_TRUE(options.ok());
   EXPECT_EQ(options->sampling_hz, 19);
   EXPECT_EQ(options->export_interval, absl::Seconds(10));
+  EXPECT_EQ(options->kernel_symbols_recheck, absl::Minutes(5));
   EXPECT_EQ(options->duration, absl::ZeroDuration());
   EXPECT_EQ(options->output_dir, "ember-profiles");
   EXPECT_EQ(options->stack_snapshot_bytes, 16384u);
@@ -113,12 +114,14 @@ TEST(OptionsTest, MetricsAddress) {
 TEST(OptionsTest, ParsesEveryFlagInBothForms) {
   auto options = Parse({"--duration=1m30s", "--pid", "12", "--pid=34", "--sampling-hz", "99",
                         "--export-interval=5", "--output-dir", "/tmp/x", "--log-level=debug",
-                        "--stack-snapshot-bytes", "65536"});
+                        "--stack-snapshot-bytes", "65536", "--kernel-symbols-recheck", "30s"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->duration, absl::Seconds(90));
   EXPECT_EQ(options->pids, (std::vector<uint32_t>{12, 34}));
   EXPECT_EQ(options->sampling_hz, 99);
   EXPECT_EQ(options->export_interval, absl::Seconds(5));
+  EXPECT_EQ(options->kernel_symbols_recheck, absl::Seconds(30));
+  EXPECT_EQ(Parse({"--kernel-symbols-recheck=1s"})->kernel_symbols_recheck, absl::Seconds(1));
   EXPECT_EQ(options->output_dir, "/tmp/x");
   EXPECT_EQ(options->log_level, spdlog::level::debug);
   EXPECT_EQ(options->stack_snapshot_bytes, 65536u);
@@ -200,6 +203,9 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--duration=forever"}, "--duration: expected"},
       {{"--duration=-5s"}, "--duration: expected"},
       {{"--export-interval=100ms"}, "--export-interval: expected"},
+      {{"--kernel-symbols-recheck=500ms"}, "--kernel-symbols-recheck: expected"},
+      {{"--kernel-symbols-recheck=soon"}, "--kernel-symbols-recheck: expected"},
+      {{"--kernel-symbols-recheck=-1m"}, "--kernel-symbols-recheck: expected"},
       {{"--log-level=loud"}, "--log-level: expected"},
       {{"--stack-snapshot-bytes=65537"}, "--stack-snapshot-bytes: expected"},
       {{"--stack-snapshot-bytes=-1"}, "--stack-snapshot-bytes: expected"},
