@@ -145,8 +145,13 @@ std::vector<MemoryMapping> KeepExecutableMappings(std::vector<MemoryMapping> all
     });
     if (stats != nullptr) stats->dropped_mappings += all.size() - max_mappings;
     all.resize(max_mappings);
-    std::sort(all.begin(), all.end(),
-              [](const MemoryMapping& a, const MemoryMapping& b) { return a.start < b.start; });
+  }
+  // In address order, as the kernel writes them, whatever the text said: lookups rely on it.
+  const auto by_start = [](const MemoryMapping& a, const MemoryMapping& b) {
+    return a.start < b.start;
+  };
+  if (!std::is_sorted(all.begin(), all.end(), by_start)) {
+    std::sort(all.begin(), all.end(), by_start);
   }
   all.shrink_to_fit();
   return all;
