@@ -51,7 +51,7 @@ struct Process {
   // is then named as the first of them to read it named it.
   std::shared_ptr<PerfMapFile> perf_map;
   FileLocation perf_map_location;  // where its own perf map is opened
-  std::string perf_map_name;  // how the process names it: /tmp/perf-NSPID.map
+  std::string perf_map_name;       // how the process names it: /tmp/perf-NSPID.map
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
   uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order

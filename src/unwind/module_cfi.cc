@@ -310,7 +310,8 @@ std::shared_ptr<ModuleCfi> ModuleCfiCache::Get(const FileIdentity& file,
       it->second.cfi =
           std::make_shared<ModuleCfi>(std::move(image).value(), compact_rows_, max_rows_);
     } else {
-      spdlog::debug("no CFI from {}: {}", LogSafe(open_path.Display()), LogSafe(image.status().message()));
+      spdlog::debug("no CFI from {}: {}", LogSafe(open_path.Display()),
+                    LogSafe(image.status().message()));
     }
   }
   return it->second.cfi;
