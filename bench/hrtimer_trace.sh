@@ -70,8 +70,8 @@ hrtimer_trace_figures() {
     END { print c + 0, t + 0 }' "$1"
 }
 
-# hrtimer_trace_stop PID: stops the tracer so that it prints its figures. Once in a run (session
-# 21, beside perf-dwarf) a tracer went on after its SIGINT for minutes, though a SIGINT by hand
+# hrtimer_trace_stop PID: stops the tracer so that it prints its figures. Once in a run (beside
+# perf-dwarf) a tracer went on after its SIGINT for minutes, though a SIGINT by hand
 # ended it at once; so the signal is sent again every second, for up to 20 s. Fails if it does
 # not exit.
 hrtimer_trace_stop() {

@@ -22,17 +22,17 @@
 # same flags, and prints its line too and the ratios of its costs to this build's: an A/B of two
 # builds in one run. Each agent samples the same CPUs in the same seconds (each its own timer, so
 # not the same instants), and the other agent too; this host's speed drifts by up to 2x over
-# minutes (docs/benchmarks.md, sessions 13 and 14), which separate runs cannot tell from a change.
+# minutes (docs/benchmarks.md), which separate runs cannot tell from a change.
 # Use it with --pid-only: system-wide, each agent also samples the other and symbolizes its binary
 # (tens of MB of DWARF), which is no cost of either build's own.
 # --with PEER (ember, system-wide) runs that peer at the same time, over the same window, and prints
 # its line too and Ember's cost all told over the peer's: a comparison the host's drift cannot
 # move, where one profiler after the other (interleaved rounds) can land in a slow stretch of the
-# host alone (session 18: 33.5 ms in one round against 12.2 and 12.9 in the rounds around it). Each
+# host alone (33.5 ms in one round was seen against 12.2 and 12.9 in the rounds around it). Each
 # samples the other as it samples the workload, and their samples in the window are alike. Its
 # warm-up is 60 s (and --seconds 110) unless given: the peer's start-up (bpftrace compiles its
-# script for seconds) and what Ember does about it (symbolizing, and until session 18 building
-# the CFI tables of every file bpftrace maps, about a second at 5% of its time) are no per-sample
+# script for seconds) and what Ember does about it (symbolizing, and building the CFI tables of
+# the files bpftrace maps) are no per-sample
 # cost, and must end before the window. It also times every sample of both in the interrupt that
 # takes it (bench/hrtimer_trace.sh, as bench/irq_time.sh does), from a third into the warm-up to
 # the window's end, and prints both profilers' cost counted whole: the same sum with each one's
@@ -199,7 +199,7 @@ sysctl -qw kernel.bpf_stats_enabled=1
 
 # The workload: units for twice the run, as one process alone does them, so that it outlasts the
 # window under two profilers and in the host's slow stretches (a worker done early leaves its CPU
-# idle; one run of session 21 had 16% idle firings). It is stopped at the end.
+# idle; a run with 16% idle firings was seen). It is stopped at the end.
 units=$("$workload" --calibrate 1 | tail -1)
 units=$((units * (2 * seconds + 10)))
 exec 3> >("$workload" "$units" > "$tmp/workload.out" 2>&1)

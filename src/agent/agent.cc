@@ -40,9 +40,9 @@ namespace {
 // (the context switch back in; on a host with shadow paging, 0.1 to 1.2 ms, growing with the
 // agent's resident memory): every 5 s, and at most 10 times a second more for new processes.
 // Every 2 s instead of every 1 s saved 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs, every 5 s
-// instead of 2 s about a fifth of the agent's CPU (session 17). A process that exec'd is new again
+// instead of 2 s about a fifth of the agent's CPU. A process that exec'd is new again
 // to the BPF side, whether its stack is walked there or copied, so the wait does not keep stale
-// maps or unwind entries in use (docs/benchmarks.md, sessions 13, 14). What is queued when an
+// maps or unwind entries in use (docs/benchmarks.md). What is queued when an
 // interval ends is read before it is written.
 constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};

@@ -8,7 +8,7 @@
 namespace ember {
 
 absl::Status GzipCompress(std::string_view data, std::string* out, int level) {
-  // The levels' figures: docs/benchmarks.md (session 9, libdeflate against zlib).
+  // The levels' figures: docs/benchmarks.md (libdeflate against zlib).
   libdeflate_compressor* compressor = libdeflate_alloc_compressor(level);
   if (compressor == nullptr) {
     return absl::InvalidArgumentError(
