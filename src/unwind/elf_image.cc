@@ -66,7 +66,8 @@ absl::Status ElfImage::ReadSegments() {
                                  .vaddr = phdr.p_vaddr,
                                  .file_size = phdr.p_filesz,
                                  .mem_size = phdr.p_memsz,
-                                 .align = phdr.p_align});
+                                 .align = phdr.p_align,
+                                 .executable = (phdr.p_flags & PF_X) != 0});
   }
   if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
   return absl::OkStatus();
@@ -74,33 +75,52 @@ absl::Status ElfImage::ReadSegments() {
 
 ModulePlacement LoadLayout::AtElfAddresses() const {
   if (segments_.empty()) return {};
-  const Segment& first = segments_.front();
-  std::optional<ModulePlacement> placement =
-      Place(first.vaddr & ~uint64_t{4095}, first.offset & ~uint64_t{4095});
-  return placement ? *placement : ModulePlacement{};
+  return WithBias(0);
 }
 
-std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t file_offset) const {
-  constexpr uint64_t kPage = 4096;
+std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t end,
+                                                 uint64_t file_offset) const {
+  constexpr uint64_t kPageMask = ~uint64_t{4095};
+  if (end <= start) return std::nullopt;
+  const uint64_t length = end - start;
+  // The loader maps a segment from its first file page to the page its file bytes end in, at the
+  // same place within the page as in the file (offset and address are congruent modulo the
+  // page), so a mapping of it starts at one of those pages and ends by the last. mprotect
+  // (RELRO) can split that mapping, but every part stays within the segment's pages.
   const Segment* mapped = nullptr;
+  const Segment* holding = nullptr;  // holds the offset, though the mapping runs past its pages
   for (const Segment& s : segments_) {
-    if ((s.offset & ~(kPage - 1)) <= file_offset && file_offset < s.offset + s.file_size) {
-      mapped = &s;
-      break;
-    }
+    const uint64_t first_page = s.offset & kPageMask;
+    if (file_offset < first_page || file_offset >= s.offset + s.file_size) continue;
+    const uint64_t mapped_bytes =
+        ((s.vaddr + s.file_size + 4095) & kPageMask) - (s.vaddr & kPageMask);
+    const bool fits = file_offset - first_page <= mapped_bytes &&
+                      length <= mapped_bytes - (file_offset - first_page);
+    // The callers' mappings are executable: with two segments in one page, the code's wins.
+    const Segment** slot = fits ? &mapped : &holding;
+    if (*slot == nullptr || (s.executable && !(*slot)->executable)) *slot = &s;
   }
+  if (mapped == nullptr) mapped = holding;
   if (mapped == nullptr) return std::nullopt;
+  // The mapping's first byte is file byte `file_offset`, which the segment puts at ELF address
+  // vaddr + (file_offset - offset).
+  const uint64_t bias = start - (mapped->vaddr + file_offset - mapped->offset);
+  ModulePlacement placement = WithBias(bias);
+  if (placement.high <= placement.low) return std::nullopt;
+  return placement;
+}
+
+ModulePlacement LoadLayout::WithBias(uint64_t bias) const {
   ModulePlacement placement;
-  placement.bias = start - (mapped->vaddr - mapped->offset + file_offset);
+  placement.bias = bias;
   // libdwfl takes the first segment's address rounded down to its alignment as the module start
   // and computes the bias back from it, so report exactly that.
   const Segment& first = segments_.front();
   uint64_t first_vaddr = first.align > 1 ? first.vaddr & ~(first.align - 1) : first.vaddr;
-  placement.low = placement.bias + first_vaddr;
-  uint64_t end = 0;
-  for (const Segment& s : segments_) end = std::max(end, s.vaddr + s.mem_size);
-  placement.high = placement.bias + end;
-  if (placement.high <= placement.low) return std::nullopt;
+  placement.low = bias + first_vaddr;
+  uint64_t elf_end = 0;
+  for (const Segment& s : segments_) elf_end = std::max(elf_end, s.vaddr + s.mem_size);
+  placement.high = bias + elf_end;
   return placement;
 }
 

@@ -31,9 +31,13 @@ struct ModulePlacement {
 // An ELF file's loadable segments: how a mapping of the file places it. A copy outlives the file.
 class LoadLayout {
  public:
-  // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
-  // loadable segment holds that offset.
-  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
+  // Placement of the file when the executable mapping [start, end) maps it from `file_offset`
+  // on (as /proc/PID/maps states it); nullopt when no loadable segment can be mapped so.
+  // The bias comes from the segment the mapping is of: LLD lays segments out with file offsets
+  // and addresses that differ by a different amount in each segment, and with two segments
+  // sharing a file page, so the segment is the one whose pages the mapping fits in, the
+  // executable one first.
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t end, uint64_t file_offset) const;
   // The placement at the file's own ELF addresses (bias 0).
   ModulePlacement AtElfAddresses() const;
 
@@ -41,7 +45,9 @@ class LoadLayout {
   friend class ElfImage;
   struct Segment {
     uint64_t offset, vaddr, file_size, mem_size, align;
+    bool executable;
   };
+  ModulePlacement WithBias(uint64_t bias) const;
   std::vector<Segment> segments_;  // PT_LOAD, in file order; never empty once read
 };
 
@@ -61,8 +67,8 @@ class ElfImage {
   const std::string& path() const { return path_; }  // as opened, or "[vdso]"
 
   const LoadLayout& layout() const { return layout_; }
-  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const {
-    return layout_.Place(start, file_offset);
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t end, uint64_t file_offset) const {
+    return layout_.Place(start, end, file_offset);
   }
   ModulePlacement AtElfAddresses() const { return layout_.AtElfAddresses(); }
   // Drops this process's pages of the file's mapping (internal::ElfFile::ReleasePages).
