@@ -69,6 +69,8 @@ const UnwindMode kLldWalkInBpf = {"ClangLldWalkInBpf", {}, EMBER_CFI_CHAINS_LLD_
 const UnwindMode kLldSnapshotOnly = {
     "ClangLldSnapshotOnly", {"--bpf-unwind-rows", "0"}, EMBER_CFI_CHAINS_LLD_BIN};
 
+void PrintTo(const UnwindMode& mode, std::ostream* out) { *out << mode.name; }
+
 class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
  protected:
   struct Run {

@@ -279,6 +279,78 @@ TEST_P(LldLayoutTest, FunctionsAreNamedAndStepByTheirCfi) {
   for (const auto& [function, failure] : failures) ADD_FAILURE() << function << ": " << failure;
 }
 
+// An ELF file of `segments` (PT_LOAD, 4 KiB aligned) and nothing else, opened.
+std::shared_ptr<ElfImage> ImageOf(const std::string& name, std::vector<Elf64_Phdr> segments) {
+  constexpr uint64_t kSize = 0x4000;
+  std::vector<char> image(kSize);
+  Elf64_Ehdr ehdr{};
+  std::memcpy(ehdr.e_ident, ELFMAG, SELFMAG);
+  ehdr.e_ident[EI_CLASS] = ELFCLASS64;
+  ehdr.e_ident[EI_DATA] = ELFDATA2LSB;
+  ehdr.e_ident[EI_VERSION] = EV_CURRENT;
+  ehdr.e_type = ET_DYN;
+  ehdr.e_machine = EM_X86_64;
+  ehdr.e_version = EV_CURRENT;
+  ehdr.e_phoff = sizeof(Elf64_Ehdr);
+  ehdr.e_ehsize = sizeof(Elf64_Ehdr);
+  ehdr.e_phentsize = sizeof(Elf64_Phdr);
+  ehdr.e_phnum = static_cast<uint16_t>(segments.size());
+  std::memcpy(image.data(), &ehdr, sizeof(ehdr));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    segments[i].p_type = PT_LOAD;
+    segments[i].p_paddr = segments[i].p_vaddr;
+    segments[i].p_align = 0x1000;
+    std::memcpy(image.data() + sizeof(ehdr) + i * sizeof(Elf64_Phdr), &segments[i],
+                sizeof(Elf64_Phdr));
+  }
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary).write(image.data(), kSize);
+  auto opened = ElfImage::Open(path);
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  return opened.ok() ? *opened : nullptr;
+}
+
+constexpr uint64_t kBase = 0x7f0000000000;
+
+// LLD's layout of a small program: the code shares its file page with the read-only data
+// before it, and its one page of mapping fits either segment: the code's is the one mapped
+// executable.
+TEST(LoadLayoutTest, CodeSharingAPageWithDataIsPlacedByTheCode) {
+  std::shared_ptr<ElfImage> image = ImageOf(
+      "lld_layout_small", {{.p_flags = PF_R, .p_offset = 0, .p_vaddr = 0, .p_filesz = 0x744},
+                           {.p_flags = PF_R | PF_X,
+                            .p_offset = 0x750,
+                            .p_vaddr = 0x1750,
+                            .p_filesz = 0x240,
+                            .p_memsz = 0x240}});
+  ASSERT_NE(image, nullptr);
+  std::optional<ModulePlacement> code = image->Place(kBase + 0x1000, kBase + 0x2000, 0);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(code->bias, kBase);
+}
+
+// Two code segments in one file page, as a linker script can lay them out: the executable
+// preference cannot tell them apart, the size of the mapping does.
+TEST(LoadLayoutTest, MappingFitsOnlyTheSegmentItMaps) {
+  std::shared_ptr<ElfImage> image = ImageOf(
+      "lld_layout_two_code_segments",
+      {{.p_flags = PF_R | PF_X, .p_offset = 0, .p_vaddr = 0, .p_filesz = 0x800, .p_memsz = 0x800},
+       {.p_flags = PF_R | PF_X,
+        .p_offset = 0x800,
+        .p_vaddr = 0x1800,
+        .p_filesz = 0x3000,
+        .p_memsz = 0x3000}});
+  ASSERT_NE(image, nullptr);
+  // The second segment: its pages at 0x1000..0x5000, from file page 0.
+  std::optional<ModulePlacement> second = image->Place(kBase + 0x1000, kBase + 0x5000, 0);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->bias, kBase);
+  // The first: one page, which either segment's pages could hold; the first in the file wins.
+  std::optional<ModulePlacement> first = image->Place(kBase, kBase + 0x1000, 0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->bias, kBase);
+}
+
 INSTANTIATE_TEST_SUITE_P(Builds, LldLayoutTest,
                          ::testing::Values(kGcc, kClangLld, kRustLegacy, kRustV0),
                          [](const ::testing::TestParamInfo<Fixture>& info) {
