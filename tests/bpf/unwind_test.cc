@@ -242,9 +242,9 @@ std::optional<std::pair<int64_t, int64_t>> WalkedInBpf(const std::string& agent_
 // Once its tables are loaded (in the first second: they are built in the background), the
 // fixture's stacks are walked to their first frame in BPF, libc's included: the agent gets
 // addresses, not stack copies.
-TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
+void ExpectMostStacksWalkedWholeInBpf(const char* fixture) {
   const ProfiledRun run =
-      ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
+      ProfileFixture({fixture, "8"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
   std::filesystem::remove_all(run.output_dir);
   std::optional<std::pair<int64_t, int64_t>> walked = WalkedInBpf(run.agent_log);
   ASSERT_TRUE(walked.has_value()) << run.agent_log;
@@ -256,6 +256,19 @@ TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
       << run.agent_log;
   // 0.5 s to 1 s of the 8 s go by before the tables are in (more on a loaded machine).
   EXPECT_GE(Share(whole, whole + stopped), 0.75) << run.agent_log;
+}
+
+TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_CFI_CHAINS_BIN);
+}
+
+// The BPF walk looks rows up by ELF address, through the bias of the segment a mapping maps:
+// LLD's text segment is placed apart from its file offset by another amount than its first one.
+TEST(BpfWalkTest, LldLinkedStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_CFI_CHAINS_LLD_BIN);
+}
+TEST(BpfWalkTest, RustReleaseStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_BURN_LEGACY_BIN);
 }
 
 // With --bpf-unwind-rows 0 the BPF program walks nothing itself.
