@@ -62,11 +62,11 @@ absl::Status ElfImage::ReadSegments() {
     if (gelf_getphdr(elf_, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
       continue;
     }
+    if (layout_.segments_.empty()) layout_.first_align_ = phdr.p_align;
     layout_.segments_.push_back({.offset = phdr.p_offset,
                                  .vaddr = phdr.p_vaddr,
                                  .file_size = phdr.p_filesz,
                                  .mem_size = phdr.p_memsz,
-                                 .align = phdr.p_align,
                                  .executable = (phdr.p_flags & PF_X) != 0});
   }
   if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
@@ -80,32 +80,11 @@ ModulePlacement LoadLayout::AtElfAddresses() const {
 
 std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t end,
                                                  uint64_t file_offset) const {
-  constexpr uint64_t kPageMask = ~uint64_t{4095};
   if (end <= start) return std::nullopt;
-  const uint64_t length = end - start;
-  // The loader maps a segment from its first file page to the page its file bytes end in, at the
-  // same place within the page as in the file (offset and address are congruent modulo the
-  // page), so a mapping of it starts at one of those pages and ends by the last. mprotect
-  // (RELRO) can split that mapping, but every part stays within the segment's pages.
-  const Segment* mapped = nullptr;
-  const Segment* holding = nullptr;  // holds the offset, though the mapping runs past its pages
-  for (const Segment& s : segments_) {
-    const uint64_t first_page = s.offset & kPageMask;
-    if (file_offset < first_page || file_offset >= s.offset + s.file_size) continue;
-    const uint64_t mapped_bytes =
-        ((s.vaddr + s.file_size + 4095) & kPageMask) - (s.vaddr & kPageMask);
-    const bool fits = file_offset - first_page <= mapped_bytes &&
-                      length <= mapped_bytes - (file_offset - first_page);
-    // The callers' mappings are executable: with two segments in one page, the code's wins.
-    const Segment** slot = fits ? &mapped : &holding;
-    if (*slot == nullptr || (s.executable && !(*slot)->executable)) *slot = &s;
-  }
-  if (mapped == nullptr) mapped = holding;
-  if (mapped == nullptr) return std::nullopt;
-  // The mapping's first byte is file byte `file_offset`, which the segment puts at ELF address
-  // vaddr + (file_offset - offset).
-  const uint64_t bias = start - (mapped->vaddr + file_offset - mapped->offset);
-  ModulePlacement placement = WithBias(bias);
+  std::optional<uint64_t> bias = LoadBias(
+      segments_, {.start = start, .end = end, .file_offset = file_offset, .executable = true});
+  if (!bias) return std::nullopt;
+  ModulePlacement placement = WithBias(*bias);
   if (placement.high <= placement.low) return std::nullopt;
   return placement;
 }
@@ -115,11 +94,11 @@ ModulePlacement LoadLayout::WithBias(uint64_t bias) const {
   placement.bias = bias;
   // libdwfl takes the first segment's address rounded down to its alignment as the module start
   // and computes the bias back from it, so report exactly that.
-  const Segment& first = segments_.front();
-  uint64_t first_vaddr = first.align > 1 ? first.vaddr & ~(first.align - 1) : first.vaddr;
+  const LoadSegment& first = segments_.front();
+  uint64_t first_vaddr = first_align_ > 1 ? first.vaddr & ~(first_align_ - 1) : first.vaddr;
   placement.low = bias + first_vaddr;
   uint64_t elf_end = 0;
-  for (const Segment& s : segments_) elf_end = std::max(elf_end, s.vaddr + s.mem_size);
+  for (const LoadSegment& s : segments_) elf_end = std::max(elf_end, s.vaddr + s.mem_size);
   placement.high = bias + elf_end;
   return placement;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/load_segments.h"
 #include "common/untrusted_open.h"
 
 typedef struct Elf Elf;
@@ -32,23 +33,17 @@ struct ModulePlacement {
 class LoadLayout {
  public:
   // Placement of the file when the executable mapping [start, end) maps it from `file_offset`
-  // on (as /proc/PID/maps states it); nullopt when no loadable segment can be mapped so.
-  // The bias comes from the segment the mapping is of: LLD lays segments out with file offsets
-  // and addresses that differ by a different amount in each segment, and with two segments
-  // sharing a file page, so the segment is the one whose pages the mapping fits in, the
-  // executable one first.
+  // on (as /proc/PID/maps states it), by the segment it maps (LoadBias); nullopt when no
+  // loadable segment holds that offset.
   std::optional<ModulePlacement> Place(uint64_t start, uint64_t end, uint64_t file_offset) const;
   // The placement at the file's own ELF addresses (bias 0).
   ModulePlacement AtElfAddresses() const;
 
  private:
   friend class ElfImage;
-  struct Segment {
-    uint64_t offset, vaddr, file_size, mem_size, align;
-    bool executable;
-  };
   ModulePlacement WithBias(uint64_t bias) const;
-  std::vector<Segment> segments_;  // PT_LOAD, in file order; never empty once read
+  std::vector<LoadSegment> segments_;  // PT_LOAD, in file order; never empty once read
+  uint64_t first_align_ = 0;           // the first segment's p_align
 };
 
 class ElfImage {
