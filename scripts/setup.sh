@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 packages=(
   # build
   build-essential cmake ninja-build pkg-config
+  # LLVM's linker: the unwinding tests link a clang-built fixture with it, as LLD lays segments
+  # out (file offset and address differing) unlike GNU ld
+  lld
   # BPF: compiler for the bpf target, skeleton generator, loader
   clang llvm bpftool libbpf-dev linux-libc-dev
   # libraries

@@ -690,7 +690,12 @@ void Agent::UpdatePython(Process* process) {
   files.reserve(process->mappings.size());
   for (const MemoryMapping& mapping : process->mappings) {
     if (mapping.IsFileBacked()) {
-      files.push_back({mapping.path, mapping.start, mapping.offset, mapping.file});
+      files.push_back({.path = mapping.path,
+                       .start = mapping.start,
+                       .offset = mapping.offset,
+                       .file = mapping.file,
+                       .end = mapping.end,
+                       .executable = mapping.executable});
     }
   }
   bool changed = false;

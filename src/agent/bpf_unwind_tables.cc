@@ -163,7 +163,7 @@ void BpfUnwindTables::WriteEntry(uint32_t pid, const Process& process) {
     auto it = files_.find(KeyOf(m));
     if (it == files_.end() || it->second.state != File::State::kLoaded) continue;
     const File& file = it->second;
-    std::optional<ModulePlacement> placement = file.layout.Place(m.start, m.offset);
+    std::optional<ModulePlacement> placement = file.layout.Place(m.start, m.end, m.offset);
     if (!placement) continue;
     // Mappings come from one /proc/PID/maps read, so they do not overlap.
     proc.mappings[proc.count++] = {.start = m.start,

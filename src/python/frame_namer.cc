@@ -44,7 +44,10 @@ const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile
         for (const MappedFile& mapping : mappings) {
           if (mapping.path != path) continue;
           std::optional<ProcessInterpreter> process =
-              MakeProcessInterpreter(*info, mapping.start, mapping.offset);
+              MakeProcessInterpreter(*info, {.start = mapping.start,
+                                             .end = mapping.end,
+                                             .file_offset = mapping.offset,
+                                             .executable = mapping.executable});
           if (!process) continue;
           result.process = *process;
           result.bpf = MakeBpfPythonProc(process->config);

@@ -25,6 +25,10 @@ struct MappedFile {
   uint64_t offset = 0;
   // Device and inode of the line, which the file opened at `path` must have; unchecked if unset.
   std::optional<FileIdentity> file;
+  // Where the mapping ends (unknown when not past `start`) and whether it is code: they tell
+  // which segment it maps where two share a file page (load_segments.h).
+  uint64_t end = 0;
+  bool executable = false;
 };
 
 struct PythonProcess {

@@ -280,7 +280,11 @@ InterpreterInfo InspectOpenElf(const std::string& path, Elf* elf, uint64_t file_
       if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
         continue;
       }
-      info.segments.push_back({phdr.p_vaddr, phdr.p_offset, phdr.p_filesz, phdr.p_memsz});
+      info.segments.push_back({.offset = phdr.p_offset,
+                               .vaddr = phdr.p_vaddr,
+                               .file_size = phdr.p_filesz,
+                               .mem_size = phdr.p_memsz,
+                               .executable = (phdr.p_flags & PF_X) != 0});
     }
   }
 
@@ -399,35 +403,24 @@ absl::StatusOr<InterpreterInfo> DetectInterpreter(
   return none;
 }
 
-uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address, uint64_t map_start,
-                             uint64_t map_offset) {
-  constexpr uint64_t kPageMask = ~uint64_t{0xfff};
-  for (const LoadSegment& seg : info.segments) {
-    uint64_t seg_file_start = seg.offset & kPageMask;
-    if (seg.filesz > UINT64_MAX - seg.offset) continue;  // a header no linker writes
-    if (map_offset < seg_file_start || map_offset >= seg.offset + seg.filesz) continue;
-    // The ELF address at which the mapping starts; the load bias follows.
-    uint64_t elf_at_map_start = seg.vaddr - seg.offset + map_offset;
-    return elf_address - elf_at_map_start + map_start;
-  }
-  return 0;
+uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address,
+                             const FileMapping& mapping) {
+  std::optional<uint64_t> bias = LoadBias(info.segments, mapping);
+  return bias ? elf_address + *bias : 0;
 }
 
 std::optional<ProcessInterpreter> MakeProcessInterpreter(const InterpreterInfo& info,
-                                                         uint64_t map_start, uint64_t map_offset) {
+                                                         const FileMapping& mapping) {
   if (info.outcome != DetectOutcome::kSupported) return std::nullopt;
   ProcessInterpreter out;
   out.config.layout = info.layout;
-  out.config.runtime_address =
-      ElfToProcessAddress(info, info.runtime_address, map_start, map_offset);
+  out.config.runtime_address = ElfToProcessAddress(info, info.runtime_address, mapping);
   if (out.config.runtime_address == 0) return std::nullopt;
   if (info.code_type_address != 0) {
-    out.config.code_type_address =
-        ElfToProcessAddress(info, info.code_type_address, map_start, map_offset);
+    out.config.code_type_address = ElfToProcessAddress(info, info.code_type_address, mapping);
   }
   if (info.eval_frame_address != 0) {
-    out.eval_frame_start =
-        ElfToProcessAddress(info, info.eval_frame_address, map_start, map_offset);
+    out.eval_frame_start = ElfToProcessAddress(info, info.eval_frame_address, mapping);
     if (out.eval_frame_start != 0) out.eval_frame_end = out.eval_frame_start + info.eval_frame_size;
   }
   return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/load_segments.h"
 #include "common/untrusted_open.h"
 #include "python/cpython_layout.h"
 #include "python/frame_walker.h"
@@ -26,14 +27,6 @@ struct PythonVersion {
   int major = 0;
   int minor = 0;
   int micro = 0;  // -1 when only the file name told the version
-};
-
-// A PT_LOAD segment, for turning the ELF addresses below into process addresses.
-struct LoadSegment {
-  uint64_t vaddr = 0;
-  uint64_t offset = 0;
-  uint64_t filesz = 0;
-  uint64_t memsz = 0;
 };
 
 struct InterpreterInfo {
@@ -74,10 +67,10 @@ absl::StatusOr<InterpreterInfo> DetectInterpreter(
     std::span<const std::string> mapped_paths, const std::string& root = "",
     std::span<const std::optional<FileIdentity>> identities = {});
 
-// The process address of ELF address `elf_address` of a file mapped at `map_start` from file
-// offset `map_offset` (one line of /proc/PID/maps for that file). 0 when no segment fits.
-uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address, uint64_t map_start,
-                             uint64_t map_offset);
+// The process address of ELF address `elf_address` of a file one line of /proc/PID/maps maps
+// (placed by the segment it maps, LoadBias). 0 when no segment holds the mapping's offset.
+uint64_t ElfToProcessAddress(const InterpreterInfo& info, uint64_t elf_address,
+                             const FileMapping& mapping);
 
 // What the agent keeps per Python process: the walker's (and BPF map's) configuration and the
 // process address range of _PyEval_EvalFrameDefault, for SpliceStacks.
@@ -87,9 +80,9 @@ struct ProcessInterpreter {
   uint64_t eval_frame_end = 0;
 };
 
-// For a supported `info` whose file the process maps at `map_start` from `map_offset` (any one
-// line of /proc/PID/maps for info.path). nullopt when the addresses do not fall in its segments.
+// For a supported `info` whose file the process maps as `mapping` (any one line of
+// /proc/PID/maps for info.path). nullopt when the addresses do not fall in its segments.
 std::optional<ProcessInterpreter> MakeProcessInterpreter(const InterpreterInfo& info,
-                                                         uint64_t map_start, uint64_t map_offset);
+                                                         const FileMapping& mapping);
 
 }  // namespace ember::python

@@ -71,7 +71,7 @@ std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(
       cfi = files_.Get(m.file, m.open_path);
     }
     if (cfi == nullptr) continue;  // anonymous or unreadable: frame pointers only
-    std::optional<ModulePlacement> placement = cfi->image().Place(m.start, m.offset);
+    std::optional<ModulePlacement> placement = cfi->image().Place(m.start, m.end, m.offset);
     if (!placement || m.end <= m.start) continue;
     space->modules.push_back(
         {.start = m.start, .end = m.end, .bias = placement->bias, .cfi = std::move(cfi)});

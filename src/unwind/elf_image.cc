@@ -62,11 +62,12 @@ absl::Status ElfImage::ReadSegments() {
     if (gelf_getphdr(elf_, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
       continue;
     }
+    if (layout_.segments_.empty()) layout_.first_align_ = phdr.p_align;
     layout_.segments_.push_back({.offset = phdr.p_offset,
                                  .vaddr = phdr.p_vaddr,
                                  .file_size = phdr.p_filesz,
                                  .mem_size = phdr.p_memsz,
-                                 .align = phdr.p_align});
+                                 .executable = (phdr.p_flags & PF_X) != 0});
   }
   if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
   return absl::OkStatus();
@@ -74,33 +75,31 @@ absl::Status ElfImage::ReadSegments() {
 
 ModulePlacement LoadLayout::AtElfAddresses() const {
   if (segments_.empty()) return {};
-  const Segment& first = segments_.front();
-  std::optional<ModulePlacement> placement =
-      Place(first.vaddr & ~uint64_t{4095}, first.offset & ~uint64_t{4095});
-  return placement ? *placement : ModulePlacement{};
+  return WithBias(0);
 }
 
-std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t file_offset) const {
-  constexpr uint64_t kPage = 4096;
-  const Segment* mapped = nullptr;
-  for (const Segment& s : segments_) {
-    if ((s.offset & ~(kPage - 1)) <= file_offset && file_offset < s.offset + s.file_size) {
-      mapped = &s;
-      break;
-    }
-  }
-  if (mapped == nullptr) return std::nullopt;
+std::optional<ModulePlacement> LoadLayout::Place(uint64_t start, uint64_t end,
+                                                 uint64_t file_offset) const {
+  if (end <= start) return std::nullopt;
+  std::optional<uint64_t> bias = LoadBias(
+      segments_, {.start = start, .end = end, .file_offset = file_offset, .executable = true});
+  if (!bias) return std::nullopt;
+  ModulePlacement placement = WithBias(*bias);
+  if (placement.high <= placement.low) return std::nullopt;
+  return placement;
+}
+
+ModulePlacement LoadLayout::WithBias(uint64_t bias) const {
   ModulePlacement placement;
-  placement.bias = start - (mapped->vaddr - mapped->offset + file_offset);
+  placement.bias = bias;
   // libdwfl takes the first segment's address rounded down to its alignment as the module start
   // and computes the bias back from it, so report exactly that.
-  const Segment& first = segments_.front();
-  uint64_t first_vaddr = first.align > 1 ? first.vaddr & ~(first.align - 1) : first.vaddr;
-  placement.low = placement.bias + first_vaddr;
-  uint64_t end = 0;
-  for (const Segment& s : segments_) end = std::max(end, s.vaddr + s.mem_size);
-  placement.high = placement.bias + end;
-  if (placement.high <= placement.low) return std::nullopt;
+  const LoadSegment& first = segments_.front();
+  uint64_t first_vaddr = first_align_ > 1 ? first.vaddr & ~(first_align_ - 1) : first.vaddr;
+  placement.low = bias + first_vaddr;
+  uint64_t elf_end = 0;
+  for (const LoadSegment& s : segments_) elf_end = std::max(elf_end, s.vaddr + s.mem_size);
+  placement.high = bias + elf_end;
   return placement;
 }
 

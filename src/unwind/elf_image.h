@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/load_segments.h"
 #include "common/untrusted_open.h"
 
 typedef struct Elf Elf;
@@ -31,18 +32,18 @@ struct ModulePlacement {
 // An ELF file's loadable segments: how a mapping of the file places it. A copy outlives the file.
 class LoadLayout {
  public:
-  // Placement of the file when `file_offset` of it is mapped at `start`; nullopt when no
+  // Placement of the file when the executable mapping [start, end) maps it from `file_offset`
+  // on (as /proc/PID/maps states it), by the segment it maps (LoadBias); nullopt when no
   // loadable segment holds that offset.
-  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const;
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t end, uint64_t file_offset) const;
   // The placement at the file's own ELF addresses (bias 0).
   ModulePlacement AtElfAddresses() const;
 
  private:
   friend class ElfImage;
-  struct Segment {
-    uint64_t offset, vaddr, file_size, mem_size, align;
-  };
-  std::vector<Segment> segments_;  // PT_LOAD, in file order; never empty once read
+  ModulePlacement WithBias(uint64_t bias) const;
+  std::vector<LoadSegment> segments_;  // PT_LOAD, in file order; never empty once read
+  uint64_t first_align_ = 0;           // the first segment's p_align
 };
 
 class ElfImage {
@@ -61,8 +62,8 @@ class ElfImage {
   const std::string& path() const { return path_; }  // as opened, or "[vdso]"
 
   const LoadLayout& layout() const { return layout_; }
-  std::optional<ModulePlacement> Place(uint64_t start, uint64_t file_offset) const {
-    return layout_.Place(start, file_offset);
+  std::optional<ModulePlacement> Place(uint64_t start, uint64_t end, uint64_t file_offset) const {
+    return layout_.Place(start, end, file_offset);
   }
   ModulePlacement AtElfAddresses() const { return layout_.AtElfAddresses(); }
   // Drops this process's pages of the file's mapping (internal::ElfFile::ReleasePages).

@@ -1,12 +1,14 @@
-// Profiles a program built by GCC without frame pointers (tests/fixtures/unwind/cfi_chains.c) and
-// checks that the agent unwinds it with DWARF CFI: through a 17-frame chain, a short one, and
-// libc's qsort, back to main, with leaf shares that match the program's own CPU accounting (issue
-// 3).
+// Profiles a program built without frame pointers (tests/fixtures/unwind/cfi_chains.c), by GCC
+// and by clang linked with LLD, and checks that the agent unwinds it with DWARF CFI: through a
+// 17-frame chain, a short one, and libc's qsort, back to main, with leaf shares that match the
+// program's own CPU accounting (issue 3); and a Rust release build (tests/fixtures/unwind/burn.rs)
+// with both symbol manglings, whose frames must carry demangled names (issue 32).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,13 +55,21 @@ std::string CommonBadStacks(const std::vector<NamedSample>& samples,
 }
 
 // The two ways the agent unwinds code without frame pointers: walked in BPF by the CFI rows it
-// loads (the default, with the snapshot for what that walk leaves), and from the snapshot alone.
+// loads (the default, with the snapshot for what that walk leaves), and from the snapshot alone;
+// each on the GCC build and on the clang + LLD one, whose segments' file offsets and addresses
+// differ.
 struct UnwindMode {
   const char* name;
   std::vector<std::string> agent_args;
+  const char* fixture = EMBER_CFI_CHAINS_BIN;
 };
 const UnwindMode kWalkInBpf = {"WalkInBpf", {}};
 const UnwindMode kSnapshotOnly = {"SnapshotOnly", {"--bpf-unwind-rows", "0"}};
+const UnwindMode kLldWalkInBpf = {"ClangLldWalkInBpf", {}, EMBER_CFI_CHAINS_LLD_BIN};
+const UnwindMode kLldSnapshotOnly = {
+    "ClangLldSnapshotOnly", {"--bpf-unwind-rows", "0"}, EMBER_CFI_CHAINS_LLD_BIN};
+
+void PrintTo(const UnwindMode& mode, std::ostream* out) { *out << mode.name; }
 
 class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
  protected:
@@ -73,7 +83,7 @@ class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
     auto it = runs->find(mode.name);
     if (it == runs->end()) {
       Run r;
-      r.run = ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199, nullptr, SIGINT, mode.agent_args);
+      r.run = ProfileFixture({mode.fixture, "8"}, 199, nullptr, SIGINT, mode.agent_args);
       r.samples = SamplesOf(r.run.output_dir, r.run.pid);
       std::filesystem::remove_all(r.run.output_dir);
       it = runs->emplace(mode.name, std::move(r)).first;
@@ -208,7 +218,9 @@ TEST_P(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
                          [](const NamedSample& s) { return LeafOf(s) == "compare_items"; });
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CfiUnwindTest, ::testing::Values(kWalkInBpf, kSnapshotOnly),
+INSTANTIATE_TEST_SUITE_P(Modes, CfiUnwindTest,
+                         ::testing::Values(kWalkInBpf, kSnapshotOnly, kLldWalkInBpf,
+                                           kLldSnapshotOnly),
                          [](const ::testing::TestParamInfo<UnwindMode>& info) {
                            return std::string(info.param.name);
                          });
@@ -230,9 +242,9 @@ std::optional<std::pair<int64_t, int64_t>> WalkedInBpf(const std::string& agent_
 // Once its tables are loaded (in the first second: they are built in the background), the
 // fixture's stacks are walked to their first frame in BPF, libc's included: the agent gets
 // addresses, not stack copies.
-TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
+void ExpectMostStacksWalkedWholeInBpf(const char* fixture) {
   const ProfiledRun run =
-      ProfileFixture({EMBER_CFI_CHAINS_BIN, "8"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
+      ProfileFixture({fixture, "8"}, 199, nullptr, SIGINT, kWalkInBpf.agent_args);
   std::filesystem::remove_all(run.output_dir);
   std::optional<std::pair<int64_t, int64_t>> walked = WalkedInBpf(run.agent_log);
   ASSERT_TRUE(walked.has_value()) << run.agent_log;
@@ -244,6 +256,19 @@ TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
       << run.agent_log;
   // 0.5 s to 1 s of the 8 s go by before the tables are in (more on a loaded machine).
   EXPECT_GE(Share(whole, whole + stopped), 0.75) << run.agent_log;
+}
+
+TEST(BpfWalkTest, MostStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_CFI_CHAINS_BIN);
+}
+
+// The BPF walk looks rows up by ELF address, through the bias of the segment a mapping maps:
+// LLD's text segment is placed apart from its file offset by another amount than its first one.
+TEST(BpfWalkTest, LldLinkedStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_CFI_CHAINS_LLD_BIN);
+}
+TEST(BpfWalkTest, RustReleaseStacksAreWalkedWholeInBpf) {
+  ExpectMostStacksWalkedWholeInBpf(EMBER_BURN_LEGACY_BIN);
 }
 
 // With --bpf-unwind-rows 0 the BPF program walks nothing itself.
@@ -283,6 +308,156 @@ TEST(DebugFrameUnwindTest, StacksReachMainThroughTheDeepChain) {
   ASSERT_GT(deep.with_leaf, 0);
   EXPECT_GE(Share(deep.whole, deep.with_leaf), 0.95) << deep.whole << " of " << deep.with_leaf;
 }
+
+// A Rust release build (opt-level 3, rustc's default LLD link, no frame pointers). Its three
+// phases' leaves, by the names the fixture prints and the names the profile must carry: GNU
+// libiberty's demangler prints a legacy name with its generic parameters and without the hash,
+// and a v0 name with the instantiation's arguments, which v0 encodes, as `<Type>::method` (the
+// form Rust's own demangler prints).
+struct RustBuild {
+  const char* name;
+  const char* fixture;
+  std::map<std::string, std::string> leaves;  // printed name -> demangled function name
+};
+const RustBuild kLegacyMangling = {"Legacy",
+                                   EMBER_BURN_LEGACY_BIN,
+                                   {{"rs_hot_leaf", "burn::server::Handler<T>::rs_hot_leaf"},
+                                    {"rs_cold_leaf", "burn::store::rs_cold_leaf"},
+                                    {"rs_deep_leaf", "burn::rs_deep_leaf"}}};
+const RustBuild kV0Mangling = {"V0",
+                               EMBER_BURN_V0_BIN,
+                               {{"rs_hot_leaf", "<burn::server::Handler<u32>>::rs_hot_leaf"},
+                                {"rs_cold_leaf", "burn::store::rs_cold_leaf"},
+                                {"rs_deep_leaf", "burn::rs_deep_leaf"}}};
+
+void PrintTo(const RustBuild& build, std::ostream* out) { *out << build.name; }
+
+class RustReleaseTest : public ::testing::TestWithParam<RustBuild> {
+ protected:
+  struct Run {
+    ProfiledRun run;
+    std::vector<NamedSample> samples;
+  };
+  static const Run& RunOf(const RustBuild& build) {
+    static std::map<std::string, Run>* runs = new std::map<std::string, Run>();
+    auto it = runs->find(build.name);
+    if (it == runs->end()) {
+      Run r;
+      r.run = ProfileFixture({build.fixture, "8"}, 199, nullptr, SIGINT);
+      r.samples = SamplesOf(r.run.output_dir, r.run.pid);
+      std::filesystem::remove_all(r.run.output_dir);
+      it = runs->emplace(build.name, std::move(r)).first;
+    }
+    return it->second;
+  }
+  void SetUp() override {
+    const Run& r = RunOf(GetParam());
+    run_ = &r.run;
+    samples_ = &r.samples;
+    total_ = 0;
+    for (const NamedSample& s : *samples_) {
+      ASSERT_EQ(s.functions.size(), s.modules.size());
+      total_ += s.count;
+    }
+    ASSERT_GT(total_, 0) << run_->agent_log;
+  }
+
+  const ProfiledRun* run_ = nullptr;
+  const std::vector<NamedSample>* samples_ = nullptr;
+  int64_t total_ = 0;
+};
+
+TEST_P(RustReleaseTest, SamplesReachMain) {
+  ExpectSamplesComplete(*run_, total_);
+  auto misses_main = [](const NamedSample& s) {
+    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
+  };
+  int64_t reach_main = 0;
+  for (const NamedSample& s : *samples_) {
+    if (!misses_main(s)) reach_main += s.count;
+  }
+  std::printf("reach main: %.1f%% (%lld of %lld samples)\n", 100 * Share(reach_main, total_),
+              static_cast<long long>(reach_main), static_cast<long long>(total_));
+  EXPECT_GE(Share(reach_main, total_), 0.98)
+      << reach_main << " of " << total_ << " samples reach main; most common of the others:\n"
+      << CommonBadStacks(*samples_, misses_main);
+}
+
+TEST_P(RustReleaseTest, LeafSharesMatchTheProgramsOwnAccounting) {
+  const std::map<std::string, std::string>& leaves = GetParam().leaves;
+  std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
+  ASSERT_EQ(measured_ns.size(), leaves.size()) << run_->fixture_output;
+  double measured_total = 0;
+  for (const auto& [name, ns] : measured_ns) measured_total += ns;
+  std::map<std::string, int64_t> leaf_counts;
+  for (const NamedSample& s : *samples_) leaf_counts[LeafOf(s)] += s.count;
+  int64_t in_measured = 0;
+  for (const auto& [printed, function] : leaves) in_measured += leaf_counts[function];
+  for (const auto& [printed, function] : leaves) {
+    ASSERT_EQ(measured_ns.count(printed), 1u) << run_->fixture_output;
+    const double measured_share = measured_ns[printed] / measured_total;
+    const double profiled_share = Share(leaf_counts[function], in_measured);
+    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
+                function.c_str(), 100 * profiled_share,
+                static_cast<long long>(leaf_counts[function]), static_cast<long long>(in_measured),
+                100 * measured_share);
+    EXPECT_NEAR(profiled_share, measured_share, 0.03)
+        << function << ": profile " << leaf_counts[function] << "/" << in_measured
+        << " samples; most common leaves:\n"
+        << CommonStacks(
+               *samples_, [](const NamedSample&) { return true; }, 5,
+               [](const NamedSample& s) { return std::vector<std::string>{LeafOf(s)}; });
+  }
+}
+
+// Every frame of the program's own file has a demangled name: no legacy hash or $LT$ escape,
+// and no name left mangled in either scheme.
+TEST_P(RustReleaseTest, OwnFramesAreDemangled) {
+  auto mangled = [](const std::string& name) {
+    // A legacy name's hash: "::h" and 16 hex digits at its end.
+    constexpr size_t kHash = 3 + 16;
+    const bool hash =
+        name.size() > kHash && name.compare(name.size() - kHash, 3, "::h") == 0 &&
+        name.find_first_not_of("0123456789abcdef", name.size() - 16) == std::string::npos;
+    return hash || name.starts_with("_R") || name.starts_with("_ZN") ||
+           name.find("$LT$") != std::string::npos;
+  };
+  const std::string fixture = std::filesystem::path(GetParam().fixture).filename();
+  int64_t own_frames = 0;
+  std::map<std::string, int64_t> left_mangled;
+  for (const NamedSample& s : *samples_) {
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      if (!s.modules[i].ends_with(fixture)) continue;
+      own_frames += s.count;
+      if (mangled(s.functions[i])) left_mangled[s.functions[i]] += s.count;
+    }
+  }
+  ASSERT_GT(own_frames, 0);
+  std::string names;
+  for (const auto& [name, count] : left_mangled) absl::StrAppend(&names, "  ", name, "\n");
+  EXPECT_TRUE(left_mangled.empty()) << "names left mangled:\n" << names;
+}
+
+// The deep phase's leaf is under its six links, then the phase driver, then main.
+TEST_P(RustReleaseTest, DeepChainIsWhole) {
+  std::vector<std::string> callers;
+  for (int i = 6; i >= 1; --i) callers.push_back(absl::StrCat("burn::deep_", i));
+  callers.insert(callers.end(), {"burn::deep_phase", "burn::run_phase", "burn::run_phases"});
+  ChainCount count = CountChain(*samples_, "burn::rs_deep_leaf", callers);
+  std::printf("rs_deep_leaf: whole chain in %.1f%% of %lld samples\n",
+              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
+  ASSERT_GT(count.with_leaf, 0);
+  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
+      << count.whole << " of " << count.with_leaf << "; most common rs_deep_leaf stacks:\n"
+      << CommonBadStacks(*samples_,
+                         [](const NamedSample& s) { return LeafOf(s) == "burn::rs_deep_leaf"; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Manglings, RustReleaseTest,
+                         ::testing::Values(kLegacyMangling, kV0Mangling),
+                         [](const ::testing::TestParamInfo<RustBuild>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace ember::testing

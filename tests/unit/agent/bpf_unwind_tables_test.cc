@@ -296,7 +296,7 @@ void ExpectMapped(const FakeMaps& maps, FakeSource& source, uint32_t pid,
   ASSERT_NE(entry, nullptr) << "not in the entry";
   EXPECT_EQ(entry->end, mapping.end);
   std::optional<ModulePlacement> placement =
-      source.LayoutOf(mapping.name).Place(mapping.start, mapping.offset);
+      source.LayoutOf(mapping.name).Place(mapping.start, mapping.end, mapping.offset);
   ASSERT_TRUE(placement.has_value());
   EXPECT_EQ(entry->bias, placement->bias);
   const std::vector<ember_unwind_row> rows = source.RowsOf(mapping.name);

@@ -188,7 +188,7 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   std::optional<ProcessInterpreter> interpreter;
   for (const MapLine& m : maps) {
     if (m.path == info->path) {
-      interpreter = MakeProcessInterpreter(*info, m.start, m.offset);
+      interpreter = MakeProcessInterpreter(*info, {.start = m.start, .file_offset = m.offset});
       break;
     }
   }

@@ -234,7 +234,7 @@ TEST(InterpreterDetectTest, Python313DebugOffsets) {
   ASSERT_EQ(info->outcome, DetectOutcome::kSupported) << info->reason;
   uint64_t file_offset = 0;
   for (const LoadSegment& seg : info->segments) {
-    if (info->runtime_address >= seg.vaddr && info->runtime_address < seg.vaddr + seg.filesz) {
+    if (info->runtime_address >= seg.vaddr && info->runtime_address < seg.vaddr + seg.file_size) {
       file_offset = info->runtime_address - seg.vaddr + seg.offset;
     }
   }
@@ -281,13 +281,53 @@ TEST(InterpreterDetectTest, Python313DebugOffsets) {
 
 TEST(InterpreterDetectTest, ElfToProcessAddress) {
   InterpreterInfo info;
-  info.segments = {
-      {0, 0, 0x1000, 0x1000}, {0x2000, 0x1000, 0x3000, 0x3000}, {0x6080, 0x4080, 0x100, 0x900}};
+  info.segments = {{.offset = 0, .vaddr = 0, .file_size = 0x1000, .mem_size = 0x1000},
+                   {.offset = 0x1000,
+                    .vaddr = 0x2000,
+                    .file_size = 0x3000,
+                    .mem_size = 0x3000,
+                    .executable = true},
+                   {.offset = 0x4080, .vaddr = 0x6080, .file_size = 0x100, .mem_size = 0x900}};
   // A PIE mapped at 0x5555_0000_0000: text mapping from offset 0x1000.
-  EXPECT_EQ(ElfToProcessAddress(info, 0x2345, 0x555500002000, 0x1000), 0x555500002345u);
+  EXPECT_EQ(ElfToProcessAddress(info, 0x2345, {.start = 0x555500002000, .file_offset = 0x1000}),
+            0x555500002345u);
   // The data segment's mapping starts on its page: offset 0x4000 -> vaddr 0x6000.
-  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, 0x555500006000, 0x4000), 0x555500006100u);
-  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, 0x555500009000, 0x9000), 0u);
+  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, {.start = 0x555500006000, .file_offset = 0x4000}),
+            0x555500006100u);
+  EXPECT_EQ(ElfToProcessAddress(info, 0x6100, {.start = 0x555500009000, .file_offset = 0x9000}),
+            0u);
+}
+
+// LLD's layout: code placed 0x1000 further from its file offset than the read-only data before
+// it, in the same file page. The executable mapping of that page is the code's.
+TEST(InterpreterDetectTest, ElfToProcessAddressOfAnLldLayout) {
+  InterpreterInfo info;
+  info.segments = {{.offset = 0, .vaddr = 0, .file_size = 0x16ca4, .mem_size = 0x16ca4},
+                   {.offset = 0x16cb0,
+                    .vaddr = 0x17cb0,
+                    .file_size = 0x40400,
+                    .mem_size = 0x40400,
+                    .executable = true},
+                   {.offset = 0x570b0, .vaddr = 0x590b0, .file_size = 0x29c0, .mem_size = 0x2f50}};
+  constexpr uint64_t kBias = 0x555500000000;
+  EXPECT_EQ(ElfToProcessAddress(info, 0x20000,
+                                {.start = kBias + 0x17000,
+                                 .end = kBias + 0x59000,
+                                 .file_offset = 0x16000,
+                                 .executable = true}),
+            kBias + 0x20000);
+  // The read-only data's own mapping of that page.
+  EXPECT_EQ(ElfToProcessAddress(
+                info, 0x100,
+                {.start = kBias, .end = kBias + 0x17000, .file_offset = 0, .executable = false}),
+            kBias + 0x100);
+  // The data segment's mapping, from the page it shares with the end of the code.
+  EXPECT_EQ(ElfToProcessAddress(info, 0x5a000,
+                                {.start = kBias + 0x59000,
+                                 .end = kBias + 0x5c000,
+                                 .file_offset = 0x57000,
+                                 .executable = false}),
+            kBias + 0x5a000);
 }
 
 }  // namespace

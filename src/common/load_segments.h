@@ -1,0 +1,40 @@
+// Where a mapping of an ELF file puts the file: the PT_LOAD segment a /proc/PID/maps line maps,
+// and the load bias that follows. Every reader of process addresses places files through this,
+// because linkers differ: GNU ld's PIE output keeps each segment's address minus its file offset
+// the same, LLD's does not (each segment is shifted further) and lets segments share a file page.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace ember {
+
+// One PT_LOAD program header.
+struct LoadSegment {
+  uint64_t offset = 0;  // p_offset
+  uint64_t vaddr = 0;   // p_vaddr
+  uint64_t file_size = 0;
+  uint64_t mem_size = 0;
+  bool executable = false;  // PF_X
+};
+
+// One line of /proc/PID/maps for the file.
+struct FileMapping {
+  uint64_t start = 0;  // [start, end) in the process
+  uint64_t end = 0;
+  uint64_t file_offset = 0;  // of `start`
+  bool executable = false;
+};
+
+// The segment of `segments` (in file order) that `mapping` maps: one whose pages the mapping lies
+// in, of the mapping's kind (code or not) where two share the mapping's pages, the first in the
+// file after that; failing that, the first that holds the mapping's first byte. nullptr when none
+// holds it.
+const LoadSegment* MappedSegment(std::span<const LoadSegment> segments, const FileMapping& mapping);
+
+// Process address minus ELF address of the file `mapping` maps; nullopt when no segment holds the
+// mapping's first byte.
+std::optional<uint64_t> LoadBias(std::span<const LoadSegment> segments, const FileMapping& mapping);
+
+}  // namespace ember
