@@ -177,12 +177,14 @@ Agent::Agent(const Options& options)
   constexpr absl::string_view kUnnamed = "ember_symbolization_failures_total";
   constexpr absl::string_view kUnnamedHelp =
       "User frames that could not be named, by reason: address in no mapping, file unreadable as "
-      "ELF, no symbol covering it, file truncated after it was opened. Counted per location "
+      "ELF, no symbol covering it, file truncated after it was opened, the process's vDSO "
+      "unreadable (once per process). Counted per location "
       "symbolized (once per cache generation), unmapped addresses per frame.";
   unmapped_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unmapped"}});
   unreadable_file_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unreadable_file"}});
   no_symbol_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "no_symbol"}});
   file_changed_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "file_changed"}});
+  vdso_unreadable_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "vdso_unreadable"}});
   constexpr absl::string_view kProcFailures = "ember_proc_read_failures_total";
   constexpr absl::string_view kProcFailuresHelp =
       "Reads of /proc/PID files of sampled processes that failed: stat (the process exited or is "
@@ -871,6 +873,7 @@ void Agent::SyncFailureMetrics() {
   sync(unreadable_file_metric_, frames.unreadable_file);
   sync(no_symbol_metric_, frames.no_symbol);
   sync(file_changed_metric_, frames.file_changed);
+  sync(vdso_unreadable_metric_, frames.vdso_unreadable);
   sync(stat_read_failures_metric_, processes_.read_failures().stat);
   sync(maps_read_failures_metric_, processes_.read_failures().maps);
   sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);

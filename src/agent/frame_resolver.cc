@@ -8,6 +8,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 
@@ -160,6 +161,9 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   const MemoryMapping* mapping = process->Find(address);
   if (mapping == nullptr && processes_->RefreshMaps(process)) mapping = process->Find(address);
   if (mapping == nullptr || !mapping->IsFileBacked()) {
+    if (mapping != nullptr && mapping->path == "[vdso]") {
+      if (const Frame* frame = Vdso(process, *mapping, address)) return frame;
+    }
     if (MayHoldJitCode(mapping)) {
       if (const Frame* frame = Jit(process, address)) return frame;
     }
@@ -167,7 +171,7 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
       ++failures_.unmapped;
       return Marker("[unknown]");
     }
-    // [vdso], and code no perf map names: named after the mapping.
+    // An unreadable [vdso], and code no perf map names: named after the mapping.
     return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
   }
 
@@ -178,6 +182,35 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
     frame = Remember(std::move(key), SymbolizeNative(process, *mapping, offset));
   recent = RecentFrame{process->maps_version, address.value, generation_, frame};
   return frame;
+}
+
+const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
+                                 ProcessAddress address) {
+  if (process->vdso_start != mapping.start) {
+    // Read once per process: two or three pages, which also tell a 32-bit process's image from
+    // the 64-bit one (the same bytes are parsed once for every process).
+    constexpr size_t kMaxVdsoBytes = size_t{64} << 10;
+    process->vdso_start = mapping.start;
+    std::optional<std::string> bytes = processes_->ReadMemory(*process, mapping, kMaxVdsoBytes);
+    process->vdso = bytes ? vdso_images_.Find(std::move(bytes).value()) : nullptr;
+    if (process->vdso == nullptr) ++failures_.vdso_unreadable;
+  }
+  if (process->vdso == nullptr) return nullptr;
+  const VdsoImage& image = *process->vdso;
+  const uint64_t offset = address.value - mapping.start + mapping.offset;
+  Key key{.value = offset, .name = absl::StrCat("[vdso]", image.identity())};
+  if (const Frame* frame = Lookup(key)) return frame;
+  Frame frame;
+  frame.module = "[vdso]";
+  frame.build_id = image.build_id();
+  frame.address = image.ToElfAddress(offset).value_or(offset);
+  if (std::optional<absl::string_view> name = image.Symbolize(offset)) {
+    frame.function = std::string(*name);
+  } else {
+    ++failures_.no_symbol;
+    frame.function = absl::StrFormat("[vdso]+0x%x", frame.address);
+  }
+  return Remember(std::move(key), std::move(frame));
 }
 
 const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {

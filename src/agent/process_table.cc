@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "common/log_safe.h"
 #include "common/read_file.h"
+#include "common/unique_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {
@@ -397,6 +398,24 @@ int ProcessTable::DropExited() {
     }
   }
   return dropped;
+}
+
+std::optional<std::string> ProcessTable::ReadMemory(const Process& process,
+                                                    const MemoryMapping& mapping,
+                                                    size_t max_bytes) const {
+  const std::string& dir = process.proc_dir.empty() ? PidDir(process.pid) : process.proc_dir;
+  UniqueFd fd(open((dir + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return std::nullopt;
+  std::string bytes(std::min<uint64_t>(mapping.end - mapping.start, max_bytes), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = pread(fd.get(), bytes.data() + done, bytes.size() - done,
+                      static_cast<off_t>(mapping.start + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
 }
 
 FileLocation ProcessTable::OpenPath(const Process& process, const MemoryMapping& mapping) const {

@@ -18,6 +18,7 @@
 #include "common/profile.h"
 #include "k8s/container_id.h"
 #include "symbolize/perf_map.h"
+#include "symbolize/vdso.h"
 #include "unwind/dwarf_unwinder.h"
 
 namespace ember {
@@ -55,6 +56,11 @@ struct Process {
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
   uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order
+  // The image its [vdso] mapping holds (64-bit, ia32 and x32 processes have different ones), read
+  // from its memory at the first frame there; null when it could not be. `vdso_start` is the
+  // mapping's start it was read at (0: not read): an exec maps another one.
+  std::shared_ptr<const VdsoImage> vdso;
+  uint64_t vdso_start = 0;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -149,6 +155,10 @@ class ProcessTable {
   // location: the file cannot be reached now, and caches must not remember that as a fact
   // about the file (another process may map it).
   FileLocation OpenPath(const Process& process, const MemoryMapping& mapping) const;
+  // The bytes of a mapping of the process (at most max_bytes), read from its /proc/PID/mem;
+  // nullopt when it cannot be read (gone, or no ptrace access).
+  std::optional<std::string> ReadMemory(const Process& process, const MemoryMapping& mapping,
+                                        size_t max_bytes) const;
 
  private:
   std::unique_ptr<Process> Load(uint32_t pid);

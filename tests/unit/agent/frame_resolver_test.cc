@@ -3,12 +3,15 @@
 // named from a perf map in a fixture /proc tree.
 #include "agent/frame_resolver.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
@@ -348,6 +351,108 @@ TEST(KernelFrameTest, ReplacedKernelSymbolsRenameCachedKernelFrames) {
   EXPECT_EQ(resolver.Kernel(0xffffffff81000110, /*caller=*/false)->function, "schedule");
   // Counted again: above the image, whether the table names it or not.
   EXPECT_EQ(resolver.stats().kernel_misses_past_image, 2u);
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// This test process's own vDSO: glibc's dynamic linker lists it as linux-vdso.so.1, so dlsym
+// finds its functions, independently of the image parser.
+TEST_F(FrameResolverTest, VdsoFramesAreNamedFromTheKernelsImage) {
+  void* vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(vdso, nullptr) << dlerror();
+  const auto clock = reinterpret_cast<uint64_t>(dlsym(vdso, "__vdso_clock_gettime"));
+  const auto time = reinterpret_cast<uint64_t>(dlsym(vdso, "__vdso_time"));
+  ASSERT_NE(clock, 0u);
+  ASSERT_NE(time, 0u);
+  const Frame* leaf = resolver.User(self, clock + 4, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "__vdso_clock_gettime");
+  EXPECT_EQ(leaf->module, "[vdso]");
+  EXPECT_EQ(leaf->kind, FrameKind::kNative);
+  EXPECT_EQ(resolver.User(self, clock + 5, /*caller=*/true)->function, "__vdso_clock_gettime");
+  EXPECT_EQ(resolver.User(self, time, /*caller=*/false)->function, "__vdso_time");
+  EXPECT_EQ(resolver.User(self, clock + 4, /*caller=*/false), leaf);  // cached
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
+  dlclose(vdso);
+}
+
+// Processes with another vDSO image (a 32-bit process's), or none the agent can read, in a fixture
+// /proc tree whose mem files hold what their [vdso] mappings would.
+class OtherVdsoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ember-vdso-resolver-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  // A process whose [vdso] at kVdsoStart holds `image` (no mem file when nullopt).
+  void AddProcess(uint32_t pid, std::optional<std::string> image) {
+    const std::string dir = absl::StrFormat("%s/%d", root_, pid);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/stat") << pid
+                                 << " (app) R 1 1 1 0 -1 4194304 100 0 0 0 50 3 0 0 20 0 1 0 "
+                                    "987654 10000000 200\n";
+    std::ofstream(dir + "/comm") << "app\n";
+    std::ofstream(dir + "/maps") << absl::StrFormat(
+        "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/app\n"
+        "%08x-%08x r-xp 00000000 00:00 0          [vdso]\n",
+        kVdsoStart, kVdsoStart + kVdsoSize);
+    if (image) {
+      std::ofstream mem(dir + "/mem", std::ios::binary);
+      mem.seekp(kVdsoStart);
+      mem << *image << std::string(kVdsoSize - image->size(), '\0');
+    }
+  }
+
+  static constexpr uint64_t kVdsoStart = 0x00700000;
+  static constexpr uint64_t kVdsoSize = 0x10000;
+  std::string root_;
+};
+
+TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
+  std::ifstream in(std::string(EMBER_SYMBOLIZE_FIXTURE_DIR) + "/vdso32_like.so", std::ios::binary);
+  const std::string image32((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(image32.size(), 0u);
+  ASSERT_LE(image32.size(), kVdsoSize);
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed32 = VdsoImage::Parse(image32);
+  ASSERT_TRUE(parsed32.ok());
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  // An offset in the 32-bit image's __vdso_time, and whatever the 64-bit image has there.
+  uint64_t offset32 = 0;
+  for (; offset32 < image32.size(); ++offset32) {
+    if ((*parsed32)->Symbolize(offset32) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset32, image32.size());
+
+  AddProcess(100, image32);
+  AddProcess(101, *own);
+  AddProcess(102, std::nullopt);
+  AddProcess(103, std::string(0x1000, 'x'));
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+
+  const Frame* compat = resolver.User(processes.Get(100), kVdsoStart + offset32, false);
+  EXPECT_EQ(compat->function, "__vdso_time");
+  EXPECT_EQ(compat->module, "[vdso]");
+  EXPECT_EQ(compat->build_id, (*parsed32)->build_id());
+  const Frame* native = resolver.User(processes.Get(101), kVdsoStart + offset32, false);
+  EXPECT_NE(native, compat);
+  EXPECT_EQ(native->function,
+            (*VdsoImage::Parse(*own))->Symbolize(offset32).value_or(native->function));
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
+  // Unreadable or not an image: the marker, counted once per process.
+  EXPECT_EQ(resolver.User(processes.Get(102), kVdsoStart + 0x10, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.User(processes.Get(102), kVdsoStart + 0x20, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.User(processes.Get(103), kVdsoStart + 0x10, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 2u);
 }
 
 }  // namespace
