@@ -29,6 +29,7 @@
 #include "status/process_metrics.h"
 #include "symbolize/demangle.h"
 #include "symbolize/elf_file.h"
+#include "symbolize/jitdump.h"
 
 namespace ember {
 namespace {
@@ -376,6 +377,17 @@ absl::Status Agent::SetUpStatusEndpoint() {
         "plain file name).",
         {{"reason", std::string(OpenRefusalName(refusal))}},
         [refusal] { return static_cast<double>(OpenRefusalCount(refusal)); }));
+  }
+  for (JitDumpRefusal refusal :
+       {JitDumpRefusal::kBadMagic, JitDumpRefusal::kByteOrder, JitDumpRefusal::kVersion,
+        JitDumpRefusal::kBadHeader, JitDumpRefusal::kBadRecord}) {
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_jitdump_refusals_total",
+        "jitdump files (jit-PID.dump) the agent stopped reading, by reason: bad_magic, "
+        "byte_order (written by the other byte order), version (not 1), bad_header (its size), "
+        "bad_record (sizes that contradict each other or are absurd). What was read before stays.",
+        {{"reason", std::string(JitDumpRefusalName(refusal))}},
+        [refusal] { return static_cast<double>(JitDumpRefusalCount(refusal)); }));
   }
   {
     // The BPF program's counters, read when scraped.

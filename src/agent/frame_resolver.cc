@@ -228,6 +228,23 @@ const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
         return Remember(std::move(key), std::move(frame));
       }
     }
+    if (process->jitdump != nullptr) {
+      const JitDump& dump = process->jitdump->dump();
+      Key key{.value = address.value, .jit_version = dump.names().version()};
+      if (const Frame* frame = Lookup(key)) return frame;
+      if (std::optional<PerfMapSymbol> symbol = dump.names().Lookup(address.value)) {
+        Frame frame;
+        frame.kind = process->jit_kind;
+        frame.function = std::string(symbol->name);
+        frame.module = process->jitdump->name();
+        frame.address = address.value;
+        if (std::optional<JitDumpLine> line = dump.LineAt(address.value)) {
+          frame.source_file = std::string(line->file);
+          frame.line = line->line;
+        }
+        return Remember(std::move(key), std::move(frame));
+      }
+    }
     // Not (yet) named: the runtime may have appended it since the last read.
     if (refreshed || !processes_->RefreshPerfMap(process)) return nullptr;
   }

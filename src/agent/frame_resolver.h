@@ -106,7 +106,7 @@ class FrameResolver {
 
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
-  // The perf map's frame for an address, or nullptr when the map does not name it.
+  // The frame the perf map, else the jitdump, names an address with; nullptr when neither does.
   const Frame* Jit(Process* process, ProcessAddress address);
   // The frame of an address in the process's [vdso] mapping, named from its image; nullptr when
   // the image could not be read.

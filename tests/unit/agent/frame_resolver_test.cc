@@ -4,6 +4,8 @@
 #include "agent/frame_resolver.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "support/jitdump_image.h"
 
 namespace ember_resolver_test {
 
@@ -237,6 +240,63 @@ TEST_F(NodeProcessFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
   // The map appears, but the last look was under an hour ago: no new read (rate limit).
   AppendToMap("7f0000000100 80 late\n");
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
+}
+
+// V8 with --perf-prof and no perf map: the jitdump it maps (in its working directory) names its
+// code, with lines from its debug info; appended records are read on a miss.
+TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
+  const std::string dump_path = root_ + "/4242/root/srv/jit-17.dump";
+  std::filesystem::create_directories(root_ + "/4242/root/srv");
+  testing::JitDumpImage image;
+  image
+      .DebugInfo(0x7f0000000100, {{0x7f0000000100 + 64, 12, "/srv/app.js"},
+                                  {0x7f0000000100 + 64 + 0x30, 13, "\xff"}})
+      .CodeLoad(0x7f0000000100, 0x80, "JS:*leafAlpha /srv/app.js:12:3");
+  std::ofstream(dump_path, std::ios::binary) << image.bytes();
+  struct stat st;
+  ASSERT_EQ(stat(dump_path.c_str(), &st), 0);
+  std::ofstream(root_ + "/4242/maps") << absl::StrFormat(
+      "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
+      "7f0000000000-7f0000100000 rwxp 00000000 00:00 0\n"
+      "7f1000000000-7f1000001000 r-xp 00000000 %02x:%02x %d          /srv/jit-17.dump\n",
+      major(st.st_dev), minor(st.st_dev), st.st_ino);
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+
+  const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "JS:*leafAlpha /srv/app.js:12:3");
+  EXPECT_EQ(leaf->kind, FrameKind::kV8Js);
+  EXPECT_EQ(leaf->module, "/srv/jit-17.dump");
+  EXPECT_EQ(leaf->source_file, "/srv/app.js");
+  EXPECT_EQ(leaf->line, 12u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000140, false)->line, 13u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function, "[anon]");
+  // The runtime compiles more: appended, read at the next miss.
+  std::ofstream(dump_path, std::ios::app | std::ios::binary)
+      << testing::JitDumpImage()
+             .CodeLoad(0x7f0000000200, 0x40, "JS:*leafBeta /srv/app.js:30:1")
+             .bytes()
+             .substr(40);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function,
+            "JS:*leafBeta /srv/app.js:30:1");
+  EXPECT_EQ(processes.perf_map_bytes(), process->jitdump->dump().EstimatedBytes());
+}
+
+// .NET writes its jitdump to /tmp: found there without a mapping.
+TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
+  std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
+      << testing::JitDumpImage().CodeLoad(0x7f0000000100, 0x80, "void [App] App::Hot()").bytes();
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const Frame* frame = resolver.User(process, 0x7f0000000110, false);
+  EXPECT_EQ(frame->function, "void [App] App::Hot()");
+  EXPECT_EQ(frame->module, "/tmp/jit-17.dump");
 }
 
 TEST_F(NodeProcessFrameTest, AReplacedMapIsReadAgain) {
