@@ -8,7 +8,6 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 
@@ -162,7 +161,10 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   if (mapping == nullptr && processes_->RefreshMaps(process)) mapping = process->Find(address);
   if (mapping == nullptr || !mapping->IsFileBacked()) {
     if (mapping != nullptr && mapping->path == "[vdso]") {
-      if (const Frame* frame = Vdso(process, *mapping, address)) return frame;
+      if (const Frame* frame = Vdso(process, *mapping, address)) {
+        recent = RecentFrame{process->maps_version, address.value, generation_, frame};
+        return frame;
+      }
     }
     if (MayHoldJitCode(mapping)) {
       if (const Frame* frame = Jit(process, address)) return frame;
@@ -198,7 +200,8 @@ const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
   if (process->vdso == nullptr) return nullptr;
   const VdsoImage& image = *process->vdso;
   const uint64_t offset = address.value - mapping.start + mapping.offset;
-  Key key{.value = offset, .name = absl::StrCat("[vdso]", image.identity())};
+  // A file identity no file has (device ~0): no string to build for each lookup.
+  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.identity_hash()}, .value = offset};
   if (const Frame* frame = Lookup(key)) return frame;
   Frame frame;
   frame.module = "[vdso]";

@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<VdsoImage>> VdsoImage::Parse(std::string bytes) {
   image->identity_ = !image->build_id_.empty()
                          ? image->build_id_
                          : absl::StrCat("#", std::hash<std::string>()(image->bytes_));
+  image->identity_hash_ = std::hash<std::string>()(image->identity_);
   return image;
 }
 

@@ -34,6 +34,7 @@ class VdsoImage {
   const std::string& build_id() const { return build_id_; }  // lower-case hex, "" when none
   // Tells images apart: the build id, or a hash of the bytes when there is none.
   const std::string& identity() const { return identity_; }
+  uint64_t identity_hash() const { return identity_hash_; }
   const std::string& bytes() const { return bytes_; }
   size_t EstimatedBytes() const;
 
@@ -54,6 +55,7 @@ class VdsoImage {
   std::string bytes_;
   std::string build_id_;
   std::string identity_;
+  uint64_t identity_hash_ = 0;
   std::vector<Segment> segments_;
   std::vector<Symbol> symbols_;  // by start, then rank descending
 };

@@ -4,6 +4,7 @@
 // through the vDSO's CFI to the fixture's callers and main, whether the BPF program walks it or
 // the agent unwinds the stack copy.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -60,6 +61,11 @@ TEST_P(VdsoProfileTest, VdsoLeafIsNamedAndItsCallersFollow) {
     return std::find(s.modules.begin(), s.modules.end(), "[vdso]") != s.modules.end();
   };
   const std::string stacks = CommonStacks(samples, is_vdso, 5);
+  std::printf(
+      "%lld samples, %lld in clock_spin, %lld through the vDSO: %.1f%% named, %.1f%% "
+      "with their callers whole\n",
+      static_cast<long long>(total), static_cast<long long>(in_spin), static_cast<long long>(vdso),
+      100 * Share(vdso_named, vdso), 100 * Share(vdso_whole, vdso));
   ASSERT_GT(total, 300) << run.agent_log;
   // Most of the spin is in the vDSO (the loop around it and libc's wrapper are a few
   // instructions).
@@ -77,6 +83,8 @@ TEST_P(VdsoProfileTest, VdsoLeafIsNamedAndItsCallersFollow) {
   for (const NamedSample& s : samples) {
     if (IndexOf(s, "run_phase") != s.functions.size()) phases += s.count;
   }
+  std::printf("clock_spin: %.1f%% of the phases' samples, %.1f%% by the fixture's measure\n",
+              100 * Share(in_spin, phases), 100 * expected);
   EXPECT_NEAR(Share(in_spin, phases), expected, 0.05) << stacks;
 }
 
