@@ -388,15 +388,14 @@ JitDumpFile::Result JitDumpFile::Refresh() {
     dump_.Reset();
     dev_ = st.st_dev;
     inode_ = st.st_ino;
+    refusal_logged_ = false;
   }
   const uint64_t before = dump_.offset();
   const uint64_t evictions_before = dump_.names().stats().evictions;
   FdSource source(opened->fd.get(), size);
   dump_.Read(source, max_read_);
-  if (dump_.refusal() != JitDumpRefusal::kNone && before == dump_.offset() && !reload) {
-    return Result::kUnchanged;
-  }
-  if (dump_.refusal() != JitDumpRefusal::kNone) {
+  if (dump_.refusal() != JitDumpRefusal::kNone && !refusal_logged_) {
+    refusal_logged_ = true;
     LogLimited(Warnings(), spdlog::level::warn,
                "{}: not a jitdump the agent reads ({} at byte {}); JIT code it names stays "
                "unnamed",

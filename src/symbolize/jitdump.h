@@ -148,6 +148,7 @@ class JitDumpFile {
   JitDump dump_;
   dev_t dev_ = 0;
   ino_t inode_ = 0;
+  bool refusal_logged_ = false;  // once per file
 };
 
 }  // namespace ember

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "otlp/log_capture.h"
 #include "support/jitdump_image.h"
 
 namespace ember {
@@ -325,6 +326,19 @@ TEST_F(JitDumpFileTest, ReadsWhatIsAppendedAndReadsAReplacedFileAgain) {
   std::filesystem::remove(path_);
   ASSERT_EQ(mkfifo(path_.c_str(), 0600), 0);
   EXPECT_EQ(file.Refresh(), JitDumpFile::Result::kMissing);
+}
+
+TEST_F(JitDumpFileTest, ARefusedFileIsLoggedOnceAndNotReadAgain) {
+  Append(JitDumpImage(0x12345678).CodeLoad(0x1000, 0x10, "JS:a").bytes());
+  JitDumpFile file(FileLocation(path_), "/tmp/jit-4242.dump");
+  testing::LogCapture log;
+  file.Refresh();
+  EXPECT_EQ(file.dump().refusal(), JitDumpRefusal::kBadMagic);
+  Append(JitDumpImage().CodeLoad(0x2000, 0x10, "JS:b").bytes().substr(40));
+  EXPECT_EQ(file.Refresh(), JitDumpFile::Result::kUnchanged);
+  EXPECT_EQ(NameAt(file.dump(), 0x1000), "<none>");
+  ASSERT_EQ(log.lines().size(), 1u) << log.text();
+  EXPECT_NE(log.lines()[0].find("bad_magic at byte 0"), std::string::npos) << log.text();
 }
 
 }  // namespace
