@@ -29,6 +29,7 @@
 #include "status/process_metrics.h"
 #include "symbolize/demangle.h"
 #include "symbolize/elf_file.h"
+#include "symbolize/jitdump.h"
 
 namespace ember {
 namespace {
@@ -177,12 +178,14 @@ Agent::Agent(const Options& options)
   constexpr absl::string_view kUnnamed = "ember_symbolization_failures_total";
   constexpr absl::string_view kUnnamedHelp =
       "User frames that could not be named, by reason: address in no mapping, file unreadable as "
-      "ELF, no symbol covering it, file truncated after it was opened. Counted per location "
+      "ELF, no symbol covering it, file truncated after it was opened, the process's vDSO "
+      "unreadable (once per process). Counted per location "
       "symbolized (once per cache generation), unmapped addresses per frame.";
   unmapped_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unmapped"}});
   unreadable_file_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unreadable_file"}});
   no_symbol_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "no_symbol"}});
   file_changed_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "file_changed"}});
+  vdso_unreadable_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "vdso_unreadable"}});
   constexpr absl::string_view kProcFailures = "ember_proc_read_failures_total";
   constexpr absl::string_view kProcFailuresHelp =
       "Reads of /proc/PID files of sampled processes that failed: stat (the process exited or is "
@@ -374,6 +377,17 @@ absl::Status Agent::SetUpStatusEndpoint() {
         "plain file name).",
         {{"reason", std::string(OpenRefusalName(refusal))}},
         [refusal] { return static_cast<double>(OpenRefusalCount(refusal)); }));
+  }
+  for (JitDumpRefusal refusal :
+       {JitDumpRefusal::kBadMagic, JitDumpRefusal::kByteOrder, JitDumpRefusal::kVersion,
+        JitDumpRefusal::kBadHeader, JitDumpRefusal::kBadRecord}) {
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_jitdump_refusals_total",
+        "jitdump files (jit-PID.dump) the agent stopped reading, by reason: bad_magic, "
+        "byte_order (written by the other byte order), version (not 1), bad_header (its size), "
+        "bad_record (sizes that contradict each other or are absurd). What was read before stays.",
+        {{"reason", std::string(JitDumpRefusalName(refusal))}},
+        [refusal] { return static_cast<double>(JitDumpRefusalCount(refusal)); }));
   }
   {
     // The BPF program's counters, read when scraped.
@@ -876,6 +890,7 @@ void Agent::SyncFailureMetrics() {
   sync(unreadable_file_metric_, frames.unreadable_file);
   sync(no_symbol_metric_, frames.no_symbol);
   sync(file_changed_metric_, frames.file_changed);
+  sync(vdso_unreadable_metric_, frames.vdso_unreadable);
   sync(stat_read_failures_metric_, processes_.read_failures().stat);
   sync(maps_read_failures_metric_, processes_.read_failures().maps);
   sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);

@@ -205,6 +205,7 @@ class Agent {
   Counter* unmapped_metric_ = nullptr;
   Counter* unreadable_file_metric_ = nullptr;
   Counter* no_symbol_metric_ = nullptr;
+  Counter* vdso_unreadable_metric_ = nullptr;
   Counter* file_changed_metric_ = nullptr;
   Counter* stat_read_failures_metric_ = nullptr;
   Counter* maps_read_failures_metric_ = nullptr;

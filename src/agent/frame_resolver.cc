@@ -160,6 +160,12 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
   const MemoryMapping* mapping = process->Find(address);
   if (mapping == nullptr && processes_->RefreshMaps(process)) mapping = process->Find(address);
   if (mapping == nullptr || !mapping->IsFileBacked()) {
+    if (mapping != nullptr && mapping->path == "[vdso]") {
+      if (const Frame* frame = Vdso(process, *mapping, address)) {
+        recent = RecentFrame{process->maps_version, address.value, generation_, frame};
+        return frame;
+      }
+    }
     if (MayHoldJitCode(mapping)) {
       if (const Frame* frame = Jit(process, address)) return frame;
     }
@@ -167,7 +173,7 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
       ++failures_.unmapped;
       return Marker("[unknown]");
     }
-    // [vdso], and code no perf map names: named after the mapping.
+    // An unreadable [vdso], and code no perf map names: named after the mapping.
     return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
   }
 
@@ -178,6 +184,36 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
     frame = Remember(std::move(key), SymbolizeNative(process, *mapping, offset));
   recent = RecentFrame{process->maps_version, address.value, generation_, frame};
   return frame;
+}
+
+const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
+                                 ProcessAddress address) {
+  if (process->vdso_start != mapping.start) {
+    // Read once per process: two or three pages, which also tell a 32-bit process's image from
+    // the 64-bit one (the same bytes are parsed once for every process).
+    constexpr size_t kMaxVdsoBytes = size_t{64} << 10;
+    process->vdso_start = mapping.start;
+    std::optional<std::string> bytes = processes_->ReadMemory(*process, mapping, kMaxVdsoBytes);
+    process->vdso = bytes ? vdso_images_.Find(std::move(bytes).value()) : nullptr;
+    if (process->vdso == nullptr) ++failures_.vdso_unreadable;
+  }
+  if (process->vdso == nullptr) return nullptr;
+  const VdsoImage& image = *process->vdso;
+  const uint64_t offset = address.value - mapping.start + mapping.offset;
+  // A file identity no file has (device ~0): no string to build for each lookup.
+  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.identity_hash()}, .value = offset};
+  if (const Frame* frame = Lookup(key)) return frame;
+  Frame frame;
+  frame.module = "[vdso]";
+  frame.build_id = image.build_id();
+  frame.address = image.ToElfAddress(offset).value_or(offset);
+  if (std::optional<absl::string_view> name = image.Symbolize(offset)) {
+    frame.function = std::string(*name);
+  } else {
+    ++failures_.no_symbol;
+    frame.function = absl::StrFormat("[vdso]+0x%x", frame.address);
+  }
+  return Remember(std::move(key), std::move(frame));
 }
 
 const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
@@ -192,6 +228,23 @@ const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
         frame.function = std::string(symbol->name);
         frame.module = process->perf_map->name();
         frame.address = address.value;
+        return Remember(std::move(key), std::move(frame));
+      }
+    }
+    if (process->jitdump != nullptr) {
+      const JitDump& dump = process->jitdump->dump();
+      Key key{.value = address.value, .jit_version = dump.names().version()};
+      if (const Frame* frame = Lookup(key)) return frame;
+      if (std::optional<PerfMapSymbol> symbol = dump.names().Lookup(address.value)) {
+        Frame frame;
+        frame.kind = process->jit_kind;
+        frame.function = std::string(symbol->name);
+        frame.module = process->jitdump->name();
+        frame.address = address.value;
+        if (std::optional<JitDumpLine> line = dump.LineAt(address.value)) {
+          frame.source_file = std::string(line->file);
+          frame.line = line->line;
+        }
         return Remember(std::move(key), std::move(frame));
       }
     }

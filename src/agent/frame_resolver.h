@@ -13,6 +13,7 @@
 #include "common/profile.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
+#include "symbolize/vdso.h"
 
 namespace ember {
 
@@ -33,6 +34,9 @@ struct SymbolizationFailures {
   uint64_t unreadable_file = 0;  // the mapped file could not be opened as ELF (gone, cut, corrupt)
   uint64_t no_symbol = 0;        // the file is read, but no symbol covers the address
   uint64_t file_changed = 0;     // the file was truncated after it was opened (ElfModule)
+  // A process's [vdso] mapping could not be read, or held no ELF image with symbols (its frames
+  // there keep the [vdso] marker). Once per process and vDSO mapping.
+  uint64_t vdso_unreadable = 0;
 };
 
 class FrameResolver {
@@ -102,8 +106,11 @@ class FrameResolver {
 
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
-  // The perf map's frame for an address, or nullptr when the map does not name it.
+  // The frame the perf map, else the jitdump, names an address with; nullptr when neither does.
   const Frame* Jit(Process* process, ProcessAddress address);
+  // The frame of an address in the process's [vdso] mapping, named from its image; nullptr when
+  // the image could not be read.
+  const Frame* Vdso(Process* process, const MemoryMapping& mapping, ProcessAddress address);
   Frame SymbolizeNative(Process* process, const MemoryMapping& mapping, FileOffset offset);
   // Evicts frames of earlier generations, oldest first, until bytes_ is down to `target`.
   void EvictOlderGenerations(size_t target);
@@ -124,6 +131,7 @@ class FrameResolver {
   size_t current_bytes_ = 0;  // of those used in the current generation
   FrameResolverStats stats_;
   SymbolizationFailures failures_;
+  VdsoImages vdso_images_;
 };
 
 }  // namespace ember

@@ -15,8 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "common/log_safe.h"
 #include "common/read_file.h"
+#include "common/unique_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {
@@ -152,6 +154,10 @@ void ProcessTable::EvictLeastRecentlyUsed() {
 }
 
 void ProcessTable::DropPerfMap(Process* process) {
+  if (process->jitdump != nullptr) {
+    perf_map_bytes_ -= process->jitdump->dump().EstimatedBytes();
+    process->jitdump.reset();
+  }
   if (process->perf_map == nullptr) return;
   if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
     const PerfMapFile& file = *process->perf_map;
@@ -208,22 +214,35 @@ void ProcessTable::ShedPerfMaps() {
   // old code, and halving it frees the most at a time, while the small maps of other processes
   // (typically some KiB) keep naming all their code. Least recently sampled first would let one
   // busy process's map starve every other process of its names.
+  // A jitdump's names count as a perf map's.
   while (perf_map_bytes_ > limits_.max_perf_map_total_bytes) {
-    Process* largest = nullptr;
+    PerfMapFile* largest_map = nullptr;
+    JitDumpFile* largest_dump = nullptr;
     size_t largest_bytes = 0;
     for (const auto& [pid, process] : processes_) {
-      if (process->perf_map == nullptr) continue;
-      const size_t bytes = process->perf_map->map().EstimatedBytes();
-      if (bytes > largest_bytes) {
-        largest = process.get();
-        largest_bytes = bytes;
+      if (process->perf_map != nullptr &&
+          process->perf_map->map().EstimatedBytes() > largest_bytes) {
+        largest_map = process->perf_map.get();
+        largest_dump = nullptr;
+        largest_bytes = largest_map->map().EstimatedBytes();
+      }
+      if (process->jitdump != nullptr &&
+          process->jitdump->dump().EstimatedBytes() > largest_bytes) {
+        largest_map = nullptr;
+        largest_dump = process->jitdump.get();
+        largest_bytes = largest_dump->dump().EstimatedBytes();
       }
     }
-    if (largest == nullptr) break;
-    const uint64_t evicted_before = largest->perf_map->map().stats().evicted;
-    largest->perf_map->ShedOldest();
-    const PerfMap& map = largest->perf_map->map();
-    perf_map_bytes_ -= largest_bytes - map.EstimatedBytes();
+    if (largest_map == nullptr && largest_dump == nullptr) break;
+    const PerfMap& map = largest_map ? largest_map->map() : largest_dump->dump().names();
+    const uint64_t evicted_before = map.stats().evicted;
+    if (largest_map) {
+      largest_map->ShedOldest();
+    } else {
+      largest_dump->ShedOldest();
+    }
+    perf_map_bytes_ -= largest_bytes -
+                       (largest_map ? map.EstimatedBytes() : largest_dump->dump().EstimatedBytes());
     stats_.perf_map_entries_evicted += map.stats().evicted - evicted_before;
     ++stats_.perf_map_budget_evictions;
   }
@@ -318,6 +337,7 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
     if (ReadFile(absl::StrCat(PidDir(process->pid), "/status"), &status)) {
       ns_pid = NamespacePid(status, process->pid);
     }
+    process->namespace_pid = ns_pid;
     std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
     const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
     process->perf_map_location = FileLocation(absl::StrCat(dir, "/root"), name);
@@ -377,7 +397,70 @@ bool ProcessTable::RefreshPerfMap(Process* process) {
                  LogSafe(process->name), LogSafe(file.name()), file.map().size(),
                  FrameTypeName(process->jit_kind));
   }
-  return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded;
+  const bool dump_read = RefreshJitDump(process);
+  return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded || dump_read;
+}
+
+namespace {
+
+// perf's convention: a runtime announces its jitdump by mapping it executable, named
+// jit-PID.dump (in its working directory, /tmp or where it was told).
+bool IsJitDumpPath(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  absl::string_view name = slash == absl::string_view::npos ? path : path.substr(slash + 1);
+  if (!absl::ConsumePrefix(&name, "jit-") || !absl::ConsumeSuffix(&name, ".dump")) return false;
+  return !name.empty() && name.size() <= 10 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+bool ProcessTable::RefreshJitDump(Process* process) {
+  if (process->jitdump == nullptr) {
+    const MemoryMapping* announced = nullptr;
+    for (const MemoryMapping& m : process->mappings) {
+      if (m.IsFileBacked() && IsJitDumpPath(m.path)) {
+        announced = &m;
+        break;
+      }
+    }
+    FileLocation location;
+    std::string name;
+    if (announced != nullptr) {
+      location = OpenPath(*process, *announced);
+      name = announced->path;
+    } else {
+      // Not mapped (yet, or the runtime unmapped it after announcing it): where .NET writes it.
+      name = absl::StrCat("/tmp/jit-", process->namespace_pid, ".dump");
+      const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
+      location = FileLocation(absl::StrCat(dir, "/root"), name);
+    }
+    if (location.empty()) return false;
+    process->jitdump =
+        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map);
+  }
+  JitDumpFile& file = *process->jitdump;
+  const size_t bytes_before = file.dump().EstimatedBytes();
+  const PerfMapStats stats_before = file.dump().names().stats();
+  const bool first = file.dump().names().size() == 0;
+  const JitDumpFile::Result read = file.Refresh();
+  perf_map_bytes_ += file.dump().EstimatedBytes();
+  perf_map_bytes_ -= bytes_before;
+  const PerfMapStats& stats = file.dump().names().stats();
+  stats_.perf_map_entries_evicted += stats.evicted - stats_before.evicted;
+  stats_.perf_map_evictions += stats.evictions - stats_before.evictions;
+  if (read == JitDumpFile::Result::kMissing && file.dump().names().size() == 0) {
+    perf_map_bytes_ -= file.dump().EstimatedBytes();
+    process->jitdump.reset();  // looked for again next time, maybe mapped by then
+    return false;
+  }
+  if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
+  if (first && process->jitdump != nullptr && file.dump().names().size() > 0) {
+    spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
+                 LogSafe(process->name), LogSafe(file.name()), file.dump().names().size(),
+                 FrameTypeName(process->jit_kind));
+  }
+  return read == JitDumpFile::Result::kGrew || read == JitDumpFile::Result::kReloaded;
 }
 
 int ProcessTable::DropExited() {
@@ -397,6 +480,24 @@ int ProcessTable::DropExited() {
     }
   }
   return dropped;
+}
+
+std::optional<std::string> ProcessTable::ReadMemory(const Process& process,
+                                                    const MemoryMapping& mapping,
+                                                    size_t max_bytes) const {
+  const std::string& dir = process.proc_dir.empty() ? PidDir(process.pid) : process.proc_dir;
+  UniqueFd fd(open((dir + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return std::nullopt;
+  std::string bytes(std::min<uint64_t>(mapping.end - mapping.start, max_bytes), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = pread(fd.get(), bytes.data() + done, bytes.size() - done,
+                      static_cast<off_t>(mapping.start + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
 }
 
 FileLocation ProcessTable::OpenPath(const Process& process, const MemoryMapping& mapping) const {

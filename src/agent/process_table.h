@@ -17,7 +17,9 @@
 #include "agent/proc_maps.h"
 #include "common/profile.h"
 #include "k8s/container_id.h"
+#include "symbolize/jitdump.h"
 #include "symbolize/perf_map.h"
+#include "symbolize/vdso.h"
 #include "unwind/dwarf_unwinder.h"
 
 namespace ember {
@@ -54,7 +56,16 @@ struct Process {
   std::string perf_map_name;       // how the process names it: /tmp/perf-NSPID.map
   std::chrono::steady_clock::time_point perf_map_read_at;
   FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
-  uint64_t last_used = 0;                // the table's tick when Get last returned it: LRU order
+  // Names of its JIT code from the jitdump it announced by mapping it (jit-PID.dump, wherever it
+  // lies, as perf finds it), else /tmp/jit-NSPID.dump; null until RefreshPerfMap finds one.
+  std::unique_ptr<JitDumpFile> jitdump;
+  uint32_t namespace_pid = 0;  // its pid in its own pid namespace, once RefreshPerfMap read it
+  uint64_t last_used = 0;      // the table's tick when Get last returned it: LRU order
+  // The image its [vdso] mapping holds (64-bit, ia32 and x32 processes have different ones), read
+  // from its memory at the first frame there; null when it could not be. `vdso_start` is the
+  // mapping's start it was read at (0: not read): an exec maps another one.
+  std::shared_ptr<const VdsoImage> vdso;
+  uint64_t vdso_start = 0;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -125,11 +136,12 @@ class ProcessTable {
   // Re-reads them now, whenever it was last done: the main thread's name changed, which is how an
   // exec shows, and every sample until a rate-limited refresh would use the old image's maps.
   bool ReloadMaps(Process* process) { return ReadMaps(process); }
-  // Reads what the process appended to its perf map since the last call, at most once per
-  // perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
+  // Reads what the process appended to its perf map and its jitdump since the last call, at most
+  // once per perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
   // /proc/PID/root, with the pid the process has in its own namespace) and the runtime. True
-  // when anything was read. Shorter than the maps' limit: a read costs three system calls
-  // plus the new lines, and until it happens samples in fresh JIT code go unnamed.
+  // when anything was read. Both count in the perf map budgets, each with a process's limit.
+  // Shorter than the maps' limit: a read costs three system calls plus the new lines, and until it
+  // happens samples in fresh JIT code go unnamed.
   bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
   int DropExited();
@@ -149,6 +161,10 @@ class ProcessTable {
   // location: the file cannot be reached now, and caches must not remember that as a fact
   // about the file (another process may map it).
   FileLocation OpenPath(const Process& process, const MemoryMapping& mapping) const;
+  // The bytes of a mapping of the process (at most max_bytes), read from its /proc/PID/mem;
+  // nullopt when it cannot be read (gone, or no ptrace access).
+  std::optional<std::string> ReadMemory(const Process& process, const MemoryMapping& mapping,
+                                        size_t max_bytes) const;
 
  private:
   std::unique_ptr<Process> Load(uint32_t pid);
@@ -156,6 +172,8 @@ class ProcessTable {
   void EvictLeastRecentlyUsed();
   // Forgets a process's perf map (its bytes leave perf_map_bytes_).
   void DropPerfMap(Process* process);
+  // Finds (when not yet found) and reads the process's jitdump; true when anything was read.
+  bool RefreshJitDump(Process* process);
   // Before a process leaves the table: its bytes leave the totals.
   void Untrack(Process* process);
   void SetMappings(Process* process, std::vector<MemoryMapping> mappings);

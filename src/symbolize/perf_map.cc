@@ -139,6 +139,21 @@ void PerfMap::ParseLine(absl::string_view line) {
   Insert(start, start + size, rest);
 }
 
+bool PerfMap::Add(uint64_t start, uint64_t size, absl::string_view name) {
+  if (size == 0 || start > std::numeric_limits<uint64_t>::max() - size || name.empty()) {
+    ++stats_.bad_lines;
+    return false;
+  }
+  if (name.size() > limits_.max_line_bytes) {
+    ++stats_.long_lines;
+    return false;
+  }
+  Insert(start, start + size, name);
+  if (overlapped_) NewVersion();
+  overlapped_ = false;
+  return true;
+}
+
 size_t PerfMap::EstimatedBytes() const { return names_.size() + ranges_.size() * kEntryBytes; }
 
 bool PerfMap::Fits(size_t name_size) const {

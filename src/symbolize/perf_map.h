@@ -61,6 +61,10 @@ class PerfMap {
   // Parses `bytes`, which follow the bytes fed before: each complete line becomes an entry; an
   // unfinished last line waits for the rest. Returns how many entries were added.
   size_t Append(absl::string_view bytes);
+  // One entry given by its fields (a jitdump's code load), as the line "START SIZE NAME" would be:
+  // false, counted as a bad line, for a zero size, a range past 2^64 or no name, and as a long
+  // line for a name over max_line_bytes.
+  bool Add(uint64_t start, uint64_t size, absl::string_view name);
   // Forgets every entry and any unfinished line (the file was replaced or truncated).
   void Reset();
   // Evicts the oldest half of the entries, as reaching a limit does (counted the same way), for

@@ -163,6 +163,33 @@ bool NestedUpToRunPhase(const NamedSample& s) {
   return false;
 }
 
+// As NestedUpToRunPhase, but a function may be an unnamed "[anon]" frame in its place: code whose
+// record the runtime has not written out yet (V8 writes its jitdump through a stdio buffer).
+// Every function between the leaf and runPhase is there, named or not, and nothing else.
+bool NestedUpToRunPhaseOrUnwritten(const NamedSample& s) {
+  auto frames = ScriptFrames(s);
+  if (frames.empty()) return false;
+  for (size_t k = 0; k < frames.size(); ++k) {
+    if (frames[k].second == "runPhase") return true;
+    if (k + 1 == frames.size()) return false;
+    // Walk the call chain from this function up to the next named frame, one frame per step.
+    std::string expected = frames[k].second;
+    size_t index = frames[k].first;
+    while (true) {
+      auto caller = kCallerOf.find(expected);
+      if (caller == kCallerOf.end()) return false;
+      expected = caller->second;
+      ++index;
+      if (index == frames[k + 1].first) {
+        if (frames[k + 1].second != expected) return false;
+        break;
+      }
+      if (index >= s.functions.size() || s.functions[index] != "[anon]") return false;
+    }
+  }
+  return false;
+}
+
 // The leaf a sample ran in, by name anywhere in its stack; "" when none.
 std::string LeafOf(const NamedSample& s) {
   for (const auto& [index, name] : ScriptFrames(s)) {
@@ -200,11 +227,13 @@ class JitProfileTest : public ::testing::Test {
     return workload;
   }
 
-  static void CheckNesting(const std::vector<NamedSample>& samples, int64_t min_samples) {
+  static void CheckNesting(
+      const std::vector<NamedSample>& samples, int64_t min_samples,
+      const std::function<bool(const NamedSample&)>& nested_up_to_run_phase = NestedUpToRunPhase) {
     int64_t total = 0, nested = 0, reach_run_phases = 0;
     for (const NamedSample& s : samples) {
       total += s.count;
-      if (NestedUpToRunPhase(s)) nested += s.count;
+      if (nested_up_to_run_phase(s)) nested += s.count;
       for (const std::string& f : s.functions) {
         if (ScriptFunction(f) == "runPhases") {
           reach_run_phases += s.count;
@@ -220,12 +249,12 @@ class JitProfileTest : public ::testing::Test {
         100 * Share(reach_run_phases, total));
     std::printf("most common other stacks:\n%s",
                 CommonStacks(
-                    samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); }, 3)
+                    samples, [&](const NamedSample& s) { return !nested_up_to_run_phase(s); }, 3)
                     .c_str());
     EXPECT_GE(Share(nested, total), 0.90)
         << nested << " of " << total << "; most common other stacks:\n"
         << CommonStacks(
-               samples, [](const NamedSample& s) { return !NestedUpToRunPhase(s); }, 5);
+               samples, [&](const NamedSample& s) { return !nested_up_to_run_phase(s); }, 5);
   }
 
   static void CheckLeafShares(const std::vector<NamedSample>& samples, const std::string& output) {
@@ -300,6 +329,67 @@ TEST_F(NodeJitTest, LeafSharesMatchTheScriptsOwnAccounting) {
 }
 
 TEST_F(NodeJitTest, FramesAreTypedV8js) { CheckFrameTypes(*run_, /*kV8Js=*/8); }
+
+// The same script under node --perf-prof, which writes a jitdump (jit-PID.dump in its working
+// directory, announced by mapping it) and no perf map: the agent names V8's code from the jitdump.
+class NodeJitdumpTest : public JitProfileTest {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = MakeTempDir();
+    // env execs node in the temp dir, keeping the pid: the jitdump lands there. V8 writes the
+    // jitdump through a stdio buffer: code compiled since its last 8 KiB stays unnamed until
+    // it is written, so the fixture compiles its functions, and code that pushes their records
+    // out, before the agent attaches.
+    run_ = new JitRun(ProfileJitFixture(
+        {"/usr/bin/env", "-C", dir, EMBER_NODE_BIN, "--perf-prof",
+         "--interpreted-frames-native-stack", "--no-turbo-inlining", "--logfile=" + dir + "/v8.log",
+         "--no-logfile-per-isolate", EMBER_JIT_FIXTURES "/phases.js", "8", "warm"},
+        dir, 499, "ready\n", nullptr));
+    samples_ = new std::vector<NamedSample>(WorkloadSamples(*run_));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(run_->dir);
+    delete samples_;
+    delete run_;
+  }
+  static JitRun* run_;
+  static std::vector<NamedSample>* samples_;
+};
+JitRun* NodeJitdumpTest::run_ = nullptr;
+std::vector<NamedSample>* NodeJitdumpTest::samples_ = nullptr;
+
+TEST_F(NodeJitdumpTest, SamplesCarryTheScriptsFunctionsFromTheJitdump) {
+  const std::string dump = absl::StrCat(run_->dir, "/jit-", run_->pid, ".dump");
+  EXPECT_TRUE(absl::StrContains(run_->agent_log, "naming JIT code from " + dump))
+      << run_->agent_log;
+  EXPECT_FALSE(absl::StrContains(run_->agent_log, "naming JIT code from /tmp/perf-"))
+      << "node wrote a perf map: the names may not be the jitdump's\n"
+      << run_->agent_log;
+  // Every script frame of the hot leaves is the jitdump's.
+  int64_t leaf_frames = 0;
+  for (const NamedSample& s : *samples_) {
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      const std::string name = ScriptFunction(s.functions[i]);
+      if (std::find(kLeaves.begin(), kLeaves.end(), name) == kLeaves.end()) continue;
+      leaf_frames += s.count;
+      EXPECT_EQ(s.modules[i], dump) << s.functions[i];
+    }
+  }
+  EXPECT_GE(leaf_frames, 200);
+  int64_t total = 0, named = 0;
+  for (const NamedSample& s : *samples_) {
+    total += s.count;
+    if (NestedUpToRunPhase(s)) named += s.count;
+  }
+  std::printf("every frame up to runPhase named: %.1f%%\n", 100 * Share(named, total));
+  CheckNesting(*samples_, 200, NestedUpToRunPhaseOrUnwritten);
+}
+
+TEST_F(NodeJitdumpTest, LeafSharesMatchTheScriptsOwnAccounting) {
+  CheckLeafShares(*samples_, run_->fixture_output);
+}
+
+TEST_F(NodeJitdumpTest, FramesAreTypedV8js) { CheckFrameTypes(*run_, /*kV8Js=*/8); }
 
 class JavaJitTest : public JitProfileTest {
  protected:

@@ -39,7 +39,8 @@ uint64_t PeakRssBytes(pid_t pid);
 uint64_t AgentPeakRssBound(uint64_t bytes);
 
 // Kernel frames carry a "[kernel.kallsyms]" or "[module]" mapping; so do marker frames such as
-// "[truncated]" and "[vdso]", which are not code of the profiled program either.
+// "[truncated]", and the vDSO's frames ("[vdso]"), which are not code of the profiled program
+// either.
 bool IsKernelModule(const std::string& module);
 
 // Every sample of every pprof file in dir, for process `pid`.

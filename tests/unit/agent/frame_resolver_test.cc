@@ -3,15 +3,21 @@
 // named from a perf map in a fixture /proc tree.
 #include "agent/frame_resolver.h"
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "support/jitdump_image.h"
 
 namespace ember_resolver_test {
 
@@ -236,6 +242,63 @@ TEST_F(NodeProcessFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
 }
 
+// V8 with --perf-prof and no perf map: the jitdump it maps (in its working directory) names its
+// code, with lines from its debug info; appended records are read on a miss.
+TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
+  const std::string dump_path = root_ + "/4242/root/srv/jit-17.dump";
+  std::filesystem::create_directories(root_ + "/4242/root/srv");
+  testing::JitDumpImage image;
+  image
+      .DebugInfo(0x7f0000000100, {{0x7f0000000100 + 64, 12, "/srv/app.js"},
+                                  {0x7f0000000100 + 64 + 0x30, 13, "\xff"}})
+      .CodeLoad(0x7f0000000100, 0x80, "JS:*leafAlpha /srv/app.js:12:3");
+  std::ofstream(dump_path, std::ios::binary) << image.bytes();
+  struct stat st;
+  ASSERT_EQ(stat(dump_path.c_str(), &st), 0);
+  std::ofstream(root_ + "/4242/maps") << absl::StrFormat(
+      "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
+      "7f0000000000-7f0000100000 rwxp 00000000 00:00 0\n"
+      "7f1000000000-7f1000001000 r-xp 00000000 %02x:%02x %d          /srv/jit-17.dump\n",
+      major(st.st_dev), minor(st.st_dev), st.st_ino);
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+
+  const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "JS:*leafAlpha /srv/app.js:12:3");
+  EXPECT_EQ(leaf->kind, FrameKind::kV8Js);
+  EXPECT_EQ(leaf->module, "/srv/jit-17.dump");
+  EXPECT_EQ(leaf->source_file, "/srv/app.js");
+  EXPECT_EQ(leaf->line, 12u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000140, false)->line, 13u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function, "[anon]");
+  // The runtime compiles more: appended, read at the next miss.
+  std::ofstream(dump_path, std::ios::app | std::ios::binary)
+      << testing::JitDumpImage()
+             .CodeLoad(0x7f0000000200, 0x40, "JS:*leafBeta /srv/app.js:30:1")
+             .bytes()
+             .substr(40);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function,
+            "JS:*leafBeta /srv/app.js:30:1");
+  EXPECT_EQ(processes.perf_map_bytes(), process->jitdump->dump().EstimatedBytes());
+}
+
+// .NET writes its jitdump to /tmp: found there without a mapping.
+TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
+  std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
+      << testing::JitDumpImage().CodeLoad(0x7f0000000100, 0x80, "void [App] App::Hot()").bytes();
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const Frame* frame = resolver.User(process, 0x7f0000000110, false);
+  EXPECT_EQ(frame->function, "void [App] App::Hot()");
+  EXPECT_EQ(frame->module, "/tmp/jit-17.dump");
+}
+
 TEST_F(NodeProcessFrameTest, AReplacedMapIsReadAgain) {
   AppendToMap("7f0000000100 80 first_program\n");
   ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
@@ -348,6 +411,108 @@ TEST(KernelFrameTest, ReplacedKernelSymbolsRenameCachedKernelFrames) {
   EXPECT_EQ(resolver.Kernel(0xffffffff81000110, /*caller=*/false)->function, "schedule");
   // Counted again: above the image, whether the table names it or not.
   EXPECT_EQ(resolver.stats().kernel_misses_past_image, 2u);
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// This test process's own vDSO: glibc's dynamic linker lists it as linux-vdso.so.1, so dlsym
+// finds its functions, independently of the image parser.
+TEST_F(FrameResolverTest, VdsoFramesAreNamedFromTheKernelsImage) {
+  void* vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(vdso, nullptr) << dlerror();
+  const auto clock = reinterpret_cast<uint64_t>(dlsym(vdso, "__vdso_clock_gettime"));
+  const auto time = reinterpret_cast<uint64_t>(dlsym(vdso, "__vdso_time"));
+  ASSERT_NE(clock, 0u);
+  ASSERT_NE(time, 0u);
+  const Frame* leaf = resolver.User(self, clock + 4, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "__vdso_clock_gettime");
+  EXPECT_EQ(leaf->module, "[vdso]");
+  EXPECT_EQ(leaf->kind, FrameKind::kNative);
+  EXPECT_EQ(resolver.User(self, clock + 5, /*caller=*/true)->function, "__vdso_clock_gettime");
+  EXPECT_EQ(resolver.User(self, time, /*caller=*/false)->function, "__vdso_time");
+  EXPECT_EQ(resolver.User(self, clock + 4, /*caller=*/false), leaf);  // cached
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
+  dlclose(vdso);
+}
+
+// Processes with another vDSO image (a 32-bit process's), or none the agent can read, in a fixture
+// /proc tree whose mem files hold what their [vdso] mappings would.
+class OtherVdsoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ember-vdso-resolver-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  // A process whose [vdso] at kVdsoStart holds `image` (no mem file when nullopt).
+  void AddProcess(uint32_t pid, std::optional<std::string> image) {
+    const std::string dir = absl::StrFormat("%s/%d", root_, pid);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/stat") << pid
+                                 << " (app) R 1 1 1 0 -1 4194304 100 0 0 0 50 3 0 0 20 0 1 0 "
+                                    "987654 10000000 200\n";
+    std::ofstream(dir + "/comm") << "app\n";
+    std::ofstream(dir + "/maps") << absl::StrFormat(
+        "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/app\n"
+        "%08x-%08x r-xp 00000000 00:00 0          [vdso]\n",
+        kVdsoStart, kVdsoStart + kVdsoSize);
+    if (image) {
+      std::ofstream mem(dir + "/mem", std::ios::binary);
+      mem.seekp(kVdsoStart);
+      mem << *image << std::string(kVdsoSize - image->size(), '\0');
+    }
+  }
+
+  static constexpr uint64_t kVdsoStart = 0x00700000;
+  static constexpr uint64_t kVdsoSize = 0x10000;
+  std::string root_;
+};
+
+TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
+  std::ifstream in(std::string(EMBER_SYMBOLIZE_FIXTURE_DIR) + "/vdso32_like.so", std::ios::binary);
+  const std::string image32((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(image32.size(), 0u);
+  ASSERT_LE(image32.size(), kVdsoSize);
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed32 = VdsoImage::Parse(image32);
+  ASSERT_TRUE(parsed32.ok());
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  // An offset in the 32-bit image's __vdso_time, and whatever the 64-bit image has there.
+  uint64_t offset32 = 0;
+  for (; offset32 < image32.size(); ++offset32) {
+    if ((*parsed32)->Symbolize(offset32) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset32, image32.size());
+
+  AddProcess(100, image32);
+  AddProcess(101, *own);
+  AddProcess(102, std::nullopt);
+  AddProcess(103, std::string(0x1000, 'x'));
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+
+  const Frame* compat = resolver.User(processes.Get(100), kVdsoStart + offset32, false);
+  EXPECT_EQ(compat->function, "__vdso_time");
+  EXPECT_EQ(compat->module, "[vdso]");
+  EXPECT_EQ(compat->build_id, (*parsed32)->build_id());
+  const Frame* native = resolver.User(processes.Get(101), kVdsoStart + offset32, false);
+  EXPECT_NE(native, compat);
+  EXPECT_EQ(native->function,
+            (*VdsoImage::Parse(*own))->Symbolize(offset32).value_or(native->function));
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
+  // Unreadable or not an image: the marker, counted once per process.
+  EXPECT_EQ(resolver.User(processes.Get(102), kVdsoStart + 0x10, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.User(processes.Get(102), kVdsoStart + 0x20, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.User(processes.Get(103), kVdsoStart + 0x10, false)->function, "[vdso]");
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 2u);
 }
 
 }  // namespace

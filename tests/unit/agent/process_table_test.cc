@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "support/jitdump_image.h"
 
 namespace ember {
 namespace {
@@ -260,6 +261,55 @@ TEST(ProcessTableTest, PerfMapsTogetherStayWithinTheTotalBudgetLargestFirst) {
   EXPECT_EQ(big_map.Lookup(3999 * 16)->name, "jitted_function_3999");  // the newest stay named
   EXPECT_FALSE(big_map.Lookup(0).has_value());
   EXPECT_EQ(middle->perf_map->map().Lookup(0)->name, "jitted_function_0");
+  std::filesystem::remove_all(root);
+}
+
+// A jitdump's names count in the perf map budgets as a perf map's do: the largest is shed first,
+// whichever kind it is, and a process that goes takes its jitdump's bytes with it.
+TEST(ProcessTableTest, JitdumpsShareThePerfMapBudgets) {
+  const std::string root = MakeProcTree("ember-proc-jitdump-total-test", 3);
+  WritePerfMap(root, 101, 500);
+  for (int pid : {100, 102}) {
+    testing::JitDumpImage image;
+    for (int i = 0; i < (pid == 100 ? 4000 : 100); ++i) {
+      image.CodeLoad(0x10000 + i * 16, 16, absl::StrFormat("jitted_function_%d", i));
+    }
+    std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
+    std::ofstream(absl::StrCat(root, "/", pid, "/root/tmp/jit-", pid, ".dump"), std::ios::binary)
+        << image.bytes();
+  }
+  ProcessTableLimits limits;
+  limits.max_perf_map_total_bytes = 150 * 1024;
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
+  Process* big = table.Get(100);
+  Process* middle = table.Get(101);
+  Process* small = table.Get(102);
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(middle, nullptr);
+  ASSERT_NE(small, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(middle));
+  ASSERT_TRUE(table.RefreshPerfMap(small));
+  ASSERT_NE(small->jitdump, nullptr);
+  EXPECT_EQ(middle->jitdump, nullptr);  // none to find
+  EXPECT_EQ(table.stats().perf_map_budget_evictions, 0u);
+  ASSERT_TRUE(table.RefreshPerfMap(big));  // 4000 entries: over the total
+
+  const JitDump& big_dump = big->jitdump->dump();
+  EXPECT_LE(table.perf_map_bytes(), limits.max_perf_map_total_bytes);
+  EXPECT_EQ(table.perf_map_bytes(),
+            big_dump.EstimatedBytes() + big->perf_map->map().EstimatedBytes() +
+                middle->perf_map->map().EstimatedBytes() + small->jitdump->dump().EstimatedBytes() +
+                small->perf_map->map().EstimatedBytes());
+  EXPECT_EQ(table.stats().perf_map_budget_evictions, 2u);
+  EXPECT_EQ(big_dump.names().size(), 1000u);
+  EXPECT_EQ(middle->perf_map->map().size(), 500u);
+  EXPECT_EQ(small->jitdump->dump().names().size(), 100u);
+  EXPECT_EQ(big_dump.names().Lookup(0x10000 + 3999 * 16)->name, "jitted_function_3999");
+
+  const size_t rest = table.perf_map_bytes() - big_dump.EstimatedBytes();
+  std::filesystem::remove_all(root + "/100");
+  EXPECT_EQ(table.DropExited(), 1);
+  EXPECT_EQ(table.perf_map_bytes(), rest);
   std::filesystem::remove_all(root);
 }
 

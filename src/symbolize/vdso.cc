@@ -1,0 +1,191 @@
+// VdsoImage: a vDSO image's symbols, read with libelf from a copy of its bytes.
+#include "symbolize/vdso.h"
+
+#include <elf.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/auxv.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ember {
+namespace {
+
+// An image is two or three pages; anything near this is no vDSO.
+constexpr size_t kMaxImageBytes = size_t{1} << 20;
+
+struct ElfEnd {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+
+// The kernel's names first, then global over weak, then the public spelling.
+int Rank(const GElf_Sym& sym, absl::string_view name) {
+  int rank = 0;
+  if (absl::StartsWith(name, "__vdso_") || absl::StartsWith(name, "__kernel_")) rank += 8;
+  if (GELF_ST_BIND(sym.st_info) == STB_GLOBAL) rank += 4;
+  if (GELF_ST_TYPE(sym.st_info) == STT_FUNC) rank += 2;
+  return rank;
+}
+
+std::string Hex(const unsigned char* bytes, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out.push_back(kDigits[bytes[i] >> 4]);
+    out.push_back(kDigits[bytes[i] & 15]);
+  }
+  return out;
+}
+
+std::string BuildId(Elf* elf) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) continue;
+    GElf_Nhdr nhdr;
+    size_t name_offset = 0;
+    size_t desc_offset = 0;
+    for (size_t offset = 0; offset < data->d_size;) {
+      size_t next = gelf_getnote(data, offset, &nhdr, &name_offset, &desc_offset);
+      if (next == 0) break;
+      const auto* base = static_cast<const unsigned char*>(data->d_buf);
+      if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == sizeof(ELF_NOTE_GNU) &&
+          std::memcmp(base + name_offset, ELF_NOTE_GNU, sizeof(ELF_NOTE_GNU)) == 0 &&
+          nhdr.n_descsz > 0) {
+        return Hex(base + desc_offset, nhdr.n_descsz);
+      }
+      offset = next;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> VdsoImage::OwnImageBytes() {
+  const auto* base = reinterpret_cast<const unsigned char*>(getauxval(AT_SYSINFO_EHDR));
+  if (base == nullptr) return absl::NotFoundError("this process has no vDSO");
+  if (std::memcmp(base, ELFMAG, SELFMAG) != 0) return absl::DataLossError("the vDSO is not ELF");
+  // Only the agent's own class is read here: it is the kernel's image for programs like it.
+  const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(base);
+  size_t size = ehdr->e_shoff + size_t{ehdr->e_shnum} * ehdr->e_shentsize;
+  const auto* phdrs = reinterpret_cast<const Elf64_Phdr*>(base + ehdr->e_phoff);
+  for (int i = 0; i < ehdr->e_phnum; ++i) {
+    size = std::max<size_t>(size, phdrs[i].p_offset + phdrs[i].p_filesz);
+  }
+  if (size > kMaxImageBytes) return absl::DataLossError("the vDSO's headers are implausible");
+  return std::string(reinterpret_cast<const char*>(base), size);
+}
+
+absl::StatusOr<std::unique_ptr<VdsoImage>> VdsoImage::Parse(std::string bytes) {
+  if (bytes.size() < EI_NIDENT || bytes.size() > kMaxImageBytes ||
+      std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) {
+    return absl::InvalidArgumentError("not an ELF image");
+  }
+  elf_version(EV_CURRENT);
+  std::unique_ptr<VdsoImage> image(new VdsoImage());
+  image->bytes_ = std::move(bytes);
+  // libelf checks every header and section it hands out against the image's size.
+  std::unique_ptr<Elf, ElfEnd> elf(elf_memory(image->bytes_.data(), image->bytes_.size()));
+  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(absl::StrCat("not an ELF image: ", elf_errmsg(-1)));
+  }
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0)
+    return absl::InvalidArgumentError("no program headers");
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
+      continue;
+    }
+    image->segments_.push_back({phdr.p_offset, phdr.p_vaddr, phdr.p_filesz});
+  }
+  if (image->segments_.empty()) return absl::InvalidArgumentError("no loadable segment");
+
+  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr;
+       scn = elf_nextscn(elf.get(), scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || shdr.sh_entsize == 0) continue;
+    const size_t count = std::min<size_t>(shdr.sh_size / shdr.sh_entsize, 4096);
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if ((type != STT_FUNC && type != STT_NOTYPE) || sym.st_shndx == SHN_UNDEF ||
+          sym.st_size == 0 || sym.st_value + sym.st_size < sym.st_value) {
+        continue;
+      }
+      const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
+      if (name == nullptr || name[0] == '\0') continue;
+      image->symbols_.push_back({sym.st_value, sym.st_value + sym.st_size,
+                                 std::string(name, strnlen(name, 256)), Rank(sym, name)});
+    }
+  }
+  if (image->symbols_.empty()) return absl::InvalidArgumentError("no function symbols");
+  std::sort(image->symbols_.begin(), image->symbols_.end(), [](const Symbol& a, const Symbol& b) {
+    return a.start != b.start ? a.start < b.start : a.rank > b.rank;
+  });
+  image->build_id_ = BuildId(elf.get());
+  image->identity_ = !image->build_id_.empty()
+                         ? image->build_id_
+                         : absl::StrCat("#", std::hash<std::string>()(image->bytes_));
+  image->identity_hash_ = std::hash<std::string>()(image->identity_);
+  return image;
+}
+
+std::optional<uint64_t> VdsoImage::ToElfAddress(uint64_t offset) const {
+  for (const Segment& s : segments_) {
+    if (offset >= s.offset && offset - s.offset < s.size) return s.vaddr + (offset - s.offset);
+  }
+  return std::nullopt;
+}
+
+std::optional<absl::string_view> VdsoImage::Symbolize(uint64_t offset) const {
+  std::optional<uint64_t> address = ToElfAddress(offset);
+  if (!address) return std::nullopt;
+  // A handful of symbols: the best-ranked one covering the address.
+  const Symbol* best = nullptr;
+  for (const Symbol& s : symbols_) {
+    if (s.start > *address) break;
+    if (*address < s.end && (best == nullptr || s.rank > best->rank)) best = &s;
+  }
+  if (best == nullptr) return std::nullopt;
+  return absl::string_view(best->name);
+}
+
+size_t VdsoImage::EstimatedBytes() const {
+  size_t bytes = sizeof(*this) + bytes_.capacity() + segments_.capacity() * sizeof(Segment) +
+                 symbols_.capacity() * sizeof(Symbol);
+  for (const Symbol& s : symbols_) bytes += s.name.capacity();
+  return bytes;
+}
+
+std::shared_ptr<const VdsoImage> VdsoImages::Find(std::string bytes) {
+  for (const auto& image : images_) {
+    // The mapping is page-sized: the image is its start, the rest zeros.
+    const std::string& known = image->bytes();
+    if (bytes.size() >= known.size() && bytes.compare(0, known.size(), known) == 0 &&
+        std::all_of(bytes.begin() + known.size(), bytes.end(), [](char c) { return c == 0; })) {
+      return image;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(std::move(bytes));
+  if (!parsed.ok()) {
+    ++refusals_;
+    return nullptr;
+  }
+  std::shared_ptr<const VdsoImage> image = std::move(parsed).value();
+  if (images_.size() < max_images_) images_.push_back(image);
+  return image;
+}
+
+}  // namespace ember
