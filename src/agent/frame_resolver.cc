@@ -217,6 +217,8 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
         frame.source_file = std::move(symbol->source_file);
         frame.line = symbol->line;
         frame.inlined = std::move(symbol->inlined);
+        frame.kind = symbol->kind;
+        frame.thread_start = symbol->thread_start;
       }
     }
   }
