@@ -134,7 +134,8 @@ GoImage GoImageOfElf(Elf* elf) {
         while (offset < data->d_size) {
           size_t next = gelf_getnote(data, offset, &nhdr, &name_offset, &desc_offset);
           if (next == 0) break;
-          if (nhdr.n_type == 4 && nhdr.n_namesz == 3 &&
+          // Go writes the name "Go\0\0" with its padding counted in the name's size.
+          if (nhdr.n_type == 4 && (nhdr.n_namesz == 3 || nhdr.n_namesz == 4) &&
               std::memcmp(static_cast<const char*>(data->d_buf) + name_offset, "Go", 3) == 0) {
             image.go_note = true;
           }
