@@ -610,14 +610,11 @@ void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, boo
 }
 
 bool Agent::EndAtThreadStart(size_t user_begin) {
-  for (size_t i = user_begin; i < stack_.size(); ++i) {
-    if (stack_[i]->thread_start) {
-      stack_.resize(i + 1);
-      user_pcs_.resize(i + 1 - user_begin);
-      return true;
-    }
-  }
-  return false;
+  std::optional<size_t> keep = FramesToThreadStart(std::span(stack_).subspan(user_begin));
+  if (!keep.has_value()) return false;
+  stack_.resize(user_begin + *keep);
+  user_pcs_.resize(*keep);
+  return true;
 }
 
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,11 @@ struct SymbolizationFailures {
   uint64_t no_symbol = 0;        // the file is read, but no symbol covers the address
   uint64_t file_changed = 0;     // the file was truncated after it was opened (ElfModule)
 };
+
+// How many of `user_frames` (leaf first) a stack keeps: up to and including the first frame
+// whose function nothing calls (Frame::thread_start: runtime.goexit, where a goroutine starts),
+// whatever a walk made of the stack past it; nullopt when there is none.
+std::optional<size_t> FramesToThreadStart(std::span<const Frame* const> user_frames);
 
 class FrameResolver {
  public:
