@@ -37,11 +37,18 @@ sanitized_bpf_tests='Phases|CfiUnwind|OtlpExport|ProcessLimit|HostileHostTest.Fi
 build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DEMBER_SANITIZE=ON -DEMBER_FUZZ=ON >/dev/null
-cmake --build "$build" --target fuzz_targets -j"$(nproc)"
+cmake --build "$build" --target fuzz_targets ember_go_fixtures -j"$(nproc)"
+# Go's symbol tables of the Go fixtures (hundreds of KiB each, so not kept in fuzz/corpus).
+mkdir -p "$build/seeds/go_pclntab_fuzz"
+for go_binary in "$build"/tests/fixtures/go/gosym_*; do
+  objcopy -O binary --only-section=.gopclntab "$go_binary" \
+    "$build/seeds/go_pclntab_fuzz/$(basename "$go_binary").gopclntab"
+done
 # Seeds: the target's own corpus, plus the test data of the same format. New inputs go to a
 # scratch corpus in the build tree, so the repository's seeds stay as they are.
 declare -A extra_seeds=(
   [kubernetes_json_fuzz]=tests/data/k8s
+  [go_pclntab_fuzz]="$build/seeds/go_pclntab_fuzz"
 )
 mkdir -p "$build/findings"
 failed=()

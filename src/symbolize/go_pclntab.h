@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,6 +85,8 @@ class GoPclntab {
   // to fill in.
   bool has_inline_tree() const { return version_ == 116 || gofunc_.has_value(); }
   uint64_t text_start() const { return text_start_; }
+  // The addresses its functions cover, [first entry, end of the last).
+  std::pair<uint64_t, uint64_t> pc_range() const { return {FunctabPc(0), FunctabPc(nfunc_)}; }
   size_t EstimatedBytes() const { return sizeof(*this) + image_.segments.capacity() * 32; }
 
  private:
