@@ -151,7 +151,10 @@ GoImage GoImageOfElf(Elf* elf) {
     if (gelf_getshdr(scn, &shdr) == nullptr) continue;
     const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
     if (name == nullptr) continue;
-    if (std::strcmp(name, ".gopclntab") == 0 && shdr.sh_type != SHT_NOBITS) {
+    // Position-independent builds keep it in relocated data: .data.rel.ro.gopclntab.
+    if ((std::strcmp(name, ".gopclntab") == 0 ||
+         std::strcmp(name, ".data.rel.ro.gopclntab") == 0) &&
+        shdr.sh_type != SHT_NOBITS) {
       image.pclntab_address = shdr.sh_addr;
       image.pclntab_size = shdr.sh_size;
     } else if (std::strcmp(name, ".text") == 0) {
@@ -173,10 +176,19 @@ absl::StatusOr<std::unique_ptr<GoPclntab>> GoPclntab::Open(GoImage image) {
     return Parse(std::move(image), address, table);
   }
   if (!image.go_note) return absl::NotFoundError("not a Go binary (no .gopclntab, no Go note)");
-  // No section headers: the table is in a read-only segment, its header aligned to a word.
-  absl::Status last = absl::NotFoundError("no Go symbol table in the read-only segments");
+  // No section naming it: the table is in a read-only segment (or, in a position-independent
+  // binary, in the relocated data the loader makes read-only, which its program header calls
+  // writable), its header aligned to a word. Read-only segments first.
+  absl::Status last = absl::NotFoundError("no Go symbol table in the loaded segments");
+  std::vector<const GoImage::Segment*> order;
   for (const GoImage::Segment& segment : image.segments) {
-    if (segment.writable) continue;
+    if (!segment.writable) order.push_back(&segment);
+  }
+  for (const GoImage::Segment& segment : image.segments) {
+    if (segment.writable) order.push_back(&segment);
+  }
+  for (const GoImage::Segment* segment_ptr : order) {
+    const GoImage::Segment& segment = *segment_ptr;
     const std::span<const uint8_t> bytes = segment.bytes;
     for (size_t offset = 0; offset + 16 <= bytes.size(); offset += 4) {
       const uint32_t magic = Load32(bytes.data() + offset);

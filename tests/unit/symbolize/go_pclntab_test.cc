@@ -176,6 +176,28 @@ TEST_P(GoPclntabTest, StrippedBuildsAreNamedAsThePlainOne) {
   EXPECT_GT(with_inlined, 20u);
 }
 
+// A position-independent build keeps the table in relocated data (.data.rel.ro.gopclntab), and
+// the module data's pointers as the loader is to relocate them.
+TEST_P(GoPclntabTest, PositionIndependentBuildsAreNamed) {
+  const std::vector<NmSymbol> symbols = NmFunctions(Program("_pie"));
+  ASSERT_GT(symbols.size(), 500u);
+  std::unique_ptr<ElfModule> pie = Open(Program("_pie"));
+  ASSERT_NE(pie, nullptr);
+  size_t named = 0, with_inlined = 0;
+  for (const NmSymbol& symbol : symbols) {
+    std::optional<SourceSymbol> found =
+        pie->Symbolize(ElfAddress{symbol.address + symbol.size / 2});
+    ASSERT_TRUE(found.has_value()) << symbol.name;
+    EXPECT_EQ(found->kind, FrameKind::kGo) << symbol.name;
+    std::string expected = symbol.name;
+    if (absl::EndsWith(expected, ".abi0")) expected.resize(expected.size() - 5);
+    if (found->function == expected) ++named;
+    if (!found->inlined.empty()) ++with_inlined;
+  }
+  EXPECT_GE(named * 100, symbols.size() * 99) << named << " of " << symbols.size();
+  EXPECT_GT(with_inlined, 20u);
+}
+
 TEST_P(GoPclntabTest, LinesAndInlinedFunctions) {
   const std::vector<NmSymbol> symbols = NmFunctions(Program());
   const NmSymbol& hot_leaf = Named(symbols, "main.hotLeaf");
