@@ -41,8 +41,11 @@ cmake --build "$build" --target fuzz_targets ember_go_fixtures -j"$(nproc)"
 # Go's symbol tables of the Go fixtures (hundreds of KiB each, so not kept in fuzz/corpus).
 mkdir -p "$build/seeds/go_pclntab_fuzz"
 for go_binary in "$build"/tests/fixtures/go/gosym_*; do
-  objcopy -O binary --only-section=.gopclntab "$go_binary" \
-    "$build/seeds/go_pclntab_fuzz/$(basename "$go_binary").gopclntab"
+  seed="$build/seeds/go_pclntab_fuzz/$(basename "$go_binary")"
+  # Position-independent builds name the section .data.rel.ro.gopclntab.
+  objcopy -O binary --only-section=.gopclntab --only-section=.data.rel.ro.gopclntab \
+    "$go_binary" "$seed"
+  [[ -s $seed ]] || { echo "sanitize-and-fuzz: no Go symbol table in $go_binary" >&2; exit 1; }
 done
 # Seeds: the target's own corpus, plus the test data of the same format. New inputs go to a
 # scratch corpus in the build tree, so the repository's seeds stay as they are.

@@ -91,6 +91,8 @@ struct GoBuild {
   const char* path;
 };
 
+void PrintTo(const GoBuild& build, std::ostream* out) { *out << build.name; }
+
 class GoProfileTest : public ::testing::TestWithParam<GoBuild> {
  protected:
   struct Run {
