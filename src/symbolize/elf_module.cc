@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "common/untrusted_open.h"
+#include "spdlog/spdlog.h"
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
@@ -155,7 +157,14 @@ void ElfModule::LoadSymbols() const {
   // segments only for a binary that says it is Go but has no section headers.
   absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
       internal::GoPclntab::Open(internal::GoImageOfElf(file_->elf()));
-  if (go.ok()) go_ = std::move(*go);
+  if (go.ok()) {
+    go_ = std::move(*go);
+  } else if (!absl::IsNotFound(go.status())) {
+    // Once per file: a Go binary whose table is corrupt or of Go 1.2 to 1.15 keeps the names its
+    // ELF symbols give.
+    spdlog::debug("{}: Go symbol table not read: {}", LogSafe(path_),
+                  LogSafe(go.status().message()));
+  }
   auto symtab = std::make_unique<internal::SymbolTable>(
       internal::SymbolTable::Read(file_->elf(), SHT_SYMTAB));
   bool has_dwarf = file_->HasSectionData(".debug_info");
