@@ -270,7 +270,9 @@ TEST_P(GoPclntabTest, CorruptTablesFailCleanly) {
     absl::StatusOr<std::unique_ptr<internal::GoPclntab>> cut =
         internal::GoPclntab::Parse(image, address, table.first(size));
     EXPECT_FALSE(cut.ok()) << size;
-    if (!cut.ok()) EXPECT_THAT(cut.status().message(), HasSubstr("Go symbol table"));
+    if (!cut.ok()) {
+      EXPECT_THAT(cut.status().message(), HasSubstr("Go symbol table"));
+    }
   }
   std::vector<uint8_t> copy(table.begin(), table.end());
   const uint32_t go12 = 0xfffffffb;
