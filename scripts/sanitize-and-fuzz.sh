@@ -47,11 +47,15 @@ for go_binary in "$build"/tests/fixtures/go/gosym_*; do
     "$go_binary" "$seed"
   [[ -s $seed ]] || { echo "sanitize-and-fuzz: no Go symbol table in $go_binary" >&2; exit 1; }
 done
+# A stripped Go binary for the ELF target, whose symbolizer and unwinder then read Go's table.
+mkdir -p "$build/seeds/elf_fuzz"
+cp "$build/tests/fixtures/go/gosym_go119_stripped" "$build/seeds/elf_fuzz/"
 # Seeds: the target's own corpus, plus the test data of the same format. New inputs go to a
 # scratch corpus in the build tree, so the repository's seeds stay as they are.
 declare -A extra_seeds=(
   [kubernetes_json_fuzz]=tests/data/k8s
   [go_pclntab_fuzz]="$build/seeds/go_pclntab_fuzz"
+  [elf_fuzz]="$build/seeds/elf_fuzz"
 )
 mkdir -p "$build/findings"
 failed=()
