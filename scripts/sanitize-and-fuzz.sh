@@ -25,11 +25,12 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # (sampling and DWARF unwinding of real processes, OTLP export to a collector that fails, the
 # process limit, files replaced under running processes, odd /proc entries, CPython frames walked
 # in BPF under Debian's python3.11, JIT frames named from node's perf map and jitdump, vDSO frames
-# named from the kernel's image, a runc container's metadata), and the hostile workloads, whose
-# refused reads and inputs are what the sanitizers are there to watch. Each requires the agent's
-# exit status 0, so a report fails it. The other Python versions and Java go through the same
-# paths and would only make the run longer.
-sanitized_bpf_tests='Phases|CfiUnwind|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd|PythonProfileTest.DebianPython311|NodeJitTest|NodeJitdumpTest|VdsoProfileTest|ContainerProfileTest|HostileMemoryTest|HostileNames|HostileFilesTest|HostileBudgetTest'
+# named from the kernel's image, a stripped Go program named and unwound from Go's own symbol
+# table, a runc container's metadata), and the hostile workloads, whose refused reads and inputs
+# are what the sanitizers are there to watch. Each requires the agent's exit status 0, so a report
+# fails it. The other Python versions and Java go through the same paths and would only make the
+# run longer.
+sanitized_bpf_tests='Phases|CfiUnwind|GoProfileTest.GoNewStripped|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd|PythonProfileTest.DebianPython311|NodeJitTest|NodeJitdumpTest|VdsoProfileTest|ContainerProfileTest|HostileMemoryTest|HostileNames|HostileFilesTest|HostileBudgetTest'
 (cd build-sanitize && ../scripts/as-root.sh env ASAN_OPTIONS="$ASAN_OPTIONS" \
    LSAN_OPTIONS="$LSAN_OPTIONS" UBSAN_OPTIONS="$UBSAN_OPTIONS" \
    ../scripts/strict-ctest.sh -L bpf -R "$sanitized_bpf_tests" --output-on-failure --timeout 300)
@@ -38,11 +39,25 @@ sanitized_bpf_tests='Phases|CfiUnwind|OtlpExport|ProcessLimit|HostileHostTest.Fi
 build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DEMBER_SANITIZE=ON -DEMBER_FUZZ=ON >/dev/null
-cmake --build "$build" --target fuzz_targets -j"$(nproc)"
+cmake --build "$build" --target fuzz_targets ember_go_fixtures -j"$(nproc)"
+# Go's symbol tables of the Go fixtures (hundreds of KiB each, so not kept in fuzz/corpus).
+mkdir -p "$build/seeds/go_pclntab_fuzz"
+for go_binary in "$build"/tests/fixtures/go/gosym_*; do
+  seed="$build/seeds/go_pclntab_fuzz/$(basename "$go_binary")"
+  # Position-independent builds name the section .data.rel.ro.gopclntab.
+  objcopy -O binary --only-section=.gopclntab --only-section=.data.rel.ro.gopclntab \
+    "$go_binary" "$seed"
+  [[ -s $seed ]] || { echo "sanitize-and-fuzz: no Go symbol table in $go_binary" >&2; exit 1; }
+done
+# A stripped Go binary for the ELF target, whose symbolizer and unwinder then read Go's table.
+mkdir -p "$build/seeds/elf_fuzz"
+cp "$build/tests/fixtures/go/gosym_go119_stripped" "$build/seeds/elf_fuzz/"
 # Seeds: the target's own corpus, plus the test data of the same format. New inputs go to a
 # scratch corpus in the build tree, so the repository's seeds stay as they are.
 declare -A extra_seeds=(
   [kubernetes_json_fuzz]=tests/data/k8s
+  [go_pclntab_fuzz]="$build/seeds/go_pclntab_fuzz"
+  [elf_fuzz]="$build/seeds/elf_fuzz"
 )
 mkdir -p "$build/findings"
 failed=()

@@ -623,8 +623,17 @@ void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, boo
   seen.marked_in_poll = polls_;
 }
 
+bool Agent::EndAtThreadStart(size_t user_begin) {
+  std::optional<size_t> keep = FramesToThreadStart(std::span(stack_).subspan(user_begin));
+  if (!keep.has_value()) return false;
+  stack_.resize(user_begin + *keep);
+  user_pcs_.resize(*keep);
+  return true;
+}
+
 void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   const ember_sample& header = *sample.header;
+  const size_t user_begin = stack_.size();
   user_pcs_.clear();
   // Frames walked in BPF (by CFI rows) come first; a snapshot, if any, goes on from where that
   // walk stopped.
@@ -648,8 +657,12 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
         stack_.push_back(frames_.User(process, pc, /*caller=*/true));
         user_pcs_.push_back(pc);
       }
+      if (EndAtThreadStart(user_begin)) {
+        unwound_complete_metric_->Increment();
+        return;
+      }
       unwound_failed_metric_->Increment();
-    } else if (header.user_depth < EMBER_MAX_STACK_DEPTH) {
+    } else if (EndAtThreadStart(user_begin) || header.user_depth < EMBER_MAX_STACK_DEPTH) {
       return;  // a frame-pointer walk, whole as far as it could tell
     }
     stack_.push_back(frames_.Marker("[truncated]"));
@@ -673,6 +686,12 @@ void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
   for (const UnwoundFrame& frame : unwound.frames) {
     stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));
     user_pcs_.push_back(frame.pc);
+  }
+  // A goroutine's stack is not its thread's: the walk cannot tell where it begins, but Go's
+  // symbol table says which function nothing calls.
+  if (EndAtThreadStart(user_begin)) {
+    unwound_complete_metric_->Increment();
+    return;
   }
   switch (unwound.end) {
     case UnwindEnd::kOutermost:

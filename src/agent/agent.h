@@ -59,6 +59,10 @@ class Agent {
   // from where that walk stopped; without either, the frame-pointer walk done in BPF. A stack
   // that does not reach the thread's first frame ends with "[truncated]".
   void AppendUserFrames(Process* process, const SampleView& sample);
+  // Cuts the user frames from stack_[user_begin] after the first whose function nothing calls
+  // (Frame::thread_start: where a thread or goroutine begins), whatever a walk made of the stack
+  // past it; true when there is one: the stack is whole.
+  bool EndAtThreadStart(size_t user_begin);
   struct ProcessSeen;
   // Tells the BPF side the process is known once its maps have settled (ProcessSeen). It settles
   // again after its main thread renamed (renamed: its maps were just read again) or when a

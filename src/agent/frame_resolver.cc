@@ -36,6 +36,13 @@ bool MayHoldJitCode(const MemoryMapping* mapping) {
 
 }  // namespace
 
+std::optional<size_t> FramesToThreadStart(std::span<const Frame* const> user_frames) {
+  for (size_t i = 0; i < user_frames.size(); ++i) {
+    if (user_frames[i]->thread_start) return i + 1;
+  }
+  return std::nullopt;
+}
+
 size_t FrameResolver::KeyHash::operator()(const Key& key) const {
   return absl::HashOf(key.file.dev, key.file.inode, key.value, key.name, key.jit_version);
 }
@@ -270,6 +277,8 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
         frame.source_file = std::move(symbol->source_file);
         frame.line = symbol->line;
         frame.inlined = std::move(symbol->inlined);
+        frame.kind = symbol->kind;
+        frame.thread_start = symbol->thread_start;
       }
     }
   }

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,11 @@ struct SymbolizationFailures {
   // there keep the [vdso] marker). Once per process and vDSO mapping.
   uint64_t vdso_unreadable = 0;
 };
+
+// How many of `user_frames` (leaf first) a stack keeps: up to and including the first frame
+// whose function nothing calls (Frame::thread_start: runtime.goexit, where a goroutine starts),
+// whatever a walk made of the stack past it; nullopt when there is none.
+std::optional<size_t> FramesToThreadStart(std::span<const Frame* const> user_frames);
 
 class FrameResolver {
  public:

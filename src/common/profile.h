@@ -24,6 +24,7 @@ enum class FrameKind : uint8_t {
   kJvm,      // HotSpot
   kDotnet,   // .NET CoreCLR
   kCPython,  // CPython interpreter frames
+  kGo,       // Go code, named from the binary's own Go symbol table
 };
 
 // The OpenTelemetry `profile.frame.type` value of a kind. "jit" is not one of the convention's
@@ -44,6 +45,8 @@ constexpr std::string_view FrameTypeName(FrameKind kind) {
       return "dotnet";
     case FrameKind::kCPython:
       return "cpython";
+    case FrameKind::kGo:
+      return "go";
   }
   return "native";
 }
@@ -77,6 +80,8 @@ struct Frame {
   // call in it. Empty when the code there is not inlined. (Every member has an initializer, so
   // brace-initialized Frames may leave any out.)
   std::vector<InlineFrame> inlined{};
+  // Nothing calls this frame's function: the stack is whole up to here (Go's runtime.goexit).
+  bool thread_start = false;
 };
 
 // Cuts each name of `frame` to kMaxNameBytes (CapName): where the symbolizers hand frames over.

@@ -22,7 +22,7 @@ namespace {
 constexpr absl::string_view kOtherName = "[other]";
 // Keeps name ids within ChildKey's 28 bits; a graph this big would take gigabytes anyway.
 constexpr size_t kMostNodes = (size_t{1} << 28) - 2;
-static_assert(static_cast<uint32_t>(FlameGraph::NodeType::kCPython) < 16,
+static_assert(static_cast<uint32_t>(FlameGraph::NodeType::kGo) < 16,
               "ChildKey keeps a node type in 4 bits");
 
 // "module+0x1a2b" is how the symbolizer names a frame it could not resolve.
@@ -53,6 +53,8 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
       return FlameGraph::NodeType::kDotnet;
     case FrameKind::kCPython:
       return FlameGraph::NodeType::kCPython;
+    case FrameKind::kGo:
+      return FlameGraph::NodeType::kGo;
   }
   return FlameGraph::NodeType::kNative;
 }
@@ -278,8 +280,8 @@ int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
   // name): try them in this order, and take the first that matches the whole path.
   constexpr NodeType kTypes[] = {NodeType::kProcess, NodeType::kNative,  NodeType::kKernel,
                                  NodeType::kJit,     NodeType::kV8Js,    NodeType::kJvm,
-                                 NodeType::kDotnet,  NodeType::kCPython, NodeType::kUnknown,
-                                 NodeType::kOther,   NodeType::kInlined};
+                                 NodeType::kDotnet,  NodeType::kCPython, NodeType::kGo,
+                                 NodeType::kUnknown, NodeType::kOther,   NodeType::kInlined};
   const auto walk = [&](const auto& self, uint32_t node, size_t step) -> int64_t {
     if (step == path.size()) return nodes_[node].samples;
     auto name_it = name_ids_.find(path[step]);

@@ -35,6 +35,7 @@ class FlameGraph {
     kJvm = 9,
     kDotnet = 10,
     kCPython = 11,
+    kGo = 12,
   };
 
   // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children

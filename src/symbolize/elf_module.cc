@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "common/untrusted_open.h"
+#include "spdlog/spdlog.h"
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
 #include "symbolize/elf_file.h"
+#include "symbolize/go_pclntab.h"
 #include "symbolize/symbol_table.h"
 
 namespace ember {
@@ -116,6 +119,7 @@ ElfModule::~ElfModule() {
   if (file_changed_) {
     // A read faulted part-way through libelf or libdw: their state cannot be trusted even to be
     // freed. Kept, once per such file.
+    internal::KeepAbandoned(go_.release());
     internal::KeepAbandoned(lines_.release());
     internal::KeepAbandoned(symbols_.release());
     internal::KeepAbandoned(debug_file_.release());
@@ -123,6 +127,7 @@ ElfModule::~ElfModule() {
     return;
   }
   // DWARF and symbol names read from the files' mappings: drop them before the files.
+  go_.reset();
   lines_.reset();
   symbols_.reset();
   debug_file_.reset();
@@ -148,6 +153,18 @@ std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
 
 void ElfModule::LoadSymbols() const {
   symbols_loaded_ = true;
+  // Most files are not Go: GoPclntab::Open looks at section names and notes only, and scans
+  // segments only for a binary that says it is Go but has no section headers.
+  absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+      internal::GoPclntab::Open(internal::GoImageOfElf(file_->elf()));
+  if (go.ok()) {
+    go_ = std::move(*go);
+  } else if (!absl::IsNotFound(go.status())) {
+    // Once per file: a Go binary whose table is corrupt or of Go 1.2 to 1.15 keeps the names its
+    // ELF symbols give.
+    spdlog::debug("{}: Go symbol table not read: {}", LogSafe(path_),
+                  LogSafe(go.status().message()));
+  }
   auto symtab = std::make_unique<internal::SymbolTable>(
       internal::SymbolTable::Read(file_->elf(), SHT_SYMTAB));
   bool has_dwarf = file_->HasSectionData(".debug_info");
@@ -178,6 +195,7 @@ size_t ElfModule::EstimatedBytes() const {
   if (debug_file_ != nullptr) bytes += kElfHandleBytes;
   if (symbols_ != nullptr) bytes += sizeof(*symbols_) + symbols_->EstimatedBytes();
   if (lines_ != nullptr) bytes += lines_->EstimatedBytes();
+  if (go_ != nullptr) bytes += go_->EstimatedBytes();
   return bytes;
 }
 
@@ -187,8 +205,21 @@ std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
   // truncated since it was opened: such a module is done with, and its frames stay unnamed.
   const char* name = nullptr;
   size_t name_length = 0;
+  std::optional<SourceSymbol> go_symbol;
   bool read = internal::RunCatchingSigbus([&] {
     if (!symbols_loaded_) LoadSymbols();
+    if (go_ != nullptr) {
+      internal::GoSymbol found;
+      if (go_->Lookup(addr.value, &found)) {
+        go_symbol.emplace(SourceSymbol{.function = std::string(found.function),
+                                       .source_file = std::string(found.file),
+                                       .line = found.line,
+                                       .inlined = std::move(found.inlined),
+                                       .kind = FrameKind::kGo,
+                                       .thread_start = found.thread_start});
+        return;
+      }
+    }
     name = symbols_->Find(addr.value);
     if (name != nullptr) name_length = strlen(name);
   });
@@ -196,6 +227,7 @@ std::optional<SourceSymbol> ElfModule::Symbolize(ElfAddress addr) const {
     file_changed_ = true;
     return std::nullopt;
   }
+  if (go_symbol.has_value()) return go_symbol;
   if (name == nullptr) return std::nullopt;
   std::string mangled(name_length, '\0');
   SourceSymbol symbol;

@@ -22,6 +22,7 @@ namespace internal {
 class DwarfLines;
 class ElfFile;
 class FileMappingCheck;
+class GoPclntab;
 class SymbolTable;
 }  // namespace internal
 
@@ -40,6 +41,11 @@ struct SourceSymbol {
   // each later one's the call site of the one before it. Empty outside inlined code and
   // without DWARF.
   std::vector<InlineFrame> inlined;
+  // kGo when named from Go's own symbol table (.gopclntab), else kNative.
+  FrameKind kind = FrameKind::kNative;
+  // Nothing calls the function: a thread or goroutine starts there (Go's runtime.goexit,
+  // runtime.mstart, runtime.rt0_go), so a stack that reaches it is whole.
+  bool thread_start = false;
 };
 
 struct ElfModuleOptions {
@@ -74,7 +80,9 @@ class ElfModule {
 
   // The function containing addr (from .symtab, else .dynsym, of the file or of its separate
   // debug file), demangled, with DWARF file:line and the chain of inlined functions when debug
-  // info exists. nullopt when no symbol covers it. Not thread-safe: the first call loads the
+  // info exists. Go code is named from the binary's own Go symbol table instead, with its file,
+  // line and inlined functions, stripped or not, so both builds of a program name it alike.
+  // nullopt when no symbol covers it. Not thread-safe: the first call loads the
   // symbol tables, and DWARF lookups fill per-compile-unit caches.
   std::optional<SourceSymbol> Symbolize(ElfAddress addr) const;
 
@@ -116,6 +124,7 @@ class ElfModule {
   mutable std::unique_ptr<internal::ElfFile> debug_file_;
   mutable std::unique_ptr<internal::SymbolTable> symbols_;
   mutable std::unique_ptr<internal::DwarfLines> lines_;
+  mutable std::unique_ptr<internal::GoPclntab> go_;  // Go binaries only
   mutable bool file_changed_ = false;
 };
 

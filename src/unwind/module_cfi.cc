@@ -15,6 +15,7 @@
 #include "common/log_safe.h"
 #include "common/sigbus_guard.h"
 #include "spdlog/spdlog.h"
+#include "symbolize/go_pclntab.h"
 
 namespace ember {
 
@@ -138,6 +139,7 @@ ModuleCfi::ModuleCfi(std::shared_ptr<ElfImage> image, bool compact_rows, size_t 
     : image_(std::move(image)), compact_rows_(compact_rows), max_rows_(max_rows) {}
 
 ModuleCfi::~ModuleCfi() {
+  if (file_changed_) internal::KeepAbandoned(go_.release());
   if (dwfl_ == nullptr) return;
   if (file_changed_) {
     // After a fault libdwfl's state cannot be trusted even to be freed: it stays allocated.
@@ -269,7 +271,7 @@ const CfiRow* ModuleCfi::FindRow(uint64_t elf_pc, bool read_missing) {
 }
 
 // As libdwfl looks a frame up: .eh_frame first, then .debug_frame in the file itself.
-CfiRow ModuleCfi::ReadRow(uint64_t elf_pc) const {
+CfiRow ModuleCfi::ReadRow(uint64_t elf_pc) {
   Dwarf_Addr bias = 0;
   if (Dwarf_CFI* eh_frame = dwfl_module_eh_cfi(module_, &bias)) {
     if (std::optional<CfiRow> row = RowIn(eh_frame, elf_pc - bias)) return *row;
@@ -277,7 +279,43 @@ CfiRow ModuleCfi::ReadRow(uint64_t elf_pc) const {
   if (Dwarf_CFI* debug_frame = dwfl_module_dwarf_cfi(module_, &bias)) {
     if (std::optional<CfiRow> row = RowIn(debug_frame, elf_pc - bias)) return *row;
   }
-  return CfiRow{};
+  return GoRow(elf_pc);
+}
+
+CfiRow ModuleCfi::GoRow(uint64_t elf_pc) {
+  if (!go_opened_) {
+    go_opened_ = true;
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(internal::GoImageOfElf(image_->elf()));
+    if (go.ok()) go_ = std::move(*go);
+  }
+  CfiRow row;
+  if (go_ == nullptr) return row;
+  std::optional<int32_t> delta = go_->SpDelta(elf_pc);
+  if (!delta.has_value()) return row;
+  // On amd64 the return address is pushed by the call, right above what the function reserved;
+  // a function with a frame keeps its caller's frame pointer just below the return address.
+  // Go saves no other register for its caller.
+  row.compact = true;
+  row.cfa_register = 7;
+  row.cfa_offset = *delta + 8;
+  for (int i = 0; i < CfiRow::kTrackedCount; ++i) {
+    switch (CfiRow::kTracked[i]) {
+      case 6:
+        row.rules[i] =
+            *delta > 0 ? CfiRule{CfiRule::Kind::kSavedAt, -16} : CfiRule{CfiRule::Kind::kSame, 0};
+        break;
+      case 7:
+        row.rules[i] = {CfiRule::Kind::kCfaPlus, 0};
+        break;
+      case 16:
+        row.rules[i] = {CfiRule::Kind::kSavedAt, -8};
+        break;
+      default:
+        break;
+    }
+  }
+  return row;
 }
 
 size_t ModuleCfi::ClearRows() {

@@ -17,6 +17,10 @@
 #include "unwind/elf_image.h"
 #include "unwind/frame_registers.h"
 
+namespace ember::internal {
+class GoPclntab;
+}  // namespace ember::internal
+
 typedef struct Dwfl Dwfl;
 typedef struct Dwfl_Module Dwfl_Module;
 
@@ -92,7 +96,11 @@ class ModuleCfi {
   // The row for ELF address `elf_pc`, with `compact` false when there is none: from the cache,
   // else (read_missing) read from the file and cached, else nullptr. Valid until the next call.
   const CfiRow* FindRow(uint64_t elf_pc, bool read_missing);
-  CfiRow ReadRow(uint64_t elf_pc) const;
+  CfiRow ReadRow(uint64_t elf_pc);
+  // A row for Go code made from the binary's own Go symbol table (its stack-pointer deltas): Go
+  // binaries have no .eh_frame, and stripped ones no .debug_frame either, and Go leaves leaf
+  // functions without a frame pointer, so a frame-pointer walk misses their callers.
+  CfiRow GoRow(uint64_t elf_pc);
   // False when the compact row cannot step this frame, or (!read_missing) a row it needs is not
   // cached yet (`result` is then to be reset).
   bool CompactStep(uint64_t lookup_pc, const FrameRegisters& frame, uint64_t bias,
@@ -111,6 +119,8 @@ class ModuleCfi {
   bool file_changed_ = false;  // a read of the file faulted: it was truncated under the agent
   StepState* step_ = nullptr;  // the step in progress, for the callbacks
   absl::flat_hash_map<uint64_t, CfiRow> rows_;  // by ELF lookup address
+  bool go_opened_ = false;                      // GoRow looked for the Go symbol table
+  std::unique_ptr<internal::GoPclntab> go_;     // the Go symbol table, in Go binaries
   // The last row found: a step looks its caller's row up, which the next step needs again.
   uint64_t last_pc_ = 0;
   const CfiRow* last_row_ = nullptr;

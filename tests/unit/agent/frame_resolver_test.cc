@@ -515,5 +515,19 @@ TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
   EXPECT_EQ(resolver.failures().vdso_unreadable, 2u);
 }
 
+TEST(FramesToThreadStartTest, CutsAfterTheFirstFrameNothingCalls) {
+  Frame leaf{.kind = FrameKind::kGo, .function = "main.work"};
+  Frame main_fn{.kind = FrameKind::kGo, .function = "runtime.main"};
+  Frame goexit{.kind = FrameKind::kGo, .function = "runtime.goexit", .thread_start = true};
+  Frame garbage{.function = "app+0x1234"};
+  const std::vector<const Frame*> walked = {&leaf, &main_fn, &goexit, &garbage, &garbage};
+  EXPECT_EQ(FramesToThreadStart(walked), 3u);
+  const std::vector<const Frame*> whole = {&leaf, &main_fn, &goexit};
+  EXPECT_EQ(FramesToThreadStart(whole), 3u);
+  const std::vector<const Frame*> native = {&leaf, &main_fn, &garbage};
+  EXPECT_EQ(FramesToThreadStart(native), std::nullopt);
+  EXPECT_EQ(FramesToThreadStart({}), std::nullopt);
+}
+
 }  // namespace
 }  // namespace ember

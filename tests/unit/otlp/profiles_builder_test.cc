@@ -557,7 +557,7 @@ TEST(BuildExportRequestTest, JitFramesCarryTheirRuntimesFrameType) {
       {FrameKind::kNative, "native"}, {FrameKind::kKernel, "kernel"},
       {FrameKind::kV8Js, "v8js"},     {FrameKind::kJvm, "jvm"},
       {FrameKind::kDotnet, "dotnet"}, {FrameKind::kCPython, "cpython"},
-      {FrameKind::kJit, "jit"}};
+      {FrameKind::kJit, "jit"},       {FrameKind::kGo, "go"}};
   std::vector<Frame> frames;
   for (size_t i = 0; i < kinds.size(); ++i) {
     frames.push_back(Frame{kinds[i].first, "f" + kinds[i].second, "", 0, 0x7f0000000000 + i,

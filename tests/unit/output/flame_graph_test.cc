@@ -119,20 +119,23 @@ TEST(FlameGraphTest, JitFramesAreTypedByRuntime) {
   Frame net{FrameKind::kDotnet, "App.Leaf()", "", 0, 0x7f20, "/tmp/perf-9.map", ""};
   Frame py{FrameKind::kCPython, "leaf", "app.py", 3, 0, "", ""};
   Frame jit{FrameKind::kJit, "stub", "", 0, 0x7f30, "/tmp/perf-10.map", ""};
+  Frame go{FrameKind::kGo, "main.leaf", "main.go", 9, 0x401000, "/srv/app", ""};
   FlameGraph graph;
   graph.Add(Interval({{1, "node", "node", {&js, &main_fn}, 2},
                       {2, "java", "java", {&java, &main_fn}, 3},
                       {3, "dotnet", "dotnet", {&net, &main_fn}, 4},
                       {4, "python3", "python3", {&py, &main_fn}, 5},
-                      {5, "app", "app", {&jit, &main_fn}, 6}}));
+                      {5, "app", "app", {&jit, &main_fn}, 6},
+                      {6, "goapp", "goapp", {&go, &main_fn}, 7}}));
   EXPECT_EQ(graph.SamplesAt({"node", "main", "JS:*leaf /srv/app.js:3:1"}), 2);
   const std::string json = graph.ToJson();
-  // [name, type, samples, children]: v8js 8, jvm 9, dotnet 10, cpython 11, jit 7.
+  // [name, type, samples, children]: v8js 8, jvm 9, dotnet 10, cpython 11, jit 7, go 12.
   EXPECT_THAT(json, HasSubstr(",8,2,0")) << json;
   EXPECT_THAT(json, HasSubstr(",9,3,0")) << json;
   EXPECT_THAT(json, HasSubstr(",10,4,0")) << json;
   EXPECT_THAT(json, HasSubstr(",11,5,0")) << json;
   EXPECT_THAT(json, HasSubstr(",7,6,0")) << json;
+  EXPECT_THAT(json, HasSubstr(",12,7,0")) << json;
 }
 
 TEST(FlameGraphTest, NodeBoundFoldsNewPathsIntoOther) {
@@ -311,7 +314,7 @@ class ReferenceGraph {
         f.function.find("+0x") != std::string::npos) {
       return 4;
     }
-    constexpr int kByKind[] = {2, 3, 7, 8, 9, 10, 11};  // FrameKind's order
+    constexpr int kByKind[] = {2, 3, 7, 8, 9, 10, 11, 12};  // FrameKind's order
     return kByKind[static_cast<int>(f.kind)];
   }
 
@@ -377,6 +380,7 @@ TEST(FlameGraphTest, MergesExactlyLikeThePlainReferenceMerge) {
       {"leaf", FrameKind::kV8Js},
       {"leaf", FrameKind::kJvm},
       {"leaf", FrameKind::kCPython},
+      {"leaf", FrameKind::kGo},
       {"stub", FrameKind::kJit},
       {"Net", FrameKind::kDotnet},
   };
