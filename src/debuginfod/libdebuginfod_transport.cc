@@ -110,10 +110,12 @@ int LibdebuginfodTransport::OnProgress(::debuginfod_client* client, long done, l
     return 1;
   }
   // `done` counts bytes once a server sends the file (before, the library's loop turns); `total`
-  // is the announced length, 0 when unknown. A server that announces nothing and sends on is cut
-  // off here at the limit, which DEBUGINFOD_MAXSIZE alone would not do.
-  if (static_cast<unsigned long>(total) > progress->max_file_bytes ||
-      static_cast<unsigned long>(done) > progress->max_file_bytes) {
+  // is the announced length, 0 or -1 when unknown (chunked). A server that announces nothing and
+  // sends on is cut off here at the limit, which DEBUGINFOD_MAXSIZE alone would not do.
+  const auto over = [limit = progress->max_file_bytes](long bytes) {
+    return bytes > 0 && static_cast<unsigned long>(bytes) > limit;
+  };
+  if (over(total) || over(done)) {
     progress->too_big = true;
     return 1;
   }
