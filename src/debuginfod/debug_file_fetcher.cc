@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,7 +138,11 @@ void DebugFileFetcher::Start() {
   for (int i = 0; i < options_.max_concurrent; ++i) {
     std::shared_ptr<DebuginfodTransport> transport = transports_();
     if (transport == nullptr) continue;
-    workers_.emplace_back([this, transport] { Work(transport.get()); });
+    workers_.emplace_back([this, transport] {
+      // Named, so that /proc shows which threads fetch (and that they hold no capability).
+      pthread_setname_np(pthread_self(), kWorkerThreadName);
+      Work(transport.get());
+    });
   }
 }
 

@@ -25,6 +25,9 @@
 
 namespace ember {
 
+// The name of the worker threads (/proc/PID/task/TID/comm).
+inline constexpr char kWorkerThreadName[] = "debuginfod";
+
 // How one fetch ended.
 enum class FetchResult : uint8_t {
   kOk,        // a debug file of the build id, now in the cache

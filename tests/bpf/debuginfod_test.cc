@@ -3,6 +3,7 @@
 // a network namespace of its own that has only a loopback interface, and the agent joins it
 // (nsenter): it is reachable from nowhere else. The same binary profiled with --debuginfod-urls ""
 // keeps unnamed frames, so the names come from the server.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -14,7 +15,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <regex>
@@ -118,6 +122,26 @@ std::map<std::string, std::set<std::string>> LinesOfFixtureFunctions(const std::
   return lines;
 }
 
+// The status files of the threads of `pid` called `name`.
+std::vector<std::string> ThreadsNamed(pid_t pid, const std::string& name) {
+  std::vector<std::string> threads;
+  // readdir, not directory_iterator: a thread that ends during the walk (the agent's short-lived
+  // start-up threads) must not end it.
+  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return threads;
+  while (dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    const std::string dir = absl::StrCat("/proc/", pid, "/task/", task->d_name);
+    std::ifstream comm(dir + "/comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    std::ifstream status(dir + "/status");
+    threads.emplace_back(std::istreambuf_iterator<char>(status), std::istreambuf_iterator<char>());
+  }
+  closedir(tasks);
+  return threads;
+}
+
 class DebuginfodTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -156,14 +180,19 @@ class DebuginfodTest : public ::testing::Test {
                         << server_->output();
     const int requests_before = DebugFileRequests(server_->output(), *build_id_);
 
-    const AgentLaunch in_server_namespace{
+    AgentLaunch in_server_namespace{
         .argv = {EMBER_NSENTER_BIN, absl::StrCat("--net=", netns), "--", EMBER_AGENT_BIN}};
+    // Once the agent has started all its threads: which are the fetchers, and what they hold.
+    in_server_namespace.once_dropped = [](pid_t agent) {
+      fetcher_threads_ = new std::vector<std::string>(ThreadsNamed(agent, "debuginfod"));
+    };
     named_ = new ProfiledRun(ProfileFixture(
         {Binary(), "6"}, kHz, nullptr, SIGINT,
         {"--debuginfod-urls", ServerUrl(), "--debuginfod-cache-dir", state + "/cache"},
         in_server_namespace));
     server_->WaitForOutput("never printed", std::chrono::milliseconds(500));
     named_requests_ = DebugFileRequests(server_->output(), *build_id_) - requests_before;
+    in_server_namespace.once_dropped = nullptr;
     unnamed_ = new ProfiledRun(
         ProfileFixture({Binary(), "4"}, kHz, nullptr, SIGINT,
                        {"--debuginfod-urls", "", "--debuginfod-cache-dir", state + "/cache_off"},
@@ -181,6 +210,7 @@ class DebuginfodTest : public ::testing::Test {
     delete unnamed_;
     delete build_id_;
     delete server_log_;
+    delete fetcher_threads_;
   }
 
   static inline Subprocess* server_ = nullptr;
@@ -188,6 +218,8 @@ class DebuginfodTest : public ::testing::Test {
   static inline std::string* server_log_ = nullptr;
   static inline ProfiledRun* named_ = nullptr;
   static inline ProfiledRun* unnamed_ = nullptr;
+  // The /proc/PID/task/TID/status of each fetcher thread of the named run.
+  static inline std::vector<std::string>* fetcher_threads_ = nullptr;
   static inline int named_requests_ = 0;
   static inline int unnamed_requests_ = 0;
 };
@@ -269,6 +301,18 @@ TEST_F(DebuginfodTest, TheDebugFileIsFetchedOnceAndFramesSeenBeforeAreNamedLate)
   // The first frames were symbolized while the file was on its way, and named when it came.
   EXPECT_GE(std::stoll(match[5]), 1) << named_->agent_log;
   EXPECT_GT(std::stoll(match[6]), 0) << named_->agent_log;
+}
+
+// The fetchers talk to the network: like the OTLP and pod-watch threads, they hold no capability.
+TEST_F(DebuginfodTest, TheFetcherThreadsHoldNoCapability) {
+  ASSERT_NE(fetcher_threads_, nullptr);
+  EXPECT_EQ(fetcher_threads_->size(), 2u) << "--debuginfod-max-fetches is 2 by default";
+  for (const std::string& status : *fetcher_threads_) {
+    for (const char* set : {"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
+                            "CapInh:\t0000000000000000", "Seccomp:\t2"}) {
+      EXPECT_TRUE(absl::StrContains(status, set)) << set << " not in\n" << status;
+    }
+  }
 }
 
 TEST_F(DebuginfodTest, WithTheServerOffTheSameBinarysFramesStayUnnamed) {
