@@ -62,24 +62,25 @@ absl::Status ConfigureLibdebuginfod(const LibdebuginfodConfig& config) {
     return s;
   }
   const std::string timeout = absl::StrCat(config.timeout.count());
-  const std::string max_time = absl::StrCat(2 * config.timeout.count());
-  const std::string max_size = absl::StrCat(config.max_file_bytes);
   const std::pair<const char*, const std::string*> settings[] = {
       {DEBUGINFOD_URLS_ENV_VAR, &config.urls},
       {DEBUGINFOD_CACHE_PATH_ENV_VAR, &config.staging_dir},
-      {DEBUGINFOD_TIMEOUT_ENV_VAR, &timeout},
-      {DEBUGINFOD_MAXTIME_ENV_VAR, &max_time},
-      {DEBUGINFOD_MAXSIZE_ENV_VAR, &max_size}};
+      {DEBUGINFOD_TIMEOUT_ENV_VAR, &timeout}};
   for (const auto& [name, value] : settings) {
     if (setenv(name, value->c_str(), 1) != 0) {
       return absl::InternalError(absl::StrCat("setenv ", name, ": ", std::strerror(errno)));
     }
   }
   // No progress lines on stderr, no verbose output, no headers from a file, one try per request
-  // (the fetcher decides when to ask again).
+  // (the fetcher decides when to ask again). The size and time limits are the progress
+  // callback's: the library's own (DEBUGINFOD_MAXSIZE, DEBUGINFOD_MAXTIME) report through
+  // dprintf to its verbose fd even when there is none, and glibc's dprintf to fd -1 leaks its
+  // 8 KiB buffer, once per request.
   unsetenv(DEBUGINFOD_PROGRESS_ENV_VAR);
   unsetenv(DEBUGINFOD_VERBOSE_ENV_VAR);
   unsetenv(DEBUGINFOD_HEADERS_FILE_ENV_VAR);
+  unsetenv(DEBUGINFOD_MAXSIZE_ENV_VAR);
+  unsetenv(DEBUGINFOD_MAXTIME_ENV_VAR);
   setenv(DEBUGINFOD_RETRY_LIMIT_ENV_VAR, "0", 1);
   return absl::OkStatus();
 }

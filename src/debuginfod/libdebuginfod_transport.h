@@ -1,5 +1,5 @@
 // The DebuginfodTransport of elfutils' own client library, libdebuginfod: the servers of
-// DEBUGINFOD_URLS, over libcurl, with the library's time and size limits and ours.
+// DEBUGINFOD_URLS, over libcurl, within the agent's time and size limits.
 #pragma once
 
 #include <chrono>
