@@ -402,15 +402,18 @@ void Agent::CollectDebugFiles(bool ask_again) {
       if (debug_files_->Find(build_id).has_value()) arrived.push_back(std::move(build_id));
     }
   }
+  // One pass over the cached frames for every file that arrived: a burst of arrivals (every
+  // library of the host, at start) must not walk them once per file.
+  std::vector<FileIdentity> files;
   for (const std::string& build_id : arrived) {
-    const std::vector<FileIdentity> files = modules_.DebugFileArrived(build_id);
-    const size_t named = frames_.Rename(files);
-    debuginfod_frames_named_metric_->Increment(named);
-    if (!files.empty()) {
-      spdlog::debug("debuginfod: debug file of build id {} arrived: {} file(s), {} frame(s) named",
-                    build_id, files.size(), named);
-    }
+    std::vector<FileIdentity> reloaded = modules_.DebugFileArrived(build_id);
+    files.insert(files.end(), reloaded.begin(), reloaded.end());
   }
+  if (files.empty()) return;
+  const size_t named = frames_.Rename(files);
+  debuginfod_frames_named_metric_->Increment(named);
+  spdlog::debug("debuginfod: {} debug file(s) arrived for {} file(s) in use; {} frame(s) named",
+                arrived.size(), files.size(), named);
 }
 
 absl::Status Agent::SetUpKubernetes() {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -246,10 +247,10 @@ void FrameResolver::NextGeneration() {
 
 size_t FrameResolver::Rename(const std::vector<FileIdentity>& files) {
   if (files.empty()) return 0;
+  const absl::flat_hash_set<FileIdentity, FileIdentityHash> wanted(files.begin(), files.end());
   size_t renamed = 0;
   for (auto& [key, entry] : frames_) {
-    if (key.jit_version != 0 || !key.name.empty() ||
-        std::find(files.begin(), files.end(), key.file) == files.end()) {
+    if (key.jit_version != 0 || !key.name.empty() || !wanted.contains(key.file)) {
       continue;
     }
     ElfModule* module = modules_->Find(key.file);
