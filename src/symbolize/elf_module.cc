@@ -134,12 +134,13 @@ void ElfModule::ReleasePages(internal::FileMappingCheck& file_mappings) const {
 }
 
 void ElfModule::ReloadSymbols() {
+  awaiting_debug_file_ = false;
+  // A file cut under a read stays unnamed, its libelf state untouched (see ~ElfModule).
   if (file_changed_) return;
   lines_.reset();
   symbols_.reset();
   debug_file_.reset();
   symbols_loaded_ = false;
-  awaiting_debug_file_ = false;
 }
 
 std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
