@@ -26,11 +26,11 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # process limit, files replaced under running processes, odd /proc entries, CPython frames walked
 # in BPF under Debian's python3.11, JIT frames named from node's perf map and jitdump, vDSO frames
 # named from the kernel's image, a stripped Go program named and unwound from Go's own symbol
-# table, a runc container's metadata), and the hostile workloads, whose refused reads and inputs
-# are what the sanitizers are there to watch. Each requires the agent's exit status 0, so a report
-# fails it. The other Python versions and Java go through the same paths and would only make the
-# run longer.
-sanitized_bpf_tests='Phases|CfiUnwind|GoProfileTest.GoNewStripped|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd|PythonProfileTest.DebianPython311|NodeJitTest|NodeJitdumpTest|VdsoProfileTest|ContainerProfileTest|HostileMemoryTest|HostileNames|HostileFilesTest|HostileBudgetTest'
+# table, a runc container's metadata, a debug file fetched from a loopback debuginfod through
+# libdebuginfod and curl), and the hostile workloads, whose refused reads and inputs are what the
+# sanitizers are there to watch. Each requires the agent's exit status 0, so a report fails it.
+# The other Python versions and Java go through the same paths and would only make the run longer.
+sanitized_bpf_tests='Phases|CfiUnwind|GoProfileTest.GoNewStripped|OtlpExport|ProcessLimit|HostileHostTest.Files|HostileHostTest.Odd|PythonProfileTest.DebianPython311|NodeJitTest|NodeJitdumpTest|VdsoProfileTest|ContainerProfileTest|HostileMemoryTest|HostileNames|HostileFilesTest|HostileBudgetTest|DebuginfodTest'
 (cd build-sanitize && ../scripts/as-root.sh env ASAN_OPTIONS="$ASAN_OPTIONS" \
    LSAN_OPTIONS="$LSAN_OPTIONS" UBSAN_OPTIONS="$UBSAN_OPTIONS" \
    ../scripts/strict-ctest.sh -L bpf -R "$sanitized_bpf_tests" --output-on-failure --timeout 300)

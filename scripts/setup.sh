@@ -19,6 +19,10 @@ packages=(
   # the seccomp filter the agent installs on itself after start (docs/capabilities.md)
   libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # separate debug files fetched by build id from debuginfod servers: elfutils' client library,
+  # and its server, which the bpf test of stripped binaries runs on loopback, in a network
+  # namespace of its own whose loopback interface `ip` (iproute2) brings up
+  libdebuginfod-dev debuginfod iproute2
   # GNU libiberty's demangler: C++ and Rust, with a callback interface that lets a budget stop it
   libiberty-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -22,6 +23,7 @@
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "common/untrusted_open.h"
+#include "debuginfod/libdebuginfod_transport.h"
 #include "output/pprof_writer.h"
 #include "python/frame_splice.h"
 #include "spdlog/spdlog.h"
@@ -225,6 +227,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
           "--output-dir: cannot create '", options.output_dir, "': ", error.message()));
     }
   }
+  RETURN_IF_ERROR(agent->SetUpDebuginfod());
   RETURN_IF_ERROR(agent->SetUpKubernetes());
 
   std::vector<uint32_t> pids;
@@ -307,6 +310,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   }
   agent->interval_start_ = ClockReading::Now();
   RETURN_IF_ERROR(RunWithoutCapabilities([&] {
+    // libdebuginfod's curl runs on these threads only: they hold no capability either.
+    if (agent->debug_files_ != nullptr) agent->debug_files_->Start();
     if (agent->pod_watcher_ != nullptr) agent->pod_watcher_->Start();
     network = agent->SetUpStatusEndpoint();
   }));
@@ -316,6 +321,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
 
 Agent::~Agent() {
   OffTheSamplingThread([this] {
+    if (debug_files_ != nullptr) debug_files_->Stop();
     status_server_.reset();
     pod_watcher_.reset();
     exporter_.reset();
@@ -331,6 +337,86 @@ BpfStats Agent::BpfStatsForMetrics() {
 void Agent::OffTheSamplingThread(const std::function<void()>& work) {
   // Only when even emptying a thread's capabilities failed, which the start-up already did once.
   if (!RunWithoutCapabilities(work).ok()) work();
+}
+
+absl::Status Agent::SetUpDebuginfod() {
+  std::string urls;
+  if (options_.debuginfod_urls.has_value()) {
+    urls = *options_.debuginfod_urls;
+  } else if (const char* from_env = std::getenv("DEBUGINFOD_URLS")) {
+    urls = from_env;
+  }
+  if (absl::StripAsciiWhitespace(urls).empty()) {
+    // libdebuginfod's own users in this process (none today) must not ask either.
+    unsetenv("DEBUGINFOD_URLS");
+    return absl::OkStatus();
+  }
+  const std::string& dir = options_.debuginfod_cache_dir;
+  const auto fail = [&dir](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--debuginfod-cache-dir: ", what,
+                     " (give a writable directory, or --debuginfod-urls \"\" for no debuginfod)"));
+  };
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), error);
+  if (error) return fail(absl::StrCat("cannot create '", dir, "': ", error.message()));
+  const LibdebuginfodConfig config{.urls = urls,
+                                   .staging_dir = dir + "/client",
+                                   .timeout = std::chrono::seconds(std::max<int64_t>(
+                                       1, absl::ToInt64Seconds(options_.debuginfod_timeout))),
+                                   .max_file_bytes = options_.debuginfod_cache_bytes};
+  DebugFileFetcherOptions fetcher_options{.cache_dir = dir,
+                                          .max_cache_bytes = options_.debuginfod_cache_bytes,
+                                          .max_file_bytes = options_.debuginfod_cache_bytes,
+                                          .max_concurrent = options_.debuginfod_max_fetches};
+  auto fetcher = DebugFileFetcher::Create(std::move(fetcher_options), [config] {
+    absl::StatusOr<std::unique_ptr<LibdebuginfodTransport>> transport =
+        LibdebuginfodTransport::Create(config);
+    if (!transport.ok()) {
+      spdlog::warn("debuginfod: {}", std::string(transport.status().message()));
+      return std::unique_ptr<DebuginfodTransport>();
+    }
+    return std::unique_ptr<DebuginfodTransport>(std::move(transport).value());
+  });
+  if (!fetcher.ok()) return fail(fetcher.status().message());
+  if (absl::Status status = ConfigureLibdebuginfod(config); !status.ok()) {
+    return fail(status.message());
+  }
+  debug_files_ = std::move(fetcher).value();
+  modules_.SetDebugFileSource(debug_files_.get());
+  debuginfod_frames_named_metric_ =
+      metrics_
+          .AddCounter("ember_debuginfod_frames_named_total",
+                      "Cached frames named again once the debug file of their binary arrived "
+                      "from a debuginfod server.")
+          .value();
+  const DebugFileFetcherStats cached = debug_files_->stats();
+  spdlog::info("debuginfod: asking {} for missing debug files; cache {} ({} files, {} bytes)",
+               LogSafe(urls), dir, cached.cache_files, cached.cache_bytes);
+  return absl::OkStatus();
+}
+
+void Agent::CollectDebugFiles(bool ask_again) {
+  if (debug_files_ == nullptr) return;
+  std::vector<std::string> arrived;
+  if (debug_files_->HasArrived()) arrived = debug_files_->TakeArrived();
+  if (ask_again) {
+    for (std::string& build_id : modules_.AwaitedBuildIds()) {
+      if (debug_files_->Find(build_id).has_value()) arrived.push_back(std::move(build_id));
+    }
+  }
+  // One pass over the cached frames for every file that arrived: a burst of arrivals (every
+  // library of the host, at start) must not walk them once per file.
+  std::vector<FileIdentity> files;
+  for (const std::string& build_id : arrived) {
+    std::vector<FileIdentity> reloaded = modules_.DebugFileArrived(build_id);
+    files.insert(files.end(), reloaded.begin(), reloaded.end());
+  }
+  if (files.empty()) return;
+  const size_t named = frames_.Rename(files);
+  debuginfod_frames_named_metric_->Increment(named);
+  spdlog::debug("debuginfod: {} debug file(s) arrived for {} file(s) in use; {} frame(s) named",
+                arrived.size(), files.size(), named);
 }
 
 absl::Status Agent::SetUpKubernetes() {
@@ -424,6 +510,41 @@ absl::Status Agent::SetUpStatusEndpoint() {
       absl::StrCat("Symbols whose demangled name would exceed ", kDemangleBudget,
                    " bytes: the demangler was stopped there and the name kept mangled."),
       {}, [] { return static_cast<double>(DemangleOverBudget()); }));
+  if (debug_files_ != nullptr) {
+    DebugFileFetcher* fetcher = debug_files_.get();
+    for (size_t result = 0; result < kFetchResults; ++result) {
+      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+          "ember_debuginfod_fetches_total",
+          "Separate debug files asked of the debuginfod servers, by result: ok (kept in the "
+          "cache), not_found, error (a failed connection or server), timeout, refused (an answer "
+          "that is not the build id's debug file: ember_debuginfod_refusals_total).",
+          {{"result", std::string(FetchResultName(static_cast<FetchResult>(result)))}},
+          [fetcher, result] { return static_cast<double>(fetcher->stats().results[result]); }));
+    }
+    for (size_t reason = 0; reason < kFetchRefusals; ++reason) {
+      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+          "ember_debuginfod_refusals_total",
+          "Debuginfod answers refused, by reason: too_big (over --debuginfod-cache-bytes), "
+          "not_elf, build_id_mismatch.",
+          {{"reason", std::string(FetchRefusalName(static_cast<FetchRefusal>(reason)))}},
+          [fetcher, reason] { return static_cast<double>(fetcher->stats().refusals[reason]); }));
+    }
+    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
+        "ember_debuginfod_cache_bytes",
+        "Bytes of fetched debug files in --debuginfod-cache-dir (at most "
+        "--debuginfod-cache-bytes).",
+        {}, [fetcher] { return static_cast<double>(fetcher->stats().cache_bytes); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_debuginfod_cache_evictions_total",
+        "Fetched debug files deleted, least recently used first, to stay within "
+        "--debuginfod-cache-bytes.",
+        {}, [fetcher] { return static_cast<double>(fetcher->stats().evictions); }));
+    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
+        "ember_debuginfod_requests_dropped_total",
+        "Build ids not queued for a fetch because 1024 were waiting already (asked again at a "
+        "later export).",
+        {}, [fetcher] { return static_cast<double>(fetcher->stats().queue_full); }));
+  }
   if (pods_ != nullptr) {
     PodIndex* pods = pods_.get();
     PodWatcher* watcher = pod_watcher_.get();
@@ -921,6 +1042,8 @@ void Agent::SyncFailureMetrics() {
 }
 
 void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
+  // Frames whose debug file arrived during the interval go out named.
+  CollectDebugFiles(/*ask_again=*/true);
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile = aggregator_.TakeInterval(
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
@@ -1065,6 +1188,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     SyncFailureMetrics();
+    CollectDebugFiles(/*ask_again=*/false);
     if (bpf_stats_from_loop_) {
       BpfStats stats = profiler_->ReadStats();
       std::lock_guard lock(bpf_stats_mu_);
@@ -1141,6 +1265,19 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
         stats.python_not_code, stats.python_truncated, python_.stats().named,
         python_.stats().renamed, python_.stats().unreadable, python_.stats().implausible,
         splice_stats_.eval_frames_left_native, splice_stats_.python_groups_unplaced);
+  }
+  if (debug_files_ != nullptr) {
+    const DebugFileFetcherStats fetched = debug_files_->stats();
+    const auto count = [&fetched](FetchResult result) {
+      return fetched.results[static_cast<size_t>(result)];
+    };
+    spdlog::info(
+        "debuginfod: {} debug file(s) fetched, {} not found, {} error(s), {} timeout(s), {} "
+        "refused; {} frame(s) named late; cache {} bytes in {} file(s), {} evicted",
+        count(FetchResult::kOk), count(FetchResult::kNotFound), count(FetchResult::kError),
+        count(FetchResult::kTimeout), count(FetchResult::kRefused),
+        debuginfod_frames_named_metric_->Value(), fetched.cache_bytes, fetched.cache_files,
+        fetched.evictions);
   }
   if (exporter_ != nullptr) {
     // What is still queued gets a last chance; cancelling the attempt in flight is gRPC's or

@@ -23,6 +23,7 @@
 #include "agent/kernel_symbols_refresh.h"
 #include "agent/options.h"
 #include "agent/process_table.h"
+#include "debuginfod/debug_file_fetcher.h"
 #include "k8s/cgroup_resolver.h"
 #include "k8s/pod_index.h"
 #include "k8s/pod_watcher.h"
@@ -90,6 +91,14 @@ class Agent {
   // Reads the kernel's symbols again when modules or BPF programs may have come since (see
   // KernelSymbolsRefresh); kernel frames are named anew only if the table changed.
   void RefreshKernelSymbols();
+  // Separate debug files from debuginfod servers (--debuginfod-urls, else $DEBUGINFOD_URLS): the
+  // fetcher and its cache, set up before any thread exists (libdebuginfod reads its settings
+  // from the environment). Its workers start later, without capabilities.
+  absl::Status SetUpDebuginfod();
+  // Names again the frames of the files whose debug files arrived since the last call; at an
+  // export (`ask_again`), also asks again for those still awaited (the fetcher asks its servers
+  // only once the last miss is old enough).
+  void CollectDebugFiles(bool ask_again);
   // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
   // was freed since the last trim, looking only after the agent grew or its caches shrank.
   void TrimHeap();
@@ -137,6 +146,8 @@ class Agent {
   CgroupResolver cgroups_;
   std::unique_ptr<PodIndex> pods_;  // the node's pods when watching the Kubernetes API, else null
   std::unique_ptr<PodWatcher> pod_watcher_;
+  // Null without debuginfod servers. Before modules_, which asks it, so that it outlives them.
+  std::unique_ptr<DebugFileFetcher> debug_files_;
   ModuleCache modules_;
   FrameResolver frames_;
   DwarfUnwinder unwinder_;
@@ -202,6 +213,7 @@ class Agent {
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
   Counter* kernel_symbols_reads_metric_ = nullptr;
+  Counter* debuginfod_frames_named_metric_ = nullptr;
   Gauge* flame_graph_nodes_metric_ = nullptr;
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -260,6 +261,22 @@ const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
   }
 }
 
+bool FrameResolver::NameFrom(const ElfModule& module, FileOffset offset, Frame& frame) {
+  frame.build_id = module.build_id();
+  std::optional<ElfAddress> elf_address = module.ToElfAddress(offset);
+  if (!elf_address.has_value()) return false;
+  frame.address = elf_address->value;
+  std::optional<SourceSymbol> symbol = module.Symbolize(*elf_address);
+  if (!symbol.has_value()) return false;
+  frame.function = std::move(symbol->function);
+  frame.source_file = std::move(symbol->source_file);
+  frame.line = symbol->line;
+  frame.inlined = std::move(symbol->inlined);
+  frame.kind = symbol->kind;
+  frame.thread_start = symbol->thread_start;
+  return true;
+}
+
 Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapping,
                                      FileOffset offset) {
   Frame frame;
@@ -268,20 +285,7 @@ Frame FrameResolver::SymbolizeNative(Process* process, const MemoryMapping& mapp
   ElfModule* module = modules_->Get(
       mapping.file, [&] { return processes_->OpenPath(*process, mapping); }, mapping.path);
   if (module == nullptr) ++failures_.unreadable_file;
-  if (module != nullptr) {
-    frame.build_id = module->build_id();
-    if (std::optional<ElfAddress> elf_address = module->ToElfAddress(offset)) {
-      frame.address = elf_address->value;
-      if (std::optional<SourceSymbol> symbol = module->Symbolize(*elf_address)) {
-        frame.function = std::move(symbol->function);
-        frame.source_file = std::move(symbol->source_file);
-        frame.line = symbol->line;
-        frame.inlined = std::move(symbol->inlined);
-        frame.kind = symbol->kind;
-        frame.thread_start = symbol->thread_start;
-      }
-    }
-  }
+  if (module != nullptr) NameFrom(*module, offset, frame);
   // Never drop a frame we cannot name: keep where it is.
   if (frame.function.empty() && module != nullptr) {
     ++(module->file_changed() ? failures_.file_changed : failures_.no_symbol);
@@ -301,6 +305,29 @@ void FrameResolver::NextGeneration() {
     return true;
   });
   if (bytes_ > max_bytes_) EvictOlderGenerations(max_bytes_ / 8 * 7);
+}
+
+size_t FrameResolver::Rename(const std::vector<FileIdentity>& files) {
+  if (files.empty()) return 0;
+  const absl::flat_hash_set<FileIdentity, FileIdentityHash> wanted(files.begin(), files.end());
+  size_t renamed = 0;
+  for (auto& [key, entry] : frames_) {
+    if (key.jit_version != 0 || !key.name.empty() || !wanted.contains(key.file)) {
+      continue;
+    }
+    ElfModule* module = modules_->Find(key.file);
+    if (module == nullptr) continue;
+    Frame named = *entry.frame;
+    if (!NameFrom(*module, FileOffset{key.value}, named)) continue;
+    CapFrameNames(named);
+    *entry.frame = std::move(named);
+    const size_t bytes = EstimatedFrameBytes(key, *entry.frame);
+    bytes_ = bytes_ - entry.bytes + bytes;
+    if (entry.generation == generation_) current_bytes_ = current_bytes_ - entry.bytes + bytes;
+    entry.bytes = bytes;
+    ++renamed;
+  }
+  return renamed;
 }
 
 void FrameResolver::ReplaceKernelSymbols(const KernelSymbols* kernel_symbols) {

@@ -73,6 +73,11 @@ class FrameResolver {
   // Names kernel frames from `kernel_symbols` from now on, dropping every cached kernel frame.
   // Frames handed out go with them: call this only where NextGeneration may be called.
   void ReplaceKernelSymbols(const KernelSymbols* kernel_symbols);
+  // Names again, in place, every cached frame of these files, whose modules have just reloaded
+  // their symbols (a separate debug file arrived: ModuleCache::DebugFileArrived). The frames keep
+  // their addresses, so the samples of this interval that hold them show the new names too: a
+  // frame is named late, no sample waits. Returns how many frames were named again.
+  size_t Rename(const std::vector<FileIdentity>& files);
   size_t size() const { return frames_.size(); }
   size_t bytes() const { return bytes_; }
   const FrameResolverStats& stats() const { return stats_; }
@@ -119,6 +124,9 @@ class FrameResolver {
   // the image could not be read.
   const Frame* Vdso(Process* process, const MemoryMapping& mapping, ProcessAddress address);
   Frame SymbolizeNative(Process* process, const MemoryMapping& mapping, FileOffset offset);
+  // Names `frame` (module, address) from `module` at file offset `offset`; false when it has no
+  // symbol there.
+  static bool NameFrom(const ElfModule& module, FileOffset offset, Frame& frame);
   // Evicts frames of earlier generations, oldest first, until bytes_ is down to `target`.
   void EvictOlderGenerations(size_t target);
   // What a cached frame holds: the hash node with its key, the Frame, and the heap blocks of

@@ -7,8 +7,10 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "status/listen_address.h"
@@ -273,6 +275,43 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          options.kube.node_name = std::string(v);
          return absl::OkStatus();
        }},
+      {"debuginfod-urls",
+       [&](absl::string_view v) {
+         for (absl::string_view url : absl::StrSplit(v, ' ', absl::SkipEmpty())) {
+           if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://")) {
+             return FlagError("debuginfod-urls",
+                              "space-separated http:// or https:// URLs, or \"\" for none", v);
+           }
+         }
+         options.debuginfod_urls = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"debuginfod-cache-dir",
+       [&](absl::string_view v) {
+         if (v.empty() || v[0] != '/') {
+           return FlagError("debuginfod-cache-dir", "an absolute directory path", v);
+         }
+         options.debuginfod_cache_dir = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"debuginfod-cache-bytes",
+       [&](absl::string_view v) {
+         return ParseBytesFlag("debuginfod-cache-bytes", v, size_t{1} << 20,
+                               &options.debuginfod_cache_bytes);
+       }},
+      {"debuginfod-timeout",
+       [&](absl::string_view v) {
+         RETURN_IF_ERROR(ParseDurationFlag("debuginfod-timeout", v, absl::Seconds(1),
+                                           &options.debuginfod_timeout));
+         return absl::OkStatus();
+       }},
+      {"debuginfod-max-fetches",
+       [&](absl::string_view v) {
+         size_t n = 0;
+         RETURN_IF_ERROR(ParseCountFlag("debuginfod-max-fetches", v, 1, 16, &n));
+         options.debuginfod_max_fetches = static_cast<int>(n);
+         return absl::OkStatus();
+       }},
       {"otlp-timeout",
        [&](absl::string_view v) {
          absl::Duration timeout;
@@ -390,6 +429,20 @@ Limits (when one is reached, the least recently used entries are evicted and cou
   --otlp-max-request-bytes B
                         largest OTLP request: a bigger interval goes as several, by process, at
                         least 64KiB (default 4MiB, a Collector's and Pyroscope's gRPC limit)
+
+Separate debug files from debuginfod servers (for binaries without a local debug file):
+  --debuginfod-urls U   space-separated server URLs to ask by build id (default: $DEBUGINFOD_URLS;
+                        "" for none). Fetched on worker threads: frames are named once it arrives
+  --debuginfod-cache-dir DIR
+                        where fetched files are kept (default /var/cache/ember/debuginfod)
+  --debuginfod-cache-bytes B
+                        files kept there, least recently used deleted first; also the largest
+                        file taken, at least 1MiB (default 1GiB)
+  --debuginfod-timeout D
+                        no first bytes within D, or no whole file within twice D, gives up; at
+                        least 1s (default 30s)
+  --debuginfod-max-fetches N
+                        fetches at once, 1 to 16 (default 2)
 
 OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
   --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope

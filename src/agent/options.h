@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,7 +56,15 @@ struct Options {
   size_t otlp_max_queue_bytes = size_t{64} << 20;       // serialized requests waiting to be sent
   size_t otlp_max_request_bytes = size_t{4} << 20;      // one request, serialized
   size_t max_pods = 4096;                               // Kubernetes pods cached
-  bool profile_self = false;                            // sample the agent's own threads too
+  // Separate debug files fetched by build id when none is on the local disk: the servers
+  // (space-separated URLs; nullopt: $DEBUGINFOD_URLS; empty: none), the cache they are kept in,
+  // its size (also the largest file taken) and how long a fetch may take.
+  std::optional<std::string> debuginfod_urls;
+  std::string debuginfod_cache_dir = "/var/cache/ember/debuginfod";
+  size_t debuginfod_cache_bytes = size_t{1} << 30;
+  absl::Duration debuginfod_timeout = absl::Seconds(30);
+  int debuginfod_max_fetches = 2;  // at once
+  bool profile_self = false;       // sample the agent's own threads too
   bool help = false;
   bool version = false;
 };

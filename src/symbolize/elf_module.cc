@@ -138,6 +138,16 @@ void ElfModule::ReleasePages(internal::FileMappingCheck& file_mappings) const {
   if (debug_file_ != nullptr) debug_file_->ReleasePages(file_mappings);
 }
 
+void ElfModule::ReloadSymbols() {
+  awaiting_debug_file_ = false;
+  // A file cut under a read stays unnamed, its libelf state untouched (see ~ElfModule).
+  if (file_changed_) return;
+  lines_.reset();
+  symbols_.reset();
+  debug_file_.reset();
+  symbols_loaded_ = false;
+}
+
 std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
   const Segment* found = nullptr;
   for (const Segment& segment : segments_) {
@@ -170,6 +180,14 @@ void ElfModule::LoadSymbols() const {
   bool has_dwarf = file_->HasSectionData(".debug_info");
   if (symtab->empty() || !has_dwarf) {
     debug_file_ = FindDebugFile(*file_, path_, root_, build_id_, options_.debug_dir);
+    if (debug_file_ == nullptr && options_.debug_file_source != nullptr && !build_id_.empty()) {
+      // Fetched files are the agent's own, in its namespace; a file of another build id is
+      // refused here too (OpenDebugCandidate), whatever the source checked.
+      if (std::optional<std::string> fetched = options_.debug_file_source->Find(build_id_)) {
+        debug_file_ = OpenDebugCandidate(FileLocation(*fetched), build_id_, std::nullopt);
+      }
+      awaiting_debug_file_ = debug_file_ == nullptr;
+    }
   }
   if (symtab->empty() && debug_file_ != nullptr) {
     *symtab = internal::SymbolTable::Read(debug_file_->elf(), SHT_SYMTAB);

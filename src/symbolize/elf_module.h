@@ -15,6 +15,7 @@
 #include "common/profile.h"
 #include "common/untrusted_open.h"
 #include "symbolize/address.h"
+#include "symbolize/debug_file_source.h"
 
 namespace ember {
 
@@ -53,6 +54,9 @@ struct ElfModuleOptions {
   // for here, in the agent's namespace (a build id names one file only); by .gnu_debuglink name
   // here under the process's root.
   std::string debug_dir = "/usr/lib/debug";
+  // Asked by build id when no local debug file is found (a debuginfod fetcher); null: none.
+  // Not owned; outlives the modules.
+  DebugFileSource* debug_file_source = nullptr;
 };
 
 // One ELF binary or shared library, opened once, shared by every process that maps it. Opening
@@ -100,6 +104,13 @@ class ElfModule {
   // (internal::ElfFile::ReleasePages).
   void ReleasePages(internal::FileMappingCheck& file_mappings) const;
 
+  // True when symbols were loaded without a debug file, which was asked of the
+  // DebugFileSource: ReloadSymbols once it has it.
+  bool awaiting_debug_file() const { return awaiting_debug_file_; }
+  // Drops the symbols, DWARF and debug file loaded so far; the next Symbolize loads them again
+  // (and finds the debug file that has arrived since).
+  void ReloadSymbols();
+
  private:
   struct Segment {
     uint64_t offset;
@@ -126,6 +137,7 @@ class ElfModule {
   mutable std::unique_ptr<internal::DwarfLines> lines_;
   mutable std::unique_ptr<internal::GoPclntab> go_;  // Go binaries only
   mutable bool file_changed_ = false;
+  mutable bool awaiting_debug_file_ = false;
 };
 
 // Counters since the cache was made.
@@ -172,6 +184,17 @@ class ModuleCache {
   void NextGeneration(int keep_generations = 3);
   // Drops this process's pages of every cached module's file mappings (ElfModule::ReleasePages).
   void ReleasePages(internal::FileMappingCheck& file_mappings) const;
+
+  // Where modules without a local debug file ask for one (ElfModuleOptions::debug_file_source).
+  void SetDebugFileSource(DebugFileSource* source) { options_.debug_file_source = source; }
+  // The debug file of `build_id` has arrived: the cached modules of that build id that waited
+  // for it load their symbols again at their next use. Returns their file identities, for the
+  // caller to name their cached frames again.
+  std::vector<FileIdentity> DebugFileArrived(const std::string& build_id);
+  // Build ids of the cached modules that wait for a debug file, for asking again.
+  std::vector<std::string> AwaitedBuildIds() const;
+  // The cached module of `id`, marked used, or nullptr; never opens a file. Valid as Get's.
+  ElfModule* Find(const FileIdentity& id);
 
   size_t size() const { return entries_.size(); }
   // EstimatedBytes of every cached module (a failed open counts as kFailedEntryBytes), the

@@ -102,6 +102,44 @@ void ModuleCache::MarkUsed(const FileIdentity& id) {
   it->second.last_use = ++tick_;
 }
 
+ElfModule* ModuleCache::Find(const FileIdentity& id) {
+  Reaccount();
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return nullptr;
+  Entry& entry = it->second;
+  entry.last_generation = generation_;
+  entry.last_use = ++tick_;
+  last_ = &entry;
+  return entry.module.get();
+}
+
+std::vector<FileIdentity> ModuleCache::DebugFileArrived(const std::string& build_id) {
+  Reaccount();
+  std::vector<FileIdentity> reloaded;
+  for (auto& [id, entry] : entries_) {
+    if (entry.module == nullptr || !entry.module->awaiting_debug_file() ||
+        entry.module->build_id() != build_id) {
+      continue;
+    }
+    entry.module->ReloadSymbols();
+    bytes_ -= entry.bytes;
+    entry.bytes = BytesOf(entry);
+    bytes_ += entry.bytes;
+    reloaded.push_back(id);
+  }
+  return reloaded;
+}
+
+std::vector<std::string> ModuleCache::AwaitedBuildIds() const {
+  std::vector<std::string> build_ids;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.module != nullptr && entry.module->awaiting_debug_file()) {
+      build_ids.push_back(entry.module->build_id());
+    }
+  }
+  return build_ids;
+}
+
 void ModuleCache::EvictLeastRecentlyUsed(size_t max_entries, size_t max_bytes, const Entry* keep) {
   std::vector<std::pair<uint64_t, Map::iterator>> by_use;  // (last_use, entry)
   by_use.reserve(entries_.size());

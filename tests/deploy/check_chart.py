@@ -77,6 +77,10 @@ check("docs/capabilities.md documents each capability the chart adds",
       set(CAPABILITIES) <= set(documented), documented)
 check("every other capability dropped", sc.get("capabilities", {}).get("drop") == ["ALL"])
 check("not privileged by default", sc.get("privileged") is False)
+check("debuginfod off by default, whatever the environment says",
+      "--debuginfod-urls=" in c["args"] and
+      not [a for a in c["args"] if a.startswith("--debuginfod-cache")] and
+      "debuginfod-cache" not in {v["name"] for v in pod["volumes"]}, c["args"])
 check("no privilege escalation", sc.get("allowPrivilegeEscalation") is False)
 check("read-only root filesystem", sc.get("readOnlyRootFilesystem") is True)
 # containerd's default profile allows bpf and perf_event_open for CAP_BPF and CAP_PERFMON.
@@ -154,12 +158,22 @@ for flag in ("--sampling-hz=99", "--otlp-endpoint=collector.observability:4317",
              "--otlp-client-cert=/etc/ember/otlp-client/tls.crt",
              "--otlp-client-key=/etc/ember/otlp-client/tls.key"):
     check(f"arg {flag}", flag in args, args)
+for flag in ("--debuginfod-urls=https://debuginfod.example https://debuginfod.debian.net",
+             "--debuginfod-cache-dir=/var/cache/ember/debuginfod",
+             "--debuginfod-cache-bytes=2GiB"):
+    check(f"arg {flag}", flag in args, args)
+mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+check("debuginfod cache mounted", mounts.get("debuginfod-cache", {}).get("mountPath") ==
+      "/var/cache/ember", mounts)
 check("extra args last, in order", args[-2:] == ["--stack-snapshot-bytes", "8192"], args)
 check("extra env", env(c).get("OTEL_SERVICE_NAME") == {"name": "OTEL_SERVICE_NAME",
                                                         "value": "ember"})
 volumes = {v["name"]: v for v in pod["volumes"]}
 check("CA from the ConfigMap", volumes.get("otlp-ca", {}).get("configMap", {}).get("name") ==
       "otlp-ca", volumes.get("otlp-ca"))
+check("debuginfod cache on the node",
+      volumes.get("debuginfod-cache", {}).get("hostPath") ==
+      {"path": "/var/cache/ember", "type": "DirectoryOrCreate"}, volumes.get("debuginfod-cache"))
 check("client certificate from the Secret",
       volumes.get("otlp-client", {}).get("secret", {}).get("secretName") == "ember-client-tls")
 check("image", c["image"] == "registry.example/ember-agent:1.2.3", c["image"])

@@ -38,6 +38,16 @@ TEST(CliTest, UnwritableOutputDirIsAClearError) {
   EXPECT_NE(result.output.find("--output-dir: cannot create"), std::string::npos) << result.output;
 }
 
+TEST(CliTest, UnwritableDebuginfodCacheIsAClearError) {
+  RunResult result =
+      RunProgram({EMBER_AGENT_BIN, "--debuginfod-urls=http://127.0.0.1:1",
+                  "--debuginfod-cache-dir=/proc/ember-cannot-exist/cache", "--output-dir=/tmp"});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.output.rfind("ember-agent: --debuginfod-cache-dir: cannot create", 0), 0u)
+      << result.output;
+  EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+}
+
 TEST(CliTest, BadOtlpSettingsAreFlagErrorsThatHideHeaderValues) {
   RunResult endpoint = RunProgram({EMBER_AGENT_BIN, "--otlp-endpoint=ftp://collector"});
   EXPECT_EQ(endpoint.exit_code, 2) << endpoint.output;

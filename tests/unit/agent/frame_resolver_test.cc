@@ -4,6 +4,9 @@
 #include "agent/frame_resolver.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -14,6 +17,8 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
@@ -388,6 +393,108 @@ namespace {
 
 // A module loaded after the kernel's symbols were read: its frames take the name of the last
 // symbol below them until the table is read again, and then the module's own.
+// A separate debug file that is not at hand when a stripped program's frames are first
+// symbolized (a debuginfod fetch under way) names them in place once it arrives: the frame
+// handed out before is the one renamed, so the samples of the interval holding it are named.
+class LateDebugFileTest : public ::testing::Test, public DebugFileSource {
+ protected:
+  void SetUp() override {
+    const std::string fixtures = EMBER_SYMBOLIZE_FIXTURE_DIR;
+    const std::string binary = fixtures + "/buildid/ember_sym_fixture_nolink";
+    char pattern[] = "/tmp/ember-late-debug-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    const std::string dir = root_ + "/4243";
+    std::filesystem::create_directories(dir + "/root/bin");
+    std::filesystem::copy_file(binary, dir + "/root/bin/prog");
+    struct stat st;
+    ASSERT_EQ(stat((dir + "/root/bin/prog").c_str(), &st), 0);
+    std::ofstream(dir + "/stat") << "4243 (prog) R 1 4243 4243 0 -1 4194304 100 0 0 0 50 3 0 0 "
+                                    "20 0 1 0 987655 10000000 200\n";
+    std::ofstream(dir + "/comm") << "prog\n";
+    std::ofstream(dir + "/status") << "Name:\tprog\nPid:\t4243\nNSpid:\t4243\n";
+    std::ofstream(dir + "/maps") << absl::StrFormat(
+        "00400000-00500000 r-xp 00000000 %02x:%02x %u                  /bin/prog\n",
+        major(st.st_dev), minor(st.st_dev), static_cast<unsigned>(st.st_ino));
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(fixtures + "/buildid_debug")) {
+      if (entry.path().extension() == ".debug") debug_file_ = entry.path();
+    }
+    ASSERT_FALSE(debug_file_.empty());
+    // The entry point's file offset: the program maps from offset 0 at 0x400000 here.
+    Elf* elf = nullptr;
+    const int fd = open(binary.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    elf_version(EV_CURRENT);
+    elf = elf_begin(fd, ELF_C_READ, nullptr);
+    GElf_Ehdr ehdr;
+    ASSERT_NE(gelf_getehdr(elf, &ehdr), nullptr);
+    size_t count = 0;
+    elf_getphdrnum(elf, &count);
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Phdr phdr;
+      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) != nullptr && phdr.p_type == PT_LOAD &&
+          ehdr.e_entry >= phdr.p_vaddr && ehdr.e_entry < phdr.p_vaddr + phdr.p_filesz) {
+        entry_offset_ = ehdr.e_entry - phdr.p_vaddr + phdr.p_offset;
+      }
+    }
+    elf_end(elf);
+    close(fd);
+    ASSERT_NE(entry_offset_, 0u);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::optional<std::string> Find(const std::string& build_id) override {
+    asked_.push_back(build_id);
+    if (!arrived_) return std::nullopt;
+    return served_.empty() ? debug_file_.string() : served_;
+  }
+
+  std::string root_;
+  std::filesystem::path debug_file_;
+  uint64_t entry_offset_ = 0;
+  std::vector<std::string> asked_;
+  bool arrived_ = false;
+  std::string served_;  // what Find hands out instead of the debug file, when set
+};
+
+TEST_F(LateDebugFileTest, CachedFramesAreNamedInPlaceWhenTheDebugFileArrives) {
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules(
+      16, ElfModuleOptions{.debug_dir = root_ + "/no-debug-dir", .debug_file_source = this});
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4243);
+  ASSERT_NE(process, nullptr);
+  const Frame* frame = resolver.User(process, 0x400000 + entry_offset_, /*caller=*/false);
+  ASSERT_NE(frame, nullptr);
+  EXPECT_EQ(frame->function, absl::StrFormat("prog+0x%x", entry_offset_));
+  ASSERT_EQ(asked_.size(), 1u);
+  const std::string build_id = asked_[0];
+  EXPECT_EQ(modules.AwaitedBuildIds(), std::vector<std::string>{build_id});
+
+  // Another build id's arrival changes nothing.
+  EXPECT_TRUE(modules.DebugFileArrived("00ff").empty());
+  // A file of another build id handed out as this one's is refused: still unnamed, still awaited.
+  arrived_ = true;
+  served_ = EMBER_SYMBOLIZE_FIXTURE_DIR "/libember_sym_fixture_lib.so";
+  std::vector<FileIdentity> files = modules.DebugFileArrived(build_id);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(resolver.Rename(files), 0u);
+  EXPECT_EQ(frame->function, absl::StrFormat("prog+0x%x", entry_offset_));
+  EXPECT_EQ(modules.AwaitedBuildIds(), std::vector<std::string>{build_id});
+
+  served_.clear();
+  files = modules.DebugFileArrived(build_id);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(resolver.Rename(files), 1u);
+  // The same frame, named now.
+  EXPECT_EQ(frame->function, "_start");
+  EXPECT_TRUE(modules.AwaitedBuildIds().empty());
+  EXPECT_EQ(resolver.User(process, 0x400000 + entry_offset_, /*caller=*/false), frame);
+  // Nothing waits any more: a second arrival reloads nothing.
+  EXPECT_TRUE(modules.DebugFileArrived(build_id).empty());
+}
+
 TEST(KernelFrameTest, ReplacedKernelSymbolsRenameCachedKernelFrames) {
   constexpr char kImage[] =
       "ffffffff81000000 T _stext\nffffffff81000100 T schedule\nffffffff83000000 T _einittext\n";

@@ -28,7 +28,28 @@ TEST(OptionsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(options->otlp_max_queue_bytes, size_t{64} << 20);
   EXPECT_EQ(options->otlp_max_request_bytes, size_t{4} << 20);  // a Collector's gRPC limit
   EXPECT_EQ(options->max_pods, 4096u);
-  EXPECT_FALSE(options->profile_self);  // the agent leaves its own process out
+  EXPECT_FALSE(options->profile_self);                 // the agent leaves its own process out
+  EXPECT_FALSE(options->debuginfod_urls.has_value());  // $DEBUGINFOD_URLS decides
+  EXPECT_EQ(options->debuginfod_cache_dir, "/var/cache/ember/debuginfod");
+  EXPECT_EQ(options->debuginfod_cache_bytes, size_t{1} << 30);
+  EXPECT_EQ(options->debuginfod_timeout, absl::Seconds(30));
+  EXPECT_EQ(options->debuginfod_max_fetches, 2);
+}
+
+TEST(OptionsTest, DebuginfodFlags) {
+  auto options = Parse({"--debuginfod-urls", "https://a.example/ http://127.0.0.1:8002",
+                        "--debuginfod-cache-dir=/srv/cache", "--debuginfod-cache-bytes=64MiB",
+                        "--debuginfod-timeout=5s", "--debuginfod-max-fetches=4"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->debuginfod_urls, "https://a.example/ http://127.0.0.1:8002");
+  EXPECT_EQ(options->debuginfod_cache_dir, "/srv/cache");
+  EXPECT_EQ(options->debuginfod_cache_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->debuginfod_timeout, absl::Seconds(5));
+  EXPECT_EQ(options->debuginfod_max_fetches, 4);
+  // "" turns debuginfod off whatever the environment says.
+  options = Parse({"--debuginfod-urls="});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->debuginfod_urls, "");
 }
 
 TEST(OptionsTest, ProfileSelfIsASwitch) {
@@ -238,6 +259,14 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
       {{"--metrics-address=::1:9464"}, "--metrics-address: expected"},
       {{"--metrics-address"}, "--metrics-address: missing value"},
       {{"--output-dir"}, "--output-dir: missing value"},
+      {{"--debuginfod-urls=ftp://a.example"}, "--debuginfod-urls: expected"},
+      {{"--debuginfod-urls", "127.0.0.1:8002"}, "--debuginfod-urls: expected"},
+      {{"--debuginfod-cache-dir=cache"}, "--debuginfod-cache-dir: expected"},
+      {{"--debuginfod-cache-dir="}, "--debuginfod-cache-dir: expected"},
+      {{"--debuginfod-cache-bytes=1KiB"}, "--debuginfod-cache-bytes: expected"},
+      {{"--debuginfod-timeout=100ms"}, "--debuginfod-timeout: expected"},
+      {{"--debuginfod-max-fetches=0"}, "--debuginfod-max-fetches: expected"},
+      {{"--debuginfod-max-fetches=17"}, "--debuginfod-max-fetches: expected"},
       {{"--help=yes"}, "--help: expected"},
       {{"--frobnicate"}, "unknown flag --frobnicate"},
       {{"stray"}, "unexpected argument 'stray'"},
