@@ -1,8 +1,8 @@
 // build/go_pclntab_cost FILE...: the cost of Go's symbol table (.gopclntab) in a Go binary: opening
 // it as the agent does (found by its section, or by a scan of the read-only segments when the file
 // has no section headers), then a lookup (name, file:line, inline frames) and a stack-pointer
-// delta (the unwinder's row) at the entry and the middle of every function, each address once, as
-// the agent asks. With NO_SECTIONS=1 each file is first copied without its section headers.
+// delta (the unwinder's row) at every 61st byte of the text (an odd stride, so no alignment of
+// function entries favours or hides a case), each address once, as the agent asks. With NO_SECTIONS=1 each file is first copied without its section headers.
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -749,7 +749,7 @@ if ((write_docs)); then
       "before the workload started. Not counted: perf's in-kernel copy of up to 64 KiB of stack" \
       "per sample. Throughput is alone's elapsed time over the configuration's in the same round." \
       "Reach main is over the workload's samples (an \`ow_*\` frame). Load is the 1-minute load" \
-      "average at each run's start: above about 0.5 the other engineers' work competes for the" \
+      "average at each run's start: above about 0.5 other work competes for the" \
       "2 CPUs and every figure is noisy." | fmt -w 100
     echo
     echo "Every run, in the order run:"
