@@ -170,8 +170,11 @@ class ProcessTable {
   std::unique_ptr<Process> Load(uint32_t pid);
   bool ReadMaps(Process* process);
   void EvictLeastRecentlyUsed();
-  // Forgets a process's perf map (its bytes leave perf_map_bytes_).
+  // Forgets a process's perf map (its bytes leave perf_map_bytes_), not its jitdump: swapping to
+  // a map another process shares, or back to its own, leaves the jitdump as it is.
   void DropPerfMap(Process* process);
+  // Forgets a process's jitdump (its bytes leave perf_map_bytes_): on exec, or when it goes.
+  void DropJitDump(Process* process);
   // Finds (when not yet found) and reads the process's jitdump; true when anything was read.
   bool RefreshJitDump(Process* process);
   // Before a process leaves the table: its bytes leave the totals.
