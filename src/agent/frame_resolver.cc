@@ -208,8 +208,10 @@ const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
   if (process->vdso == nullptr) return nullptr;
   const VdsoImage& image = *process->vdso;
   const uint64_t offset = address.value - mapping.start + mapping.offset;
-  // A file identity no file has (device ~0): no string to build for each lookup.
-  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.identity_hash()}, .value = offset};
+  // A file identity no file has (device ~0): no string to build for each lookup. The image's
+  // serial, not its build id or a hash: a process that rewrote its vDSO (keeping the build-id
+  // note) must not name the frames of the others.
+  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.serial()}, .value = offset};
   if (const Frame* frame = Lookup(key)) return frame;
   Frame frame;
   frame.module = "[vdso]";

@@ -622,6 +622,33 @@ TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
   EXPECT_EQ(resolver.failures().vdso_unreadable, 2u);
 }
 
+// A process that rewrote its vDSO, keeping the kernel's build-id note, names its own frames
+// only: the other processes' frames at the same offsets keep the kernel's names.
+TEST_F(OtherVdsoTest, ARewrittenImageNamesNoOtherProcesssFrames) {
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  std::string renamed = *own;
+  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
+  ASSERT_NE(at, std::string::npos);
+  renamed.replace(at, 11, "__vdso_pwnd");
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
+  ASSERT_TRUE(parsed.ok());
+  uint64_t offset = 0;
+  for (; offset < own->size(); ++offset) {
+    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset, own->size());
+
+  AddProcess(100, renamed);
+  AddProcess(101, *own);
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  EXPECT_EQ(resolver.User(processes.Get(100), kVdsoStart + offset, false)->function, "__vdso_pwnd");
+  EXPECT_EQ(resolver.User(processes.Get(101), kVdsoStart + offset, false)->function, "__vdso_time");
+}
+
 TEST(FramesToThreadStartTest, CutsAfterTheFirstFrameNothingCalls) {
   Frame leaf{.kind = FrameKind::kGo, .function = "main.work"};
   Frame main_fn{.kind = FrameKind::kGo, .function = "runtime.main"};
