@@ -306,6 +306,7 @@ bool ProcessTable::ReadMaps(Process* process) {
   if (executable_path != process->executable_path) {
     DropPerfMap(process);
     DropJitDump(process);
+    ++process->execs;
   }
   process->executable_path = std::move(executable_path);
   if (!read) {
