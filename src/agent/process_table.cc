@@ -443,8 +443,12 @@ bool ProcessTable::RefreshJitDump(Process* process) {
       location = FileLocation(absl::StrCat(dir, "/root"), name);
     }
     if (location.empty()) return false;
+    // What its debug-info addresses mean depends on the writer: V8's are off by an ELF header.
+    const JitDumpWriter writer =
+        process->jit_kind == FrameKind::kV8Js ? JitDumpWriter::kV8 : JitDumpWriter::kPerf;
     process->jitdump =
-        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map);
+        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map,
+                                      JitDumpFile::kMaxReadPerRefresh, writer);
   }
   JitDumpFile& file = *process->jitdump;
   const size_t bytes_before = file.dump().EstimatedBytes();

@@ -290,6 +290,29 @@ TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
   EXPECT_EQ(processes.perf_map_bytes(), process->jitdump->dump().EstimatedBytes());
 }
 
+// A JVM's jitdump (perf's JVMTI agent) gives debug-info addresses as perf reads them, the
+// code's own: no V8 header offset is taken off.
+TEST_F(NodeProcessFrameTest, AJvmJitdumpsLinesAreAtTheCodesOwnAddresses) {
+  std::filesystem::remove(root_ + "/4242/exe");
+  std::filesystem::create_symlink("/usr/lib/jvm/bin/java", root_ + "/4242/exe");
+  std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
+      << testing::JitDumpImage()
+             .DebugInfo(0x7f0000000100,
+                        {{0x7f0000000100, 40, "App.java"}, {0x7f0000000100 + 0x30, 41, "\xff"}})
+             .CodeLoad(0x7f0000000100, 0x80, "App::run")
+             .bytes();
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "App::run");
+  EXPECT_EQ(leaf->kind, FrameKind::kJvm);
+  EXPECT_EQ(leaf->line, 40u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000130, false)->line, 41u);
+}
+
 // .NET writes its jitdump to /tmp: found there without a mapping.
 TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
   std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
