@@ -663,7 +663,7 @@ void Agent::OnSample(const SampleView& sample) {
   // and stop its unwinding. Reloading sets the name, so this happens once per rename.
   bool renamed = false;
   if (process != nullptr && header.tid == header.pid && thread != process->name) {
-    processes_.ReloadMaps(process);
+    processes_.ReloadAfterExec(process);
     renamed = true;
   }
   // The container is looked up when a process is first seen in a cgroup, not per sample.
@@ -722,7 +722,7 @@ void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, boo
   // (which clears the mark there), or the mark was evicted. Its maps are another program's.
   if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&
       polls_ >= seen.marked_in_poll + 2) {
-    processes_.ReloadMaps(process);
+    processes_.ReloadAfterExec(process);
     seen.marked_known = false;
     seen.settle_from_ns = header.timestamp_ns;
     return;

@@ -196,20 +196,35 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
 
 const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
                                  ProcessAddress address) {
-  if (process->vdso_start != mapping.start) {
-    // Read once per process: two or three pages, which also tell a 32-bit process's image from
-    // the 64-bit one (the same bytes are parsed once for every process).
+  // Read once per process and mapping, and again after an exec (which may map another image at
+  // the same address): two or three pages, which also tell a 32-bit process's image from the
+  // 64-bit one (the same bytes are parsed once for every process). A failed read is tried again
+  // a few times, no more often than the maps are re-read: the process may have been between
+  // exec and its first instruction, or briefly out of reach.
+  constexpr int kMaxVdsoReads = 3;
+  const auto now = std::chrono::steady_clock::now();
+  const bool changed =
+      process->vdso_start != mapping.start || process->vdso_execs != process->execs;
+  const bool retry = process->vdso == nullptr && process->vdso_reads < kMaxVdsoReads &&
+                     now - process->vdso_read_at >= processes_->min_refresh();
+  if (changed || retry) {
     constexpr size_t kMaxVdsoBytes = size_t{64} << 10;
+    if (changed) process->vdso_reads = 0;
     process->vdso_start = mapping.start;
+    process->vdso_execs = process->execs;
+    process->vdso_read_at = now;
+    ++process->vdso_reads;
     std::optional<std::string> bytes = processes_->ReadMemory(*process, mapping, kMaxVdsoBytes);
     process->vdso = bytes ? vdso_images_.Find(std::move(bytes).value()) : nullptr;
-    if (process->vdso == nullptr) ++failures_.vdso_unreadable;
+    if (process->vdso == nullptr && process->vdso_reads == 1) ++failures_.vdso_unreadable;
   }
   if (process->vdso == nullptr) return nullptr;
   const VdsoImage& image = *process->vdso;
   const uint64_t offset = address.value - mapping.start + mapping.offset;
-  // A file identity no file has (device ~0): no string to build for each lookup.
-  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.identity_hash()}, .value = offset};
+  // A file identity no file has (device ~0): no string to build for each lookup. The image's
+  // serial, not its build id or a hash: a process that rewrote its vDSO (keeping the build-id
+  // note) must not name the frames of the others.
+  Key key{.file = {.dev = ~uint64_t{0}, .inode = image.serial()}, .value = offset};
   if (const Frame* frame = Lookup(key)) return frame;
   Frame frame;
   frame.module = "[vdso]";

@@ -37,7 +37,8 @@ struct SymbolizationFailures {
   uint64_t no_symbol = 0;        // the file is read, but no symbol covers the address
   uint64_t file_changed = 0;     // the file was truncated after it was opened (ElfModule)
   // A process's [vdso] mapping could not be read, or held no ELF image with symbols (its frames
-  // there keep the [vdso] marker). Once per process and vDSO mapping.
+  // there keep the [vdso] marker). Once per process and vDSO mapping (or exec), however often
+  // the read is tried again.
   uint64_t vdso_unreadable = 0;
 };
 

@@ -153,11 +153,13 @@ void ProcessTable::EvictLeastRecentlyUsed() {
   stats_.evicted += excess;
 }
 
+void ProcessTable::DropJitDump(Process* process) {
+  if (process->jitdump == nullptr) return;
+  perf_map_bytes_ -= process->jitdump->dump().EstimatedBytes();
+  process->jitdump.reset();
+}
+
 void ProcessTable::DropPerfMap(Process* process) {
-  if (process->jitdump != nullptr) {
-    perf_map_bytes_ -= process->jitdump->dump().EstimatedBytes();
-    process->jitdump.reset();
-  }
   if (process->perf_map == nullptr) return;
   if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
     const PerfMapFile& file = *process->perf_map;
@@ -172,6 +174,7 @@ void ProcessTable::DropPerfMap(Process* process) {
 
 void ProcessTable::Untrack(Process* process) {
   DropPerfMap(process);
+  DropJitDump(process);
   mapping_bytes_ -= process->mapping_bytes;
   process->mapping_bytes = 0;
 }
@@ -300,7 +303,11 @@ bool ProcessTable::ReadMaps(Process* process) {
   process->proc_dir = dir;
   std::string executable_path = ReadExecutablePath(dir);
   // An exec: the perf map and its runtime are the new program's, found again when needed.
-  if (executable_path != process->executable_path) DropPerfMap(process);
+  if (executable_path != process->executable_path) {
+    DropPerfMap(process);
+    DropJitDump(process);
+    ++process->execs;
+  }
   process->executable_path = std::move(executable_path);
   if (!read) {
     if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
@@ -436,8 +443,12 @@ bool ProcessTable::RefreshJitDump(Process* process) {
       location = FileLocation(absl::StrCat(dir, "/root"), name);
     }
     if (location.empty()) return false;
+    // What its debug-info addresses mean depends on the writer: V8's are off by an ELF header.
+    const JitDumpWriter writer =
+        process->jit_kind == FrameKind::kV8Js ? JitDumpWriter::kV8 : JitDumpWriter::kPerf;
     process->jitdump =
-        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map);
+        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map,
+                                      JitDumpFile::kMaxReadPerRefresh, writer);
   }
   JitDumpFile& file = *process->jitdump;
   const size_t bytes_before = file.dump().EstimatedBytes();

@@ -66,6 +66,14 @@ struct Process {
   // mapping's start it was read at (0: not read): an exec maps another one.
   std::shared_ptr<const VdsoImage> vdso;
   uint64_t vdso_start = 0;
+  // `execs` when the image was read: an exec maps a new vDSO, maybe at the same address.
+  uint64_t vdso_execs = 0;
+  // Reads of it since the mapping (or exec) changed, and when the last was: a failed read is
+  // tried again a few times, at most once per the table's maps refresh interval.
+  int vdso_reads = 0;
+  std::chrono::steady_clock::time_point vdso_read_at;
+  // Execs seen: its executable changed at a read of its maps, or ReloadAfterExec was told.
+  uint64_t execs = 0;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -136,6 +144,12 @@ class ProcessTable {
   // Re-reads them now, whenever it was last done: the main thread's name changed, which is how an
   // exec shows, and every sample until a rate-limited refresh would use the old image's maps.
   bool ReloadMaps(Process* process) { return ReadMaps(process); }
+  // As ReloadMaps, for a process that exec'd (maybe the same program): what was read of its
+  // memory (its vDSO) is read again too.
+  bool ReloadAfterExec(Process* process) {
+    ++process->execs;
+    return ReadMaps(process);
+  }
   // Reads what the process appended to its perf map and its jitdump since the last call, at most
   // once per perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
   // /proc/PID/root, with the pid the process has in its own namespace) and the runtime. True
@@ -152,6 +166,7 @@ class ProcessTable {
   // Process::mapping_bytes of every process.
   size_t mapping_bytes() const { return mapping_bytes_; }
   const ProcessTableLimits& limits() const { return limits_; }
+  std::chrono::milliseconds min_refresh() const { return min_refresh_; }
   const ProcReadFailures& read_failures() const { return read_failures_; }
 
   // Where to open a mapped file: its map_files entry (works for deleted files, needs
@@ -170,8 +185,11 @@ class ProcessTable {
   std::unique_ptr<Process> Load(uint32_t pid);
   bool ReadMaps(Process* process);
   void EvictLeastRecentlyUsed();
-  // Forgets a process's perf map (its bytes leave perf_map_bytes_).
+  // Forgets a process's perf map (its bytes leave perf_map_bytes_), not its jitdump: swapping to
+  // a map another process shares, or back to its own, leaves the jitdump as it is.
   void DropPerfMap(Process* process);
+  // Forgets a process's jitdump (its bytes leave perf_map_bytes_): on exec, or when it goes.
+  void DropJitDump(Process* process);
   // Finds (when not yet found) and reads the process's jitdump; true when anything was read.
   bool RefreshJitDump(Process* process);
   // Before a process leaves the table: its bytes leave the totals.

@@ -34,10 +34,12 @@ constexpr uint64_t kDebugEntryFixed = 16;  // addr, line, discrim
 constexpr uint64_t kMaxRecordBytes = uint64_t{256} << 20;
 // A debug-info record is read whole; a bigger one is skipped (its code keeps its name).
 constexpr uint64_t kMaxDebugInfoBytes = uint64_t{16} << 20;
-// perf places the code of a load 64 bytes into the ELF image it makes of it (after the ELF
-// header), and writers (V8) give debug-info addresses for that image: the first line of a
-// function at its code address plus 64.
-constexpr uint64_t kDebugAddressBias = 64;
+// V8's kElfHeaderSize (see JitDumpWriter), by its target's pointer size, which the header's
+// e_machine tells: V8's 32-bit targets are ia32 and arm.
+constexpr uint64_t kV8ElfHeaderBytes64 = 0x40;
+constexpr uint64_t kV8ElfHeaderBytes32 = 0x34;
+constexpr uint32_t kEm386 = 3;
+constexpr uint32_t kEmArm = 40;
 constexpr uint32_t kCodeLoad = 0;
 constexpr uint32_t kCodeMove = 1;
 constexpr uint32_t kDebugInfo = 2;
@@ -126,7 +128,8 @@ uint64_t JitDumpRefusalCount(JitDumpRefusal refusal) {
   return refusal_counts[static_cast<size_t>(refusal)].load(std::memory_order_relaxed);
 }
 
-JitDump::JitDump(PerfMapLimits limits) : limits_(limits), names_(limits) {}
+JitDump::JitDump(PerfMapLimits limits, JitDumpWriter writer)
+    : limits_(limits), writer_(writer), names_(limits) {}
 
 void JitDump::Reset() {
   names_.Reset();
@@ -154,6 +157,12 @@ bool JitDump::ReadHeader(JitDumpSource& source) {
   if (U32(header + 4) != kVersion) return Refuse(JitDumpRefusal::kVersion);
   const uint32_t size = U32(header + 8);
   if (size < kHeaderBytes || size > kMaxHeaderBytes) return Refuse(JitDumpRefusal::kBadHeader);
+  const uint32_t machine = U32(header + 12);
+  debug_address_bias_ = 0;
+  if (writer_ == JitDumpWriter::kV8) {
+    debug_address_bias_ =
+        machine == kEm386 || machine == kEmArm ? kV8ElfHeaderBytes32 : kV8ElfHeaderBytes64;
+  }
   offset_ = size;
   header_read_ = true;
   return true;
@@ -292,7 +301,7 @@ bool JitDump::ReadDebugInfo(JitDumpSource& source, uint64_t size) {
       lines.files.emplace_back(file.substr(0, limits_.max_line_bytes));
     }
     const uint64_t offset =
-        addr > code_addr + kDebugAddressBias ? addr - code_addr - kDebugAddressBias : 0;
+        addr > code_addr + debug_address_bias_ ? addr - code_addr - debug_address_bias_ : 0;
     if (offset > std::numeric_limits<uint32_t>::max()) continue;
     lines.rows.push_back(
         {static_cast<uint32_t>(offset), line, static_cast<uint32_t>(lines.files.size() - 1)});
@@ -372,11 +381,11 @@ std::optional<JitDumpLine> JitDump::LineAt(uint64_t address) const {
 }
 
 JitDumpFile::JitDumpFile(FileLocation location, std::string name, PerfMapLimits limits,
-                         uint64_t max_read_per_refresh)
+                         uint64_t max_read_per_refresh, JitDumpWriter writer)
     : location_(std::move(location)),
       name_(std::move(name)),
       max_read_(std::max<uint64_t>(max_read_per_refresh, 1)),
-      dump_(limits) {}
+      dump_(limits, writer) {}
 
 JitDumpFile::Result JitDumpFile::Refresh() {
   absl::StatusOr<UntrustedFile> opened = OpenUntrusted(location_);

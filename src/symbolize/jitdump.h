@@ -53,13 +53,26 @@ struct JitDumpLine {
   uint32_t line = 0;
 };
 
+// Who wrote a jitdump, for what its debug-info addresses mean. perf, which defines the format,
+// takes an entry's address as the address of the code it describes: perf inject subtracts the
+// load's code_addr (tools/perf/util/genelf_debug.c, jit_process_debug_info) and places the result
+// after the ELF header of the image it makes; perf's JVMTI agent writes each line's native pc
+// (tools/perf/jvmti/libjvmti.c, do_get_line_numbers). V8 alone adds the size of an ELF header to
+// every address (src/diagnostics/perf-jit.cc, kElfHeaderSize: 0x40 on 64-bit targets, 0x34 on
+// 32-bit ones), which matched perf's line tables until 2020 ("perf jit: Fix inaccurate DWARF
+// line table" moved them by that header). .NET writes no debug info.
+enum class JitDumpWriter {
+  kPerf,  // addresses as perf reads them: the code's own
+  kV8,    // the code's address plus V8's kElfHeaderSize, told by the header's e_machine
+};
+
 // The code of one jitdump, fed in order. Names live in a PerfMap (the newest load covering an
 // address names it, as perf has it: code moved, or a new tier of a function JIT-compiled where
 // older code was, replaces what was there), under the same limits as a perf map; line tables
 // from JIT_CODE_DEBUG_INFO take at most a quarter of limits.max_bytes more.
 class JitDump {
  public:
-  explicit JitDump(PerfMapLimits limits = {});
+  explicit JitDump(PerfMapLimits limits = {}, JitDumpWriter writer = JitDumpWriter::kPerf);
 
   // Reads the records of `source` from where the last call stopped, at most about `max_bytes`
   // of them (code bytes are skipped, not read). A record the source does not yet hold whole
@@ -111,6 +124,9 @@ class JitDump {
   bool Refuse(JitDumpRefusal why);
 
   PerfMapLimits limits_;
+  JitDumpWriter writer_;
+  // What the writer adds to a debug-info entry's address, set when the header is read.
+  uint64_t debug_address_bias_ = 0;
   PerfMap names_;
   std::map<uint64_t, LineTable> lines_;  // by code start; never overlapping
   std::optional<PendingLines> pending_;  // the DEBUG_INFO read last, for the next load
@@ -131,11 +147,13 @@ uint64_t JitDumpRefusalCount(JitDumpRefusal refusal);
 class JitDumpFile {
  public:
   enum class Result { kUnchanged, kGrew, kReloaded, kMissing };
+  static constexpr uint64_t kMaxReadPerRefresh = uint64_t{16} << 20;
 
   // `location`: where to open it (under the process's root); `name`: its path as the process
   // names it.
   JitDumpFile(FileLocation location, std::string name, PerfMapLimits limits = {},
-              uint64_t max_read_per_refresh = uint64_t{16} << 20);
+              uint64_t max_read_per_refresh = kMaxReadPerRefresh,
+              JitDumpWriter writer = JitDumpWriter::kPerf);
   Result Refresh();
   const JitDump& dump() const { return dump_; }
   void ShedOldest() { dump_.ShedOldest(); }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <string_view>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,15 @@ namespace {
 
 // An image is two or three pages; anything near this is no vDSO.
 constexpr size_t kMaxImageBytes = size_t{1} << 20;
+
+absl::string_view TrimZeros(absl::string_view bytes) {
+  const size_t last = bytes.find_last_not_of('\0');
+  return bytes.substr(0, last == absl::string_view::npos ? 0 : last + 1);
+}
+
+uint64_t HashOf(absl::string_view bytes) {
+  return std::hash<std::string_view>()(std::string_view(bytes.data(), bytes.size()));
+}
 
 struct ElfEnd {
   void operator()(Elf* elf) const { elf_end(elf); }
@@ -135,10 +145,8 @@ absl::StatusOr<std::unique_ptr<VdsoImage>> VdsoImage::Parse(std::string bytes) {
     return a.start != b.start ? a.start < b.start : a.rank > b.rank;
   });
   image->build_id_ = BuildId(elf.get());
-  image->identity_ = !image->build_id_.empty()
-                         ? image->build_id_
-                         : absl::StrCat("#", std::hash<std::string>()(image->bytes_));
-  image->identity_hash_ = std::hash<std::string>()(image->identity_);
+  image->identity_hash_ = HashOf(image->content());
+  image->identity_ = absl::StrCat("#", absl::Hex(image->identity_hash_, absl::kZeroPad16));
   return image;
 }
 
@@ -169,13 +177,17 @@ size_t VdsoImage::EstimatedBytes() const {
   return bytes;
 }
 
+absl::string_view VdsoImage::content() const { return TrimZeros(bytes_); }
+
 std::shared_ptr<const VdsoImage> VdsoImages::Find(std::string bytes) {
-  for (const auto& image : images_) {
-    // The mapping is page-sized: the image is its start, the rest zeros.
-    const std::string& known = image->bytes();
-    if (bytes.size() >= known.size() && bytes.compare(0, known.size(), known) == 0 &&
-        std::all_of(bytes.begin() + known.size(), bytes.end(), [](char c) { return c == 0; })) {
-      return image;
+  // The mapping is page-sized: the image is its start, the rest zeros. A hash match is only a
+  // candidate: the bytes decide.
+  const absl::string_view content = TrimZeros(bytes);
+  const uint64_t hash = HashOf(content);
+  for (Kept& kept : images_) {
+    if (kept.image->identity_hash() == hash && kept.image->content() == content) {
+      kept.last_found = ++tick_;
+      return kept.image;
     }
   }
   absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(std::move(bytes));
@@ -183,8 +195,20 @@ std::shared_ptr<const VdsoImage> VdsoImages::Find(std::string bytes) {
     ++refusals_;
     return nullptr;
   }
+  (*parsed)->serial_ = next_serial_++;
   std::shared_ptr<const VdsoImage> image = std::move(parsed).value();
-  if (images_.size() < max_images_) images_.push_back(image);
+  Kept* slot = nullptr;
+  if (images_.size() < max_images_) {
+    slot = &images_.emplace_back();
+  } else {
+    for (Kept& kept : images_) {
+      // Held by the table alone: no process maps it now.
+      if (kept.image.use_count() == 1 && (slot == nullptr || kept.last_found < slot->last_found)) {
+        slot = &kept;
+      }
+    }
+  }
+  if (slot != nullptr) *slot = Kept{image, ++tick_};
   return image;
 }
 

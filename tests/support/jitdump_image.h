@@ -13,7 +13,7 @@ namespace ember::testing {
 class JitDumpImage {
  public:
   struct DebugEntry {
-    uint64_t addr;  // as writers give it: code address + 64 + offset (perf's ELF image)
+    uint64_t addr;  // as the writer gives it (V8: code address + 64 + offset; perf: + offset)
     uint32_t line;
     std::string file;  // "\xff" for the previous entry's
   };
@@ -29,6 +29,12 @@ class JitDumpImage {
     Put64(123);
     Put64(0);
     bytes_.resize(std::max<size_t>(bytes_.size(), header_size), '\0');
+  }
+
+  // The header's e_machine.
+  JitDumpImage& Machine(uint32_t machine) {
+    std::memcpy(&bytes_[12], &machine, sizeof(machine));
+    return *this;
   }
 
   JitDumpImage& CodeLoad(uint64_t addr, uint64_t size, const std::string& name,

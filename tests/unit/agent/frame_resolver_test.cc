@@ -290,6 +290,29 @@ TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
   EXPECT_EQ(processes.perf_map_bytes(), process->jitdump->dump().EstimatedBytes());
 }
 
+// A JVM's jitdump (perf's JVMTI agent) gives debug-info addresses as perf reads them, the
+// code's own: no V8 header offset is taken off.
+TEST_F(NodeProcessFrameTest, AJvmJitdumpsLinesAreAtTheCodesOwnAddresses) {
+  std::filesystem::remove(root_ + "/4242/exe");
+  std::filesystem::create_symlink("/usr/lib/jvm/bin/java", root_ + "/4242/exe");
+  std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
+      << testing::JitDumpImage()
+             .DebugInfo(0x7f0000000100,
+                        {{0x7f0000000100, 40, "App.java"}, {0x7f0000000100 + 0x30, 41, "\xff"}})
+             .CodeLoad(0x7f0000000100, 0x80, "App::run")
+             .bytes();
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(4242);
+  ASSERT_NE(process, nullptr);
+  const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
+  EXPECT_EQ(leaf->function, "App::run");
+  EXPECT_EQ(leaf->kind, FrameKind::kJvm);
+  EXPECT_EQ(leaf->line, 40u);
+  EXPECT_EQ(resolver.User(process, 0x7f0000000130, false)->line, 41u);
+}
+
 // .NET writes its jitdump to /tmp: found there without a mapping.
 TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
   std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
@@ -620,6 +643,102 @@ TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
   EXPECT_EQ(resolver.User(processes.Get(102), kVdsoStart + 0x20, false)->function, "[vdso]");
   EXPECT_EQ(resolver.User(processes.Get(103), kVdsoStart + 0x10, false)->function, "[vdso]");
   EXPECT_EQ(resolver.failures().vdso_unreadable, 2u);
+}
+
+// A process that rewrote its vDSO, keeping the kernel's build-id note, names its own frames
+// only: the other processes' frames at the same offsets keep the kernel's names.
+TEST_F(OtherVdsoTest, ARewrittenImageNamesNoOtherProcesssFrames) {
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  std::string renamed = *own;
+  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
+  ASSERT_NE(at, std::string::npos);
+  renamed.replace(at, 11, "__vdso_pwnd");
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
+  ASSERT_TRUE(parsed.ok());
+  uint64_t offset = 0;
+  for (; offset < own->size(); ++offset) {
+    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset, own->size());
+
+  AddProcess(100, renamed);
+  AddProcess(101, *own);
+  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  EXPECT_EQ(resolver.User(processes.Get(100), kVdsoStart + offset, false)->function, "__vdso_pwnd");
+  EXPECT_EQ(resolver.User(processes.Get(101), kVdsoStart + offset, false)->function, "__vdso_time");
+}
+
+// An exec maps a new vDSO, here at the same address: its image is read again, whether the exec
+// shows in the maps (another executable) or is told (the main thread renamed).
+TEST_F(OtherVdsoTest, AnExecReadsTheImageAgain) {
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  std::string renamed = *own;
+  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
+  ASSERT_NE(at, std::string::npos);
+  renamed.replace(at, 11, "__vdso_pwnd");
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
+  ASSERT_TRUE(parsed.ok());
+  uint64_t offset = 0;
+  for (; offset < own->size(); ++offset) {
+    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset, own->size());
+
+  AddProcess(100, *own);
+  ProcessTable processes(root_, std::chrono::hours(1), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver resolver(&processes, &modules, nullptr);
+  Process* process = processes.Get(100);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_time");
+
+  AddProcess(100, renamed);  // the same maps, another image
+  std::filesystem::create_symlink("/usr/bin/other", root_ + "/100/exe");
+  ASSERT_TRUE(processes.ReloadMaps(process));
+  EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_pwnd");
+
+  AddProcess(100, *own);  // the same program again: only the rename tells
+  ASSERT_TRUE(processes.ReloadAfterExec(process));
+  EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_time");
+  EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
+}
+
+// A failed read is tried again a few times, no more often than the maps are re-read.
+TEST_F(OtherVdsoTest, AFailedReadIsRetriedAFewTimes) {
+  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+  ASSERT_TRUE(own.ok());
+  ASSERT_LE(own->size(), kVdsoSize);
+  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
+  ASSERT_TRUE(parsed.ok());
+  uint64_t offset = 0;
+  for (; offset < own->size(); ++offset) {
+    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
+  }
+  ASSERT_LT(offset, own->size());
+  AddProcess(100, std::nullopt);
+  AddProcess(101, std::nullopt);
+  AddProcess(102, std::nullopt);
+  ProcessTable fast(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable slow(root_, std::chrono::hours(1), std::chrono::milliseconds(0));
+  ModuleCache modules;
+  FrameResolver retrying(&fast, &modules, nullptr);
+  FrameResolver waiting(&slow, &modules, nullptr);
+  const uint64_t address = kVdsoStart + offset;
+  EXPECT_EQ(retrying.User(fast.Get(100), address, false)->function, "[vdso]");
+  for (int i = 0; i < 5; ++i) retrying.User(fast.Get(101), address, false);  // every try spent
+  EXPECT_EQ(waiting.User(slow.Get(100), address, false)->function, "[vdso]");
+  AddProcess(100, *own);
+  AddProcess(101, *own);
+  EXPECT_EQ(retrying.User(fast.Get(100), address, false)->function, "__vdso_time");
+  EXPECT_EQ(retrying.User(fast.Get(101), address, false)->function, "[vdso]");
+  EXPECT_EQ(waiting.User(slow.Get(100), address, false)->function, "[vdso]");  // not yet
+  EXPECT_EQ(retrying.failures().vdso_unreadable, 2u);  // once per process, not per try
 }
 
 TEST(FramesToThreadStartTest, CutsAfterTheFirstFrameNothingCalls) {

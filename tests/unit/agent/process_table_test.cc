@@ -364,6 +364,50 @@ TEST(ProcessTableTest, ProcessesWhoseMapIsOneFileShareItAndItsBytes) {
   std::filesystem::remove_all(root);
 }
 
+// A process whose perf map turns out to be another process's file (or its own again) swaps only
+// the map: its jitdump, a separate file, stays as read, not read again from its first byte.
+TEST(ProcessTableTest, SwappingToASharedPerfMapKeepsTheJitdump) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-swap-test", 2);
+  WritePerfMap(root, 100, 10);
+  WritePerfMap(root, 101, 20);
+  testing::JitDumpImage image;
+  for (int i = 0; i < 50; ++i) {
+    image.CodeLoad(0x10000 + i * 16, 16, absl::StrFormat("dumped_function_%d", i));
+  }
+  const std::string dump_path = root + "/101/root/tmp/jit-101.dump";
+  std::ofstream(dump_path, std::ios::binary) << image.bytes();
+  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0));
+  Process* first = table.Get(100);
+  Process* second = table.Get(101);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(table.RefreshPerfMap(first));
+  ASSERT_TRUE(table.RefreshPerfMap(second));
+  ASSERT_NE(second->jitdump, nullptr);
+  const JitDumpFile* dump = second->jitdump.get();
+  ASSERT_EQ(dump->dump().names().size(), 50u);
+
+  // Its map is now a hard link to the first's file, and its jitdump is gone from its /tmp (the
+  // names read stay): a jitdump read again from scratch would find nothing.
+  std::filesystem::remove(root + "/101/root/tmp/perf-101.map");
+  std::filesystem::create_hard_link(root + "/100/root/tmp/perf-100.map",
+                                    root + "/101/root/tmp/perf-101.map");
+  std::filesystem::remove(dump_path);
+  table.RefreshPerfMap(second);
+  EXPECT_EQ(second->perf_map, first->perf_map);
+  EXPECT_EQ(second->jitdump.get(), dump);
+  ASSERT_NE(second->jitdump, nullptr);
+  EXPECT_EQ(second->jitdump->dump().names().Lookup(0x10000 + 49 * 16)->name, "dumped_function_49");
+  EXPECT_EQ(table.perf_map_bytes(),
+            first->perf_map->map().EstimatedBytes() + dump->dump().EstimatedBytes());
+
+  // An exec drops it: the new program's runtime writes another.
+  std::filesystem::create_symlink("/usr/bin/new-program", root + "/101/exe");
+  ASSERT_TRUE(table.ReloadMaps(second));
+  EXPECT_EQ(second->jitdump, nullptr);
+  std::filesystem::remove_all(root);
+}
+
 // Maps text of `count` executable mappings, one page apart, of files named by `path_of(i)`.
 std::string ManyMappings(int count, const std::function<std::string(int)>& path_of) {
   std::string text;

@@ -157,5 +157,51 @@ TEST_F(VdsoTest, ImagesAreParsedOncePerContentAndBadBytesAreRefused) {
   }
 }
 
+// The bytes come from a process's memory: an image that keeps the kernel's build-id note and
+// renames a function is another image, never taken for the kernel's.
+TEST_F(VdsoTest, AnImageIsItsBytesNotItsBuildId) {
+  std::string renamed = bytes_;
+  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
+  ASSERT_NE(at, std::string::npos);
+  renamed.replace(at, 11, "__vdso_pwnd");
+  VdsoImages images;
+  std::shared_ptr<const VdsoImage> kernel = images.Find(bytes_);
+  std::shared_ptr<const VdsoImage> rewritten = images.Find(renamed);
+  ASSERT_NE(kernel, nullptr);
+  ASSERT_NE(rewritten, nullptr);
+  EXPECT_EQ(rewritten->build_id(), kernel->build_id());
+  EXPECT_NE(rewritten->identity(), kernel->identity());
+  EXPECT_NE(rewritten->serial(), kernel->serial());
+  EXPECT_EQ(images.Find(bytes_ + std::string(4096, 0)), kernel);
+  EXPECT_EQ(images.Find(renamed), rewritten);
+}
+
+// Images no process holds make room for new ones, least recently found first; one that a process
+// holds is never displaced, and a new image that finds every slot held is not kept.
+TEST_F(VdsoTest, FullTableKeepsTheImagesProcessesHold) {
+  auto variant = [&](char c) {
+    std::string bytes = bytes_;
+    bytes[bytes.size() / 2] ^= c;
+    return bytes;
+  };
+  VdsoImages images(2);
+  std::shared_ptr<const VdsoImage> kernel = images.Find(bytes_);  // held, as a process would
+  ASSERT_NE(kernel, nullptr);
+  const uint64_t first_other = images.Find(variant(1))->serial();  // released at once
+  EXPECT_EQ(images.size(), 2u);
+  std::shared_ptr<const VdsoImage> second = images.Find(variant(2));  // takes the free slot
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(images.Find(bytes_), kernel);
+  EXPECT_EQ(images.Find(variant(2)), second);
+  EXPECT_NE(images.Find(variant(1))->serial(), first_other);  // it went: parsed again
+  // Both slots held: a third image is handed out, not kept, and displaces neither.
+  std::shared_ptr<const VdsoImage> third = images.Find(variant(3));
+  ASSERT_NE(third, nullptr);
+  EXPECT_NE(images.Find(variant(3)), third);
+  EXPECT_EQ(images.Find(bytes_), kernel);
+  EXPECT_EQ(images.Find(variant(2)), second);
+  EXPECT_EQ(images.size(), 2u);
+}
+
 }  // namespace
 }  // namespace ember
