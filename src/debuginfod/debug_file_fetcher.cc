@@ -163,8 +163,15 @@ std::optional<std::string> DebugFileFetcher::Find(const std::string& build_id) {
   if (!IsBuildIdText(build_id)) return std::nullopt;
   std::lock_guard lock(mu_);
   if (auto it = cached_.find(build_id); it != cached_.end()) {
-    it->second.last_use = ++tick_;
-    return CachePath(build_id);
+    std::string path = CachePath(build_id);
+    // The cache directory may be shared (a node's hostPath) or cleaned by someone else: a file
+    // gone from it is fetched again, not handed out (and reloaded at every export) for ever.
+    if (access(path.c_str(), F_OK) == 0 || errno != ENOENT) {
+      it->second.last_use = ++tick_;
+      return path;
+    }
+    stats_.cache_bytes -= it->second.bytes;
+    cached_.erase(it);
   }
   if (pending_.contains(build_id)) return std::nullopt;
   if (auto it = missing_.find(build_id); it != missing_.end()) {

@@ -180,7 +180,10 @@ void ElfModule::LoadSymbols() const {
   bool has_dwarf = file_->HasSectionData(".debug_info");
   if (symtab->empty() || !has_dwarf) {
     debug_file_ = FindDebugFile(*file_, path_, root_, build_id_, options_.debug_dir);
-    if (debug_file_ == nullptr && options_.debug_file_source != nullptr && !build_id_.empty()) {
+    // Go code is named from Go's own table, stripped or not: a Go binary is not asked for (its
+    // build id is rarely on a server, and would be asked again at every retry for ever).
+    if (debug_file_ == nullptr && go_ == nullptr && options_.debug_file_source != nullptr &&
+        !build_id_.empty()) {
       // Fetched files are the agent's own, in its namespace; a file of another build id is
       // refused here too (OpenDebugCandidate), whatever the source checked.
       if (std::optional<std::string> fetched = options_.debug_file_source->Find(build_id_)) {

@@ -194,6 +194,25 @@ TEST_F(DebugFileFetcherTest, AFetchedFileIsCheckedKeptAndAnnounced) {
   EXPECT_FALSE(std::filesystem::exists(servers_.staging + "/" + id));
 }
 
+TEST_F(DebugFileFetcherTest, AFileDeletedFromTheCacheByAnotherIsFetchedAgain) {
+  Make();
+  const std::string id = variants_.BuildId(0);
+  Serve(0);
+  FetchAndWait(id);
+  fetcher_->TakeArrived();
+  std::optional<std::string> path = fetcher_->Find(id);
+  ASSERT_TRUE(path.has_value());
+  std::filesystem::remove(*path);  // another agent sharing the directory, or a cleaner
+  // Not handed out again: asked for, fetched and announced once more.
+  FetchAndWait(id);
+  EXPECT_EQ(servers_.Calls(id), 2);
+  EXPECT_EQ(fetcher_->TakeArrived(), std::vector<std::string>{id});
+  path = fetcher_->Find(id);
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(ReadBytes(*path), variants_.Bytes(0));
+  EXPECT_EQ(fetcher_->stats().cache_bytes, variants_.size());
+}
+
 TEST_F(DebugFileFetcherTest, ABuildIdTheServersLackIsNotAskedAgainUntilItsRetryTime) {
   Make([](DebugFileFetcherOptions& o) {
     o.not_found_retry = seconds(600);
