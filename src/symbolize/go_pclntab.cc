@@ -30,6 +30,8 @@ constexpr uint8_t kFuncFlagTopFrame = 1;
 constexpr int kMaxInlineDepth = 64;
 // Inline tree indexes are small; a corrupt one must not make Read() overflow.
 constexpr int32_t kMaxInlineIndex = 1 << 24;
+// Function ids (internal/abi.FuncID) are below 32 in every Go release read here.
+constexpr uint8_t kMaxFuncId = 31;
 
 bool Fits(uint64_t offset, uint64_t size, uint64_t total) {
   return offset <= total && size <= total - offset;
@@ -315,12 +317,31 @@ void GoPclntab::FindModuleData() {
       // then text. gofunc follows text, etext, five pairs of section bounds (Go 1.20 adds the
       // coverage counters' pair), end, gcdata, gcbss, types, etypes and rodata.
       const std::span<const uint8_t> moduledata = bytes.subspan(offset);
-      moduledata_text_ = ReadWord(moduledata, 22 * uint64_t{ptr_size_}, ptr_size_);
+      auto at = [&](int word) {
+        return ReadWord(moduledata, uint64_t(word) * ptr_size_, ptr_size_);
+      };
+      // The word numbers are those of the layouts this reads; minpc and maxpc, which must span
+      // exactly what the function table does, tell a layout that moved them (or a match that is
+      // no module data) from one that did not.
+      std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22);
+      const uint64_t span = FunctabPc(nfunc_) - FunctabPc(0);
+      if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || *maxpc < *minpc ||
+          *maxpc - *minpc != span || *text > *minpc ||
+          (version_ == 116 && *minpc != FunctabPc(0))) {
+        continue;
+      }
+      moduledata_text_ = text;
       if (version_ != 116) {
-        const int gofunc_word = version_ == 118 ? 38 : 40;
-        std::optional<uint64_t> gofunc =
-            ReadWord(moduledata, uint64_t(gofunc_word) * ptr_size_, ptr_size_);
-        if (gofunc.has_value() && !image_.ReadToEnd(*gofunc).empty()) gofunc_ = gofunc;
+        // gofunc is read-only data (the go:func.* symbols) of this binary.
+        std::optional<uint64_t> gofunc = at(version_ == 118 ? 38 : 40);
+        if (gofunc.has_value() && *gofunc != 0) {
+          for (const GoImage::Segment& data : image_.segments) {
+            if (!data.writable && *gofunc >= data.vaddr &&
+                *gofunc - data.vaddr < data.bytes.size()) {
+              gofunc_ = gofunc;
+            }
+          }
+        }
       }
       return;
     }
@@ -349,7 +370,8 @@ std::optional<GoPclntab::Func> GoPclntab::FindFunc(uint64_t pc) const {
   const uint64_t field = version_ == 116 ? ptr_size_ : 4;
   std::optional<uint64_t> func_offset = ReadWord(functab_, (uint64_t{low} * 2 + 1) * field, field);
   if (!func_offset.has_value()) return std::nullopt;
-  Func func{.entry = FunctabPc(low), .data = Tail(funcdata_, *func_offset)};
+  Func func{
+      .entry = FunctabPc(low), .end = FunctabPc(low + 1), .data = Tail(funcdata_, *func_offset)};
   if (func.data.size() < RecordSize()) return std::nullopt;
   return func;
 }
@@ -393,6 +415,12 @@ std::string_view GoPclntab::FuncName(int64_t name_offset) const {
   return CString(funcnames_, static_cast<uint64_t>(name_offset));
 }
 
+bool GoPclntab::IsNameStart(int64_t name_offset) const {
+  return name_offset == 0 ||
+         (name_offset > 0 && static_cast<uint64_t>(name_offset) < funcnames_.size() &&
+          funcnames_[name_offset - 1] == 0);
+}
+
 std::string_view GoPclntab::FileName(const Func& func, int32_t file_index) const {
   if (file_index < 0) return {};
   std::optional<uint32_t> cu_offset = Field(func, 8);
@@ -433,6 +461,10 @@ bool GoPclntab::InlineEntry(const Func& func, int32_t index, int32_t* name_offse
   std::span<const uint8_t> entry =
       image_.Read(tree + static_cast<uint64_t>(index) * entry_size, entry_size);
   if (entry.empty()) return false;
+  const uint8_t func_id = version_ == 120 ? entry[0] : entry[2];
+  const bool padded =
+      version_ == 120 ? entry[1] == 0 && entry[2] == 0 && entry[3] == 0 : entry[3] == 0;
+  if (func_id > kMaxFuncId || !padded) return false;
   const uint64_t name_at = version_ == 120 ? 4 : 12;
   *name_offset = static_cast<int32_t>(Load32(entry.data() + name_at));
   *parent_pc = static_cast<int32_t>(Load32(entry.data() + name_at + 4));
@@ -468,16 +500,31 @@ bool GoPclntab::Lookup(uint64_t pc, GoSymbol* symbol) const {
   std::string_view file;
   uint32_t line = 0;
   position(pc, &file, &line);
+  // The compiler adds an inlined call's parent to the tree before it, so each step goes to a
+  // smaller index; a step that does not, or an entry whose name is not the start of one in the
+  // name table or whose call lies outside the function, is a corrupt tree: the function is then
+  // named with no inlined frames and no line, rather than with frames the tree cannot vouch for.
   std::optional<int32_t> index = PcData(*func, kPcdataInlTreeIndex, pc);
-  for (int depth = 0; index.has_value() && *index >= 0 && depth < kMaxInlineDepth; ++depth) {
+  for (int depth = 0; index.has_value() && *index >= 0; ++depth) {
     int32_t inlined_name = 0, parent_pc = 0;
-    if (!InlineEntry(*func, *index, &inlined_name, &parent_pc)) break;
-    symbol->inlined.push_back(InlineFrame{.function = std::string(FuncName(inlined_name)),
-                                          .source_file = std::string(file),
-                                          .line = line});
+    const std::string_view inlined =
+        InlineEntry(*func, *index, &inlined_name, &parent_pc) && IsNameStart(inlined_name)
+            ? FuncName(inlined_name)
+            : std::string_view();
     const uint64_t call_pc = func->entry + static_cast<uint64_t>(static_cast<int64_t>(parent_pc));
+    const std::optional<int32_t> parent =
+        inlined.empty() ? std::nullopt : PcData(*func, kPcdataInlTreeIndex, call_pc);
+    if (inlined.empty() || parent_pc < 0 || call_pc >= func->end || depth >= kMaxInlineDepth ||
+        (parent.has_value() && *parent >= *index)) {
+      symbol->inlined.clear();
+      file = {};
+      line = 0;
+      break;
+    }
+    symbol->inlined.push_back(InlineFrame{
+        .function = std::string(inlined), .source_file = std::string(file), .line = line});
     position(call_pc, &file, &line);
-    index = PcData(*func, kPcdataInlTreeIndex, call_pc);
+    index = parent;
   }
   symbol->function = name;
   symbol->file = file;

@@ -96,6 +96,7 @@ class GoPclntab {
 
   struct Func {
     uint64_t entry = 0;
+    uint64_t end = 0;               // the next function's entry
     std::span<const uint8_t> data;  // the _func record to the end of the table
   };
   // Bytes of a _func record before its pcdata array: the entry, eight (from Go 1.20 nine) 32-bit
@@ -111,8 +112,11 @@ class GoPclntab {
   std::optional<int32_t> PcValue(uint32_t offset, uint64_t entry, uint64_t pc) const;
   std::optional<int32_t> PcData(const Func& func, uint32_t index, uint64_t pc) const;
   std::string_view FuncName(int64_t name_offset) const;
+  // Whether a name begins at `name_offset` of the name table (not inside one).
+  bool IsNameStart(int64_t name_offset) const;
   std::string_view FileName(const Func& func, int32_t file_index) const;
-  // The inline tree entry `index` of `func`: its name offset and parent pc; false when unreadable.
+  // The inline tree entry `index` of `func`: its name offset and parent pc; false when unreadable
+  // or its function id and padding are not those of an entry.
   bool InlineEntry(const Func& func, int32_t index, int32_t* name_offset, int32_t* parent_pc) const;
 
   GoImage image_;

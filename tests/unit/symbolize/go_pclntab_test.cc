@@ -305,6 +305,70 @@ TEST_P(GoPclntabTest, CorruptTablesFailCleanly) {
   EXPECT_GT(parsed, 0u) << "every change was refused: lookups on corrupt tables untested";
 }
 
+// main.outer's inline tree with its entries for main.inlinedMid changed: the name offset inside
+// a name or past the table, the call's pc outside the function. outer is still named, with no
+// inlined frame and no line (a tree that cannot be trusted places none).
+TEST_P(GoPclntabTest, CorruptInlineTreesStopTheInlineWalk) {
+  absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(Program());
+  ASSERT_TRUE(file.ok());
+  const internal::GoImage image = internal::GoImageOfElf((*file)->elf());
+  ASSERT_TRUE(image.pclntab_address.has_value());
+  std::span<const uint8_t> table = image.Read(*image.pclntab_address, image.pclntab_size);
+  ASSERT_GT(table.size(), 64u);
+  // Header: magic, pad, quantum, ptrsize, nfunc, nfiles, textStart, funcnametab offset...
+  uint64_t names_offset = 0;
+  std::memcpy(&names_offset, table.data() + 8 + 3 * 8, 8);
+  ASSERT_LT(names_offset, table.size());
+  const std::string_view names(reinterpret_cast<const char*>(table.data() + names_offset),
+                               table.size() - names_offset);
+  const size_t found = names.find(std::string_view("\0main.inlinedMid\0", 17));
+  ASSERT_NE(found, std::string_view::npos);
+  const uint32_t mid_name = static_cast<uint32_t>(found + 1);
+  const std::vector<NmSymbol> symbols = NmFunctions(Program());
+  const NmSymbol& outer = Named(symbols, "main.outer");
+
+  enum class Change { kInsideAName, kPastTheNames, kCallOutside };
+  for (Change change : {Change::kInsideAName, Change::kPastTheNames, Change::kCallOutside}) {
+    SCOPED_TRACE(static_cast<int>(change));
+    internal::GoImage changed = image;
+    // Every aligned word equal to inlinedMid's name offset in read-only data: its entries in the
+    // inline trees (Go 1.26 keeps those inside the table), and its own record, which outer's
+    // lookups do not read.
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(changed.segments.size());
+    size_t entries = 0;
+    for (internal::GoImage::Segment& segment : changed.segments) {
+      if (segment.writable) continue;
+      std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
+      for (size_t at = 0; at + 8 <= bytes.size(); at += 4) {
+        uint32_t value;
+        std::memcpy(&value, bytes.data() + at, 4);
+        if (value != mid_name) continue;
+        ++entries;
+        const uint32_t bad = change == Change::kInsideAName    ? mid_name + 1
+                             : change == Change::kPastTheNames ? 0x7ffffff0u
+                                                               : 0x7fff0000u;
+        std::memcpy(bytes.data() + at + (change == Change::kCallOutside ? 4 : 0), &bad, 4);
+      }
+      segment.bytes = bytes;
+    }
+    ASSERT_GT(entries, 0u);
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(std::move(changed));
+    ASSERT_TRUE(go.ok()) << go.status();
+    size_t inlined_pcs = 0;
+    for (uint64_t a = outer.address; a < outer.address + outer.size; ++a) {
+      internal::GoSymbol symbol;
+      ASSERT_TRUE((*go)->Lookup(a, &symbol));
+      EXPECT_EQ(symbol.function, "main.outer");
+      EXPECT_TRUE(symbol.inlined.empty()) << symbol.inlined[0].function;
+      // Where outer's own code is, its line stays.
+      if (symbol.line == 0) ++inlined_pcs;
+    }
+    EXPECT_GT(inlined_pcs, 0u);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Toolchains, GoPclntabTest,
                          ::testing::Values(Toolchain{"go119", 118}, Toolchain{"gonew", 120}),
                          [](const auto& info) { return info.param.name; });
