@@ -369,6 +369,47 @@ TEST_P(GoPclntabTest, CorruptInlineTreesStopTheInlineWalk) {
   }
 }
 
+// The module data is found by its first words (the table's address, then its name table's); the
+// words read after them by number are trusted only while its minpc and maxpc span the function
+// table, which a module data of another layout, or words that only look like its start, do not.
+TEST_P(GoPclntabTest, ModuleDataOfAnotherLayoutIsNotRead) {
+  absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(Program());
+  ASSERT_TRUE(file.ok());
+  internal::GoImage image = internal::GoImageOfElf((*file)->elf());
+  ASSERT_TRUE(image.pclntab_address.has_value());
+  std::span<const uint8_t> table = image.Read(*image.pclntab_address, image.pclntab_size);
+  ASSERT_GT(table.size(), 64u);
+  uint64_t names_offset = 0;
+  std::memcpy(&names_offset, table.data() + 8 + 3 * 8, 8);
+  const uint64_t words[2] = {*image.pclntab_address, *image.pclntab_address + names_offset};
+  std::vector<std::vector<uint8_t>> copies;
+  copies.reserve(image.segments.size());
+  size_t found = 0;
+  for (internal::GoImage::Segment& segment : image.segments) {
+    if (!segment.writable) continue;
+    std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
+    for (size_t at = 0; at + 23 * 8 <= bytes.size(); at += 8) {
+      if (std::memcmp(bytes.data() + at, words, 16) != 0) continue;
+      ++found;
+      // maxpc one word on, as if a field were added before it.
+      uint64_t maxpc;
+      std::memcpy(&maxpc, bytes.data() + at + 21 * 8, 8);
+      maxpc += 8;
+      std::memcpy(bytes.data() + at + 21 * 8, &maxpc, 8);
+    }
+    segment.bytes = bytes;
+  }
+  ASSERT_EQ(found, 1u);
+  absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go = internal::GoPclntab::Open(image);
+  ASSERT_TRUE(go.ok()) << go.status();
+  EXPECT_FALSE((*go)->has_inline_tree());
+  // Names and lines do not need the module data.
+  internal::GoSymbol symbol;
+  const std::vector<NmSymbol> symbols = NmFunctions(Program());
+  ASSERT_TRUE((*go)->Lookup(Named(symbols, "main.outer").address, &symbol));
+  EXPECT_EQ(symbol.function, "main.outer");
+}
+
 INSTANTIATE_TEST_SUITE_P(Toolchains, GoPclntabTest,
                          ::testing::Values(Toolchain{"go119", 118}, Toolchain{"gonew", 120}),
                          [](const auto& info) { return info.param.name; });
