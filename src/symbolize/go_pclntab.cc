@@ -91,6 +91,39 @@ bool IsThreadStartName(std::string_view name) {
   return name == "runtime.goexit" || name == "runtime.mstart" || name == "runtime.rt0_go";
 }
 
+// Through the program headers, as the loader finds them, so a binary without section headers has
+// them too.
+void FindRelocations(Elf* elf, GoImage* image) {
+  GElf_Ehdr ehdr;
+  if (gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_ident[EI_CLASS] != ELFCLASS64) return;
+  if (ehdr.e_machine == EM_X86_64) {
+    image->relative_type = R_X86_64_RELATIVE;
+  } else if (ehdr.e_machine == EM_AARCH64) {
+    image->relative_type = R_AARCH64_RELATIVE;
+  } else {
+    return;
+  }
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) return;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_DYNAMIC) {
+      continue;
+    }
+    const std::span<const uint8_t> dynamic = image->Read(phdr.p_vaddr, phdr.p_filesz);
+    uint64_t rela = 0, rela_size = 0;
+    for (size_t at = 0; at + sizeof(Elf64_Dyn) <= dynamic.size(); at += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn dyn;
+      std::memcpy(&dyn, dynamic.data() + at, sizeof(dyn));
+      if (dyn.d_tag == DT_NULL) break;
+      if (dyn.d_tag == DT_RELA) rela = dyn.d_un.d_ptr;
+      if (dyn.d_tag == DT_RELASZ) rela_size = dyn.d_un.d_val;
+    }
+    if (rela != 0) image->relocations = image->Read(rela, rela_size);
+    return;
+  }
+}
+
 }  // namespace
 
 std::span<const uint8_t> GoImage::Read(uint64_t vaddr, uint64_t size) const {
@@ -146,6 +179,7 @@ GoImage GoImageOfElf(Elf* elf) {
       }
     }
   }
+  FindRelocations(elf, &image);
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0) return image;
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
@@ -159,8 +193,6 @@ GoImage GoImageOfElf(Elf* elf) {
         shdr.sh_type != SHT_NOBITS) {
       image.pclntab_address = shdr.sh_addr;
       image.pclntab_size = shdr.sh_size;
-    } else if (std::strcmp(name, ".text") == 0) {
-      image.text_address = shdr.sh_addr;
     } else if (std::strcmp(name, ".note.go.buildid") == 0) {
       image.go_note = true;
     }
@@ -277,13 +309,12 @@ absl::Status GoPclntab::ParseHeader() {
 
   FindModuleData();
   if (version_ != 116) {
-    // The header's text start is as linked (what ELF addresses are); a position-independent
-    // binary may leave it to a relocation, zero in the file: then the module data's or the
-    // .text section's.
-    text_start_ = word(2).value_or(0);
+    // As linked (what ELF addresses are); a position-independent binary may leave it to a
+    // relocation. The system linker relocates only the module data's (the one the runtime
+    // reads); the .text section is no substitute, as it begins with C code in a cgo binary.
+    text_start_ = WordAt(table_address_ + 8 + 2 * uint64_t{ptr_size_}).value_or(0);
     if (text_start_ == 0 && moduledata_text_.has_value()) text_start_ = *moduledata_text_;
-    if (text_start_ == 0 && image_.text_address.has_value()) text_start_ = *image_.text_address;
-    if (text_start_ == 0) return corrupt("no text start");
+    if (text_start_ == 0) return corrupt("no text start in its header or module data");
   }
   // Entries must ascend and name records inside the table: checked once, so lookups can binary
   // search.
@@ -301,6 +332,20 @@ absl::Status GoPclntab::ParseHeader() {
   return absl::OkStatus();
 }
 
+std::optional<uint64_t> GoPclntab::WordAt(uint64_t address) const {
+  std::optional<uint64_t> word = ReadWord(image_.Read(address, ptr_size_), 0, ptr_size_);
+  if (!word.has_value() || *word != 0 || image_.relative_type == 0) return word;
+  const std::span<const uint8_t> relocations = image_.relocations;
+  for (size_t at = 0; at + sizeof(Elf64_Rela) <= relocations.size(); at += sizeof(Elf64_Rela)) {
+    Elf64_Rela rela;
+    std::memcpy(&rela, relocations.data() + at, sizeof(rela));
+    if (rela.r_offset == address && ELF64_R_TYPE(rela.r_info) == image_.relative_type) {
+      return static_cast<uint64_t>(rela.r_addend);
+    }
+  }
+  return word;
+}
+
 void GoPclntab::FindModuleData() {
   // runtime.firstmoduledata, in a writable segment, begins with the address of the table's header
   // and then the slice of the function name table (address, length, capacity).
@@ -309,43 +354,53 @@ void GoPclntab::FindModuleData() {
     if (!segment.writable) continue;
     const std::span<const uint8_t> bytes = segment.bytes;
     for (size_t offset = 0; offset + 2 * ptr_size_ <= bytes.size(); offset += ptr_size_) {
-      if (ReadWord(bytes, offset, ptr_size_) != table_address_ ||
-          ReadWord(bytes, offset + ptr_size_, ptr_size_) != names_address) {
-        continue;
+      if (ReadWord(bytes, offset, ptr_size_) == table_address_ &&
+          ReadWord(bytes, offset + ptr_size_, ptr_size_) == names_address &&
+          TakeModuleData(segment.vaddr + offset)) {
+        return;
       }
-      // Words of moduledata: pcHeader, six slices (3 words each), findfunctab, minpc, maxpc,
-      // then text. gofunc follows text, etext, five pairs of section bounds (Go 1.20 adds the
-      // coverage counters' pair), end, gcdata, gcbss, types, etypes and rodata.
-      const std::span<const uint8_t> moduledata = bytes.subspan(offset);
-      auto at = [&](int word) {
-        return ReadWord(moduledata, uint64_t(word) * ptr_size_, ptr_size_);
-      };
-      // The word numbers are those of the layouts this reads; minpc and maxpc, which must span
-      // exactly what the function table does, tell a layout that moved them (or a match that is
-      // no module data) from one that did not.
-      std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22);
-      const uint64_t span = FunctabPc(nfunc_) - FunctabPc(0);
-      if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || *maxpc < *minpc ||
-          *maxpc - *minpc != span || *text > *minpc ||
-          (version_ == 116 && *minpc != FunctabPc(0))) {
-        continue;
-      }
-      moduledata_text_ = text;
-      if (version_ != 116) {
-        // gofunc is read-only data (the go:func.* symbols) of this binary.
-        std::optional<uint64_t> gofunc = at(version_ == 118 ? 38 : 40);
-        if (gofunc.has_value() && *gofunc != 0) {
-          for (const GoImage::Segment& data : image_.segments) {
-            if (!data.writable && *gofunc >= data.vaddr &&
-                *gofunc - data.vaddr < data.bytes.size()) {
-              gofunc_ = gofunc;
-            }
-          }
-        }
-      }
+    }
+  }
+  // Zero in the file: the relocation that points its first word at the table.
+  const std::span<const uint8_t> relocations = image_.relocations;
+  for (size_t at = 0; at + sizeof(Elf64_Rela) <= relocations.size(); at += sizeof(Elf64_Rela)) {
+    Elf64_Rela rela;
+    std::memcpy(&rela, relocations.data() + at, sizeof(rela));
+    if (ELF64_R_TYPE(rela.r_info) == image_.relative_type &&
+        static_cast<uint64_t>(rela.r_addend) == table_address_ &&
+        WordAt(rela.r_offset + ptr_size_) == names_address && TakeModuleData(rela.r_offset)) {
       return;
     }
   }
+}
+
+bool GoPclntab::TakeModuleData(uint64_t address) {
+  // Words of moduledata: pcHeader, six slices (3 words each), findfunctab, minpc, maxpc, then
+  // text. gofunc follows text, etext, five pairs of section bounds (Go 1.20 adds the coverage
+  // counters' pair), end, gcdata, gcbss, types, etypes and rodata.
+  auto at = [&](int word) { return WordAt(address + uint64_t(word) * ptr_size_); };
+  // The word numbers are those of the layouts this reads; minpc and maxpc, which must span
+  // exactly what the function table does, tell a layout that moved them (or a match that is no
+  // module data) from one that did not.
+  std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22);
+  const uint64_t span = FunctabPc(nfunc_) - FunctabPc(0);
+  if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || *maxpc < *minpc ||
+      *maxpc - *minpc != span || *text > *minpc || (version_ == 116 && *minpc != FunctabPc(0))) {
+    return false;
+  }
+  moduledata_text_ = text;
+  if (version_ != 116) {
+    // gofunc is read-only data (the go:func.* symbols) of this binary.
+    std::optional<uint64_t> gofunc = at(version_ == 118 ? 38 : 40);
+    if (gofunc.has_value() && *gofunc != 0) {
+      for (const GoImage::Segment& data : image_.segments) {
+        if (!data.writable && *gofunc >= data.vaddr && *gofunc - data.vaddr < data.bytes.size()) {
+          gofunc_ = gofunc;
+        }
+      }
+    }
+  }
+  return true;
 }
 
 uint64_t GoPclntab::FunctabPc(uint32_t i) const {

@@ -31,7 +31,11 @@ struct GoImage {
   // From the section headers, when they are there.
   std::optional<uint64_t> pclntab_address;  // .gopclntab
   uint64_t pclntab_size = 0;
-  std::optional<uint64_t> text_address;  // .text
+  // The dynamic relocations (Elf64_Rela, from PT_DYNAMIC's DT_RELA) and the machine's relative
+  // relocation type: a position-independent binary linked by the system linker leaves the
+  // addresses the runtime's module data holds at zero in the file and gives them here instead.
+  std::span<const uint8_t> relocations;
+  uint32_t relative_type = 0;
   // Whether the binary says it is Go (a "Go" build-id note): only then are segments scanned for
   // the table when no section names it.
   bool go_note = false;
@@ -93,6 +97,11 @@ class GoPclntab {
   GoPclntab() = default;
   absl::Status ParseHeader();
   void FindModuleData();
+  // Whether the module data at `address` is of the layout this reads (then taken).
+  bool TakeModuleData(uint64_t address);
+  // The pointer-sized word at `address` as the loader leaves it (before adding the load bias):
+  // the file's, else a relative relocation's addend when the file's is zero.
+  std::optional<uint64_t> WordAt(uint64_t address) const;
 
   struct Func {
     uint64_t entry = 0;
