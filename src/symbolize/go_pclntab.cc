@@ -536,6 +536,26 @@ std::optional<int32_t> GoPclntab::SpDelta(uint64_t pc) const {
   return delta;
 }
 
+bool GoPclntab::PushesFramePointer(uint64_t pc) const {
+  std::optional<Func> func = FindFunc(pc);
+  if (!func.has_value() || ptr_size_ != 8) return false;
+  std::optional<uint32_t> pcsp = Field(*func, 4);
+  if (!pcsp.has_value() || *pcsp == 0 || *pcsp >= pctab_.size()) return false;
+  // The first two rows of the delta table: 0 from the entry, then 8 from just after a push.
+  const std::span<const uint8_t> table = pctab_.subspan(*pcsp);
+  size_t pos = 0;
+  std::optional<uint32_t> first_value = ReadVarint(table, &pos);
+  std::optional<uint32_t> first_length = ReadVarint(table, &pos);
+  std::optional<uint32_t> second_value = ReadVarint(table, &pos);
+  // Zig-zag: +1 from -1 (the initial value) is 2, +8 is 16.
+  if (first_value != 2u || !first_length.has_value() || *first_length == 0 || second_value != 16u) {
+    return false;
+  }
+  const uint64_t after_push = func->entry + uint64_t{*first_length} * quantum_;
+  const std::span<const uint8_t> push = image_.Read(after_push - 1, 1);
+  return !push.empty() && push[0] == 0x55;  // push %rbp
+}
+
 bool GoPclntab::Lookup(uint64_t pc, GoSymbol* symbol) const {
   std::optional<Func> func = FindFunc(pc);
   if (!func.has_value()) return false;

@@ -82,6 +82,12 @@ class GoPclntab {
   // or when the table does not say.
   std::optional<int32_t> SpDelta(uint64_t pc) const;
 
+  // Whether the function containing `pc` saves its caller's frame pointer by a push (amd64
+  // PUSHQ BP) that is its first stack change: from Go 1.21 the compiler's prologue, where the
+  // frame pointer lies right below the return address whenever the delta is 8 or more. Older
+  // prologues store it only after reserving the frame, and assembly may keep none: false.
+  bool PushesFramePointer(uint64_t pc) const;
+
   int version() const { return version_; }  // 116 (Go 1.16-1.17), 118 (1.18-1.19), 120 (1.20+)
   uint32_t function_count() const { return nfunc_; }
   // Whether inlined functions can be told: for Go 1.18 and later the inline trees are found
