@@ -382,17 +382,22 @@ bool GoPclntab::TakeModuleData(uint64_t address) {
   // The word numbers are those of the layouts this reads; minpc and maxpc, which must span
   // exactly what the function table does, tell a layout that moved them (or a match that is no
   // module data) from one that did not.
-  std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22);
+  std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22), etext = at(23);
   const uint64_t span = FunctabPc(nfunc_) - FunctabPc(0);
-  if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || *maxpc < *minpc ||
-      *maxpc - *minpc != span || *text > *minpc || (version_ == 116 && *minpc != FunctabPc(0))) {
+  if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || !etext.has_value() ||
+      *maxpc < *minpc || *maxpc - *minpc != span || *text > *minpc || *etext < *maxpc ||
+      (version_ == 116 && *minpc != FunctabPc(0))) {
     return false;
   }
   moduledata_text_ = text;
   if (version_ != 116) {
-    // gofunc is read-only data (the go:func.* symbols) of this binary.
-    std::optional<uint64_t> gofunc = at(version_ == 118 ? 38 : 40);
-    if (gofunc.has_value() && *gofunc != 0) {
+    // gofunc is read-only data (the go:func.* symbols) of this binary, after the start of its
+    // read-only data (the word before it), and the words before that bound the type data.
+    const int gofunc_word = version_ == 118 ? 38 : 40;
+    std::optional<uint64_t> gofunc = at(gofunc_word), rodata = at(gofunc_word - 1),
+                            types = at(gofunc_word - 3), etypes = at(gofunc_word - 2);
+    if (gofunc.has_value() && *gofunc != 0 && rodata.has_value() && *rodata <= *gofunc &&
+        types.has_value() && etypes.has_value() && *types <= *etypes) {
       for (const GoImage::Segment& data : image_.segments) {
         if (!data.writable && *gofunc >= data.vaddr && *gofunc - data.vaddr < data.bytes.size()) {
           gofunc_ = gofunc;

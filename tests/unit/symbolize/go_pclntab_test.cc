@@ -408,46 +408,55 @@ TEST_P(GoPclntabTest, CorruptInlineTreesStopTheInlineWalk) {
 TEST_P(GoPclntabTest, ModuleDataOfAnotherLayoutIsNotRead) {
   absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(Program());
   ASSERT_TRUE(file.ok());
-  internal::GoImage image = internal::GoImageOfElf((*file)->elf());
+  const internal::GoImage image = internal::GoImageOfElf((*file)->elf());
   ASSERT_TRUE(image.pclntab_address.has_value());
   std::span<const uint8_t> table = image.Read(*image.pclntab_address, image.pclntab_size);
   ASSERT_GT(table.size(), 64u);
   uint64_t names_offset = 0;
   std::memcpy(&names_offset, table.data() + 8 + 3 * 8, 8);
   const uint64_t words[2] = {*image.pclntab_address, *image.pclntab_address + names_offset};
-  std::vector<std::vector<uint8_t>> copies;
-  copies.reserve(image.segments.size());
-  size_t found = 0;
-  for (internal::GoImage::Segment& segment : image.segments) {
-    if (!segment.writable) continue;
-    std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
-    for (size_t at = 0; at + 23 * 8 <= bytes.size(); at += 8) {
-      if (std::memcmp(bytes.data() + at, words, 16) != 0) continue;
-      ++found;
-      // maxpc one word on, as if a field were added before it.
-      uint64_t maxpc;
-      std::memcpy(&maxpc, bytes.data() + at + 21 * 8, 8);
-      maxpc += 8;
-      std::memcpy(bytes.data() + at + 21 * 8, &maxpc, 8);
-    }
-    segment.bytes = bytes;
-  }
-  ASSERT_EQ(found, 1u);
-  absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go = internal::GoPclntab::Open(image);
-  if (GetParam().table_version >= 120) {
-    // Newer linkers leave the header's text start zero: the module data's is the only one, and
-    // the .text section no substitute (C code begins it in a cgo binary).
-    ASSERT_FALSE(go.ok());
-    EXPECT_THAT(go.status().message(), HasSubstr("no text start"));
-    return;
-  }
-  ASSERT_TRUE(go.ok()) << go.status();
-  EXPECT_FALSE((*go)->has_inline_tree());
-  // Names and lines do not need the module data.
-  internal::GoSymbol symbol;
   const std::vector<NmSymbol> symbols = NmFunctions(Program());
-  ASSERT_TRUE((*go)->Lookup(Named(symbols, "main.outer").address, &symbol));
-  EXPECT_EQ(symbol.function, "main.outer");
+  const int gofunc_word = GetParam().table_version == 118 ? 38 : 40;
+  // maxpc, or the start of read-only data before gofunc, one word on: as if a field were added.
+  for (int moved : {21, gofunc_word - 1}) {
+    SCOPED_TRACE(moved);
+    internal::GoImage changed = image;
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(changed.segments.size());
+    size_t found = 0;
+    for (internal::GoImage::Segment& segment : changed.segments) {
+      if (!segment.writable) continue;
+      std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
+      for (size_t at = 0; at + 48 * 8 <= bytes.size(); at += 8) {
+        if (std::memcmp(bytes.data() + at, words, 16) != 0) continue;
+        ++found;
+        // maxpc 8 bytes on; the start of read-only data 8 bytes past gofunc.
+        const size_t from = moved == 21 ? 21 : moved + 1;
+        uint64_t next;
+        std::memcpy(&next, bytes.data() + at + from * 8, 8);
+        next += 8;
+        std::memcpy(bytes.data() + at + moved * 8, &next, 8);
+      }
+      segment.bytes = bytes;
+    }
+    ASSERT_EQ(found, 1u);
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(std::move(changed));
+    if (moved == 21 && GetParam().table_version >= 120) {
+      // Newer linkers leave the header's text start zero: the module data's is the only one,
+      // and the .text section no substitute (C code begins it in a cgo binary).
+      ASSERT_FALSE(go.ok());
+      EXPECT_THAT(go.status().message(), HasSubstr("no text start"));
+      continue;
+    }
+    ASSERT_TRUE(go.ok()) << go.status();
+    EXPECT_FALSE((*go)->has_inline_tree());
+    // Names and lines do not need the inline trees.
+    internal::GoSymbol symbol;
+    ASSERT_TRUE((*go)->Lookup(Named(symbols, "main.outer").address, &symbol));
+    EXPECT_EQ(symbol.function, "main.outer");
+    EXPECT_TRUE(symbol.inlined.empty());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Toolchains, GoPclntabTest,
