@@ -91,8 +91,8 @@ class GoPclntab {
   int version() const { return version_; }  // 116 (Go 1.16-1.17), 118 (1.18-1.19), 120 (1.20+)
   uint32_t function_count() const { return nfunc_; }
   // Whether inlined functions can be told: for Go 1.18 and later the inline trees are found
-  // through the runtime's module data, which a position-independent binary leaves for the loader
-  // to fill in.
+  // through the runtime's module data (in a position-independent binary, through the relocations
+  // that fill it in), taken only when it has the layout this reads.
   bool has_inline_tree() const { return version_ == 116 || gofunc_.has_value(); }
   uint64_t text_start() const { return text_start_; }
   // The addresses its functions cover, [first entry, end of the last).
