@@ -30,6 +30,8 @@ constexpr uint8_t kFuncFlagTopFrame = 1;
 constexpr int kMaxInlineDepth = 64;
 // Inline tree indexes are small; a corrupt one must not make Read() overflow.
 constexpr int32_t kMaxInlineIndex = 1 << 24;
+// Function ids (internal/abi.FuncID) are below 32 in every Go release read here.
+constexpr uint8_t kMaxFuncId = 31;
 
 bool Fits(uint64_t offset, uint64_t size, uint64_t total) {
   return offset <= total && size <= total - offset;
@@ -89,6 +91,39 @@ bool IsThreadStartName(std::string_view name) {
   return name == "runtime.goexit" || name == "runtime.mstart" || name == "runtime.rt0_go";
 }
 
+// Through the program headers, as the loader finds them, so a binary without section headers has
+// them too.
+void FindRelocations(Elf* elf, GoImage* image) {
+  GElf_Ehdr ehdr;
+  if (gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_ident[EI_CLASS] != ELFCLASS64) return;
+  if (ehdr.e_machine == EM_X86_64) {
+    image->relative_type = R_X86_64_RELATIVE;
+  } else if (ehdr.e_machine == EM_AARCH64) {
+    image->relative_type = R_AARCH64_RELATIVE;
+  } else {
+    return;
+  }
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) return;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_DYNAMIC) {
+      continue;
+    }
+    const std::span<const uint8_t> dynamic = image->Read(phdr.p_vaddr, phdr.p_filesz);
+    uint64_t rela = 0, rela_size = 0;
+    for (size_t at = 0; at + sizeof(Elf64_Dyn) <= dynamic.size(); at += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn dyn;
+      std::memcpy(&dyn, dynamic.data() + at, sizeof(dyn));
+      if (dyn.d_tag == DT_NULL) break;
+      if (dyn.d_tag == DT_RELA) rela = dyn.d_un.d_ptr;
+      if (dyn.d_tag == DT_RELASZ) rela_size = dyn.d_un.d_val;
+    }
+    if (rela != 0) image->relocations = image->Read(rela, rela_size);
+    return;
+  }
+}
+
 }  // namespace
 
 std::span<const uint8_t> GoImage::Read(uint64_t vaddr, uint64_t size) const {
@@ -144,6 +179,7 @@ GoImage GoImageOfElf(Elf* elf) {
       }
     }
   }
+  FindRelocations(elf, &image);
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0) return image;
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
@@ -157,8 +193,6 @@ GoImage GoImageOfElf(Elf* elf) {
         shdr.sh_type != SHT_NOBITS) {
       image.pclntab_address = shdr.sh_addr;
       image.pclntab_size = shdr.sh_size;
-    } else if (std::strcmp(name, ".text") == 0) {
-      image.text_address = shdr.sh_addr;
     } else if (std::strcmp(name, ".note.go.buildid") == 0) {
       image.go_note = true;
     }
@@ -275,13 +309,12 @@ absl::Status GoPclntab::ParseHeader() {
 
   FindModuleData();
   if (version_ != 116) {
-    // The header's text start is as linked (what ELF addresses are); a position-independent
-    // binary may leave it to a relocation, zero in the file: then the module data's or the
-    // .text section's.
-    text_start_ = word(2).value_or(0);
+    // As linked (what ELF addresses are); a position-independent binary may leave it to a
+    // relocation. The system linker relocates only the module data's (the one the runtime
+    // reads); the .text section is no substitute, as it begins with C code in a cgo binary.
+    text_start_ = WordAt(table_address_ + 8 + 2 * uint64_t{ptr_size_}).value_or(0);
     if (text_start_ == 0 && moduledata_text_.has_value()) text_start_ = *moduledata_text_;
-    if (text_start_ == 0 && image_.text_address.has_value()) text_start_ = *image_.text_address;
-    if (text_start_ == 0) return corrupt("no text start");
+    if (text_start_ == 0) return corrupt("no text start in its header or module data");
   }
   // Entries must ascend and name records inside the table: checked once, so lookups can binary
   // search.
@@ -299,6 +332,20 @@ absl::Status GoPclntab::ParseHeader() {
   return absl::OkStatus();
 }
 
+std::optional<uint64_t> GoPclntab::WordAt(uint64_t address) const {
+  std::optional<uint64_t> word = ReadWord(image_.Read(address, ptr_size_), 0, ptr_size_);
+  if (!word.has_value() || *word != 0 || image_.relative_type == 0) return word;
+  const std::span<const uint8_t> relocations = image_.relocations;
+  for (size_t at = 0; at + sizeof(Elf64_Rela) <= relocations.size(); at += sizeof(Elf64_Rela)) {
+    Elf64_Rela rela;
+    std::memcpy(&rela, relocations.data() + at, sizeof(rela));
+    if (rela.r_offset == address && ELF64_R_TYPE(rela.r_info) == image_.relative_type) {
+      return static_cast<uint64_t>(rela.r_addend);
+    }
+  }
+  return word;
+}
+
 void GoPclntab::FindModuleData() {
   // runtime.firstmoduledata, in a writable segment, begins with the address of the table's header
   // and then the slice of the function name table (address, length, capacity).
@@ -307,24 +354,58 @@ void GoPclntab::FindModuleData() {
     if (!segment.writable) continue;
     const std::span<const uint8_t> bytes = segment.bytes;
     for (size_t offset = 0; offset + 2 * ptr_size_ <= bytes.size(); offset += ptr_size_) {
-      if (ReadWord(bytes, offset, ptr_size_) != table_address_ ||
-          ReadWord(bytes, offset + ptr_size_, ptr_size_) != names_address) {
-        continue;
+      if (ReadWord(bytes, offset, ptr_size_) == table_address_ &&
+          ReadWord(bytes, offset + ptr_size_, ptr_size_) == names_address &&
+          TakeModuleData(segment.vaddr + offset)) {
+        return;
       }
-      // Words of moduledata: pcHeader, six slices (3 words each), findfunctab, minpc, maxpc,
-      // then text. gofunc follows text, etext, five pairs of section bounds (Go 1.20 adds the
-      // coverage counters' pair), end, gcdata, gcbss, types, etypes and rodata.
-      const std::span<const uint8_t> moduledata = bytes.subspan(offset);
-      moduledata_text_ = ReadWord(moduledata, 22 * uint64_t{ptr_size_}, ptr_size_);
-      if (version_ != 116) {
-        const int gofunc_word = version_ == 118 ? 38 : 40;
-        std::optional<uint64_t> gofunc =
-            ReadWord(moduledata, uint64_t(gofunc_word) * ptr_size_, ptr_size_);
-        if (gofunc.has_value() && !image_.ReadToEnd(*gofunc).empty()) gofunc_ = gofunc;
-      }
+    }
+  }
+  // Zero in the file: the relocation that points its first word at the table.
+  const std::span<const uint8_t> relocations = image_.relocations;
+  for (size_t at = 0; at + sizeof(Elf64_Rela) <= relocations.size(); at += sizeof(Elf64_Rela)) {
+    Elf64_Rela rela;
+    std::memcpy(&rela, relocations.data() + at, sizeof(rela));
+    if (ELF64_R_TYPE(rela.r_info) == image_.relative_type &&
+        static_cast<uint64_t>(rela.r_addend) == table_address_ &&
+        WordAt(rela.r_offset + ptr_size_) == names_address && TakeModuleData(rela.r_offset)) {
       return;
     }
   }
+}
+
+bool GoPclntab::TakeModuleData(uint64_t address) {
+  // Words of moduledata: pcHeader, six slices (3 words each), findfunctab, minpc, maxpc, then
+  // text. gofunc follows text, etext, five pairs of section bounds (Go 1.20 adds the coverage
+  // counters' pair), end, gcdata, gcbss, types, etypes and rodata.
+  auto at = [&](int word) { return WordAt(address + uint64_t(word) * ptr_size_); };
+  // The word numbers are those of the layouts this reads; minpc and maxpc, which must span
+  // exactly what the function table does, tell a layout that moved them (or a match that is no
+  // module data) from one that did not.
+  std::optional<uint64_t> minpc = at(20), maxpc = at(21), text = at(22), etext = at(23);
+  const uint64_t span = FunctabPc(nfunc_) - FunctabPc(0);
+  if (!minpc.has_value() || !maxpc.has_value() || !text.has_value() || !etext.has_value() ||
+      *maxpc < *minpc || *maxpc - *minpc != span || *text > *minpc || *etext < *maxpc ||
+      (version_ == 116 && *minpc != FunctabPc(0))) {
+    return false;
+  }
+  moduledata_text_ = text;
+  if (version_ != 116) {
+    // gofunc is read-only data (the go:func.* symbols) of this binary, after the start of its
+    // read-only data (the word before it), and the words before that bound the type data.
+    const int gofunc_word = version_ == 118 ? 38 : 40;
+    std::optional<uint64_t> gofunc = at(gofunc_word), rodata = at(gofunc_word - 1),
+                            types = at(gofunc_word - 3), etypes = at(gofunc_word - 2);
+    if (gofunc.has_value() && *gofunc != 0 && rodata.has_value() && *rodata <= *gofunc &&
+        types.has_value() && etypes.has_value() && *types <= *etypes) {
+      for (const GoImage::Segment& data : image_.segments) {
+        if (!data.writable && *gofunc >= data.vaddr && *gofunc - data.vaddr < data.bytes.size()) {
+          gofunc_ = gofunc;
+        }
+      }
+    }
+  }
+  return true;
 }
 
 uint64_t GoPclntab::FunctabPc(uint32_t i) const {
@@ -349,7 +430,8 @@ std::optional<GoPclntab::Func> GoPclntab::FindFunc(uint64_t pc) const {
   const uint64_t field = version_ == 116 ? ptr_size_ : 4;
   std::optional<uint64_t> func_offset = ReadWord(functab_, (uint64_t{low} * 2 + 1) * field, field);
   if (!func_offset.has_value()) return std::nullopt;
-  Func func{.entry = FunctabPc(low), .data = Tail(funcdata_, *func_offset)};
+  Func func{
+      .entry = FunctabPc(low), .end = FunctabPc(low + 1), .data = Tail(funcdata_, *func_offset)};
   if (func.data.size() < RecordSize()) return std::nullopt;
   return func;
 }
@@ -393,6 +475,12 @@ std::string_view GoPclntab::FuncName(int64_t name_offset) const {
   return CString(funcnames_, static_cast<uint64_t>(name_offset));
 }
 
+bool GoPclntab::IsNameStart(int64_t name_offset) const {
+  return name_offset == 0 ||
+         (name_offset > 0 && static_cast<uint64_t>(name_offset) < funcnames_.size() &&
+          funcnames_[name_offset - 1] == 0);
+}
+
 std::string_view GoPclntab::FileName(const Func& func, int32_t file_index) const {
   if (file_index < 0) return {};
   std::optional<uint32_t> cu_offset = Field(func, 8);
@@ -433,6 +521,10 @@ bool GoPclntab::InlineEntry(const Func& func, int32_t index, int32_t* name_offse
   std::span<const uint8_t> entry =
       image_.Read(tree + static_cast<uint64_t>(index) * entry_size, entry_size);
   if (entry.empty()) return false;
+  const uint8_t func_id = version_ == 120 ? entry[0] : entry[2];
+  const bool padded =
+      version_ == 120 ? entry[1] == 0 && entry[2] == 0 && entry[3] == 0 : entry[3] == 0;
+  if (func_id > kMaxFuncId || !padded) return false;
   const uint64_t name_at = version_ == 120 ? 4 : 12;
   *name_offset = static_cast<int32_t>(Load32(entry.data() + name_at));
   *parent_pc = static_cast<int32_t>(Load32(entry.data() + name_at + 4));
@@ -447,6 +539,26 @@ std::optional<int32_t> GoPclntab::SpDelta(uint64_t pc) const {
   std::optional<int32_t> delta = PcValue(*pcsp, func->entry, pc);
   if (!delta.has_value() || *delta < 0) return std::nullopt;
   return delta;
+}
+
+bool GoPclntab::PushesFramePointer(uint64_t pc) const {
+  std::optional<Func> func = FindFunc(pc);
+  if (!func.has_value() || ptr_size_ != 8) return false;
+  std::optional<uint32_t> pcsp = Field(*func, 4);
+  if (!pcsp.has_value() || *pcsp == 0 || *pcsp >= pctab_.size()) return false;
+  // The first two rows of the delta table: 0 from the entry, then 8 from just after a push.
+  const std::span<const uint8_t> table = pctab_.subspan(*pcsp);
+  size_t pos = 0;
+  std::optional<uint32_t> first_value = ReadVarint(table, &pos);
+  std::optional<uint32_t> first_length = ReadVarint(table, &pos);
+  std::optional<uint32_t> second_value = ReadVarint(table, &pos);
+  // Zig-zag: +1 from -1 (the initial value) is 2, +8 is 16.
+  if (first_value != 2u || !first_length.has_value() || *first_length == 0 || second_value != 16u) {
+    return false;
+  }
+  const uint64_t after_push = func->entry + uint64_t{*first_length} * quantum_;
+  const std::span<const uint8_t> push = image_.Read(after_push - 1, 1);
+  return !push.empty() && push[0] == 0x55;  // push %rbp
 }
 
 bool GoPclntab::Lookup(uint64_t pc, GoSymbol* symbol) const {
@@ -468,16 +580,31 @@ bool GoPclntab::Lookup(uint64_t pc, GoSymbol* symbol) const {
   std::string_view file;
   uint32_t line = 0;
   position(pc, &file, &line);
+  // The compiler adds an inlined call's parent to the tree before it, so each step goes to a
+  // smaller index; a step that does not, or an entry whose name is not the start of one in the
+  // name table or whose call lies outside the function, is a corrupt tree: the function is then
+  // named with no inlined frames and no line, rather than with frames the tree cannot vouch for.
   std::optional<int32_t> index = PcData(*func, kPcdataInlTreeIndex, pc);
-  for (int depth = 0; index.has_value() && *index >= 0 && depth < kMaxInlineDepth; ++depth) {
+  for (int depth = 0; index.has_value() && *index >= 0; ++depth) {
     int32_t inlined_name = 0, parent_pc = 0;
-    if (!InlineEntry(*func, *index, &inlined_name, &parent_pc)) break;
-    symbol->inlined.push_back(InlineFrame{.function = std::string(FuncName(inlined_name)),
-                                          .source_file = std::string(file),
-                                          .line = line});
+    const std::string_view inlined =
+        InlineEntry(*func, *index, &inlined_name, &parent_pc) && IsNameStart(inlined_name)
+            ? FuncName(inlined_name)
+            : std::string_view();
     const uint64_t call_pc = func->entry + static_cast<uint64_t>(static_cast<int64_t>(parent_pc));
+    const std::optional<int32_t> parent =
+        inlined.empty() ? std::nullopt : PcData(*func, kPcdataInlTreeIndex, call_pc);
+    if (inlined.empty() || parent_pc < 0 || call_pc >= func->end || depth >= kMaxInlineDepth ||
+        (parent.has_value() && *parent >= *index)) {
+      symbol->inlined.clear();
+      file = {};
+      line = 0;
+      break;
+    }
+    symbol->inlined.push_back(InlineFrame{
+        .function = std::string(inlined), .source_file = std::string(file), .line = line});
     position(call_pc, &file, &line);
-    index = PcData(*func, kPcdataInlTreeIndex, call_pc);
+    index = parent;
   }
   symbol->function = name;
   symbol->file = file;

@@ -31,7 +31,11 @@ struct GoImage {
   // From the section headers, when they are there.
   std::optional<uint64_t> pclntab_address;  // .gopclntab
   uint64_t pclntab_size = 0;
-  std::optional<uint64_t> text_address;  // .text
+  // The dynamic relocations (Elf64_Rela, from PT_DYNAMIC's DT_RELA) and the machine's relative
+  // relocation type: a position-independent binary linked by the system linker leaves the
+  // addresses the runtime's module data holds at zero in the file and gives them here instead.
+  std::span<const uint8_t> relocations;
+  uint32_t relative_type = 0;
   // Whether the binary says it is Go (a "Go" build-id note): only then are segments scanned for
   // the table when no section names it.
   bool go_note = false;
@@ -78,11 +82,17 @@ class GoPclntab {
   // or when the table does not say.
   std::optional<int32_t> SpDelta(uint64_t pc) const;
 
+  // Whether the function containing `pc` saves its caller's frame pointer by a push (amd64
+  // PUSHQ BP) that is its first stack change: from Go 1.21 the compiler's prologue, where the
+  // frame pointer lies right below the return address whenever the delta is 8 or more. Older
+  // prologues store it only after reserving the frame, and assembly may keep none: false.
+  bool PushesFramePointer(uint64_t pc) const;
+
   int version() const { return version_; }  // 116 (Go 1.16-1.17), 118 (1.18-1.19), 120 (1.20+)
   uint32_t function_count() const { return nfunc_; }
   // Whether inlined functions can be told: for Go 1.18 and later the inline trees are found
-  // through the runtime's module data, which a position-independent binary leaves for the loader
-  // to fill in.
+  // through the runtime's module data (in a position-independent binary, through the relocations
+  // that fill it in), taken only when it has the layout this reads.
   bool has_inline_tree() const { return version_ == 116 || gofunc_.has_value(); }
   uint64_t text_start() const { return text_start_; }
   // The addresses its functions cover, [first entry, end of the last).
@@ -93,9 +103,15 @@ class GoPclntab {
   GoPclntab() = default;
   absl::Status ParseHeader();
   void FindModuleData();
+  // Whether the module data at `address` is of the layout this reads (then taken).
+  bool TakeModuleData(uint64_t address);
+  // The pointer-sized word at `address` as the loader leaves it (before adding the load bias):
+  // the file's, else a relative relocation's addend when the file's is zero.
+  std::optional<uint64_t> WordAt(uint64_t address) const;
 
   struct Func {
     uint64_t entry = 0;
+    uint64_t end = 0;               // the next function's entry
     std::span<const uint8_t> data;  // the _func record to the end of the table
   };
   // Bytes of a _func record before its pcdata array: the entry, eight (from Go 1.20 nine) 32-bit
@@ -111,8 +127,11 @@ class GoPclntab {
   std::optional<int32_t> PcValue(uint32_t offset, uint64_t entry, uint64_t pc) const;
   std::optional<int32_t> PcData(const Func& func, uint32_t index, uint64_t pc) const;
   std::string_view FuncName(int64_t name_offset) const;
+  // Whether a name begins at `name_offset` of the name table (not inside one).
+  bool IsNameStart(int64_t name_offset) const;
   std::string_view FileName(const Func& func, int32_t file_index) const;
-  // The inline tree entry `index` of `func`: its name offset and parent pc; false when unreadable.
+  // The inline tree entry `index` of `func`: its name offset and parent pc; false when unreadable
+  // or its function id and padding are not those of an entry.
   bool InlineEntry(const Func& func, int32_t index, int32_t* name_offset, int32_t* parent_pc) const;
 
   GoImage image_;

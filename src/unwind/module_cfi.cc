@@ -293,17 +293,21 @@ CfiRow ModuleCfi::GoRow(uint64_t elf_pc) {
   if (go_ == nullptr) return row;
   std::optional<int32_t> delta = go_->SpDelta(elf_pc);
   if (!delta.has_value()) return row;
-  // On amd64 the return address is pushed by the call, right above what the function reserved;
-  // a function with a frame keeps its caller's frame pointer just below the return address.
-  // Go saves no other register for its caller.
+  // On amd64 the return address is pushed by the call, right above what the function reserved.
+  // The caller's frame pointer is unchanged at a delta of 0, and below the return address when
+  // the function pushed it first thing; otherwise the table cannot tell whether it is stored yet
+  // (older prologues store it after reserving the frame, assembly may keep none), so it is
+  // unknown rather than a guess. Go saves no other register for its caller.
+  const bool bp_pushed = *delta >= 8 && go_->PushesFramePointer(elf_pc);
   row.compact = true;
   row.cfa_register = 7;
   row.cfa_offset = *delta + 8;
   for (int i = 0; i < CfiRow::kTrackedCount; ++i) {
     switch (CfiRow::kTracked[i]) {
       case 6:
-        row.rules[i] =
-            *delta > 0 ? CfiRule{CfiRule::Kind::kSavedAt, -16} : CfiRule{CfiRule::Kind::kSame, 0};
+        row.rules[i] = *delta == 0 ? CfiRule{CfiRule::Kind::kSame, 0}
+                       : bp_pushed ? CfiRule{CfiRule::Kind::kSavedAt, -16}
+                                   : CfiRule{CfiRule::Kind::kUndefined, 0};
         break;
       case 7:
         row.rules[i] = {CfiRule::Kind::kCfaPlus, 0};

@@ -198,6 +198,39 @@ TEST_P(GoPclntabTest, PositionIndependentBuildsAreNamed) {
   EXPECT_GT(with_inlined, 20u);
 }
 
+// A cgo position-independent build, linked by the system linker: .text begins with C code, and
+// the table's text start is zero in the file, and with LLD the module data too: relocations give
+// them. Every function the table names is the one nm names at that address.
+TEST_P(GoPclntabTest, CgoPositionIndependentBuildsAreNamed) {
+  for (const char* linker : {"bfd", "lld"}) {
+    const std::string path = absl::StrCat(kFixtureDir, "/cgo_", GetParam().name, "_pie_", linker);
+    SCOPED_TRACE(path);
+    const std::vector<NmSymbol> symbols = NmFunctions(path);
+    ASSERT_GT(symbols.size(), 500u);
+    absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(internal::GoImageOfElf((*file)->elf()));
+    ASSERT_TRUE(go.ok()) << go.status();
+    EXPECT_TRUE((*go)->has_inline_tree());
+    size_t named = 0, wrong = 0, with_inlined = 0;
+    for (const NmSymbol& symbol : symbols) {
+      internal::GoSymbol found;
+      if (!(*go)->Lookup(symbol.address + symbol.size / 2, &found)) continue;
+      std::string expected = symbol.name;
+      if (absl::EndsWith(expected, ".abi0")) expected.resize(expected.size() - 5);
+      ++(found.function == expected ? named : wrong);
+      if (!found.inlined.empty()) ++with_inlined;
+    }
+    EXPECT_GT(named, 500u);
+    EXPECT_LE(wrong * 100, named) << wrong << " misnamed of " << named + wrong;
+    EXPECT_GT(with_inlined, 20u);
+    internal::GoSymbol outer;
+    ASSERT_TRUE((*go)->Lookup(Named(symbols, "main.outer").address, &outer));
+    EXPECT_EQ(outer.function, "main.outer");
+  }
+}
+
 TEST_P(GoPclntabTest, LinesAndInlinedFunctions) {
   const std::vector<NmSymbol> symbols = NmFunctions(Program());
   const NmSymbol& hot_leaf = Named(symbols, "main.hotLeaf");
@@ -303,6 +336,127 @@ TEST_P(GoPclntabTest, CorruptTablesFailCleanly) {
     }
   }
   EXPECT_GT(parsed, 0u) << "every change was refused: lookups on corrupt tables untested";
+}
+
+// main.outer's inline tree with its entries for main.inlinedMid changed: the name offset inside
+// a name or past the table, the call's pc outside the function. outer is still named, with no
+// inlined frame and no line (a tree that cannot be trusted places none).
+TEST_P(GoPclntabTest, CorruptInlineTreesStopTheInlineWalk) {
+  absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(Program());
+  ASSERT_TRUE(file.ok());
+  const internal::GoImage image = internal::GoImageOfElf((*file)->elf());
+  ASSERT_TRUE(image.pclntab_address.has_value());
+  std::span<const uint8_t> table = image.Read(*image.pclntab_address, image.pclntab_size);
+  ASSERT_GT(table.size(), 64u);
+  // Header: magic, pad, quantum, ptrsize, nfunc, nfiles, textStart, funcnametab offset...
+  uint64_t names_offset = 0;
+  std::memcpy(&names_offset, table.data() + 8 + 3 * 8, 8);
+  ASSERT_LT(names_offset, table.size());
+  const std::string_view names(reinterpret_cast<const char*>(table.data() + names_offset),
+                               table.size() - names_offset);
+  const size_t found = names.find(std::string_view("\0main.inlinedMid\0", 17));
+  ASSERT_NE(found, std::string_view::npos);
+  const uint32_t mid_name = static_cast<uint32_t>(found + 1);
+  const std::vector<NmSymbol> symbols = NmFunctions(Program());
+  const NmSymbol& outer = Named(symbols, "main.outer");
+
+  enum class Change { kInsideAName, kPastTheNames, kCallOutside };
+  for (Change change : {Change::kInsideAName, Change::kPastTheNames, Change::kCallOutside}) {
+    SCOPED_TRACE(static_cast<int>(change));
+    internal::GoImage changed = image;
+    // Every aligned word equal to inlinedMid's name offset in read-only data: its entries in the
+    // inline trees (Go 1.26 keeps those inside the table), and its own record, which outer's
+    // lookups do not read.
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(changed.segments.size());
+    size_t entries = 0;
+    for (internal::GoImage::Segment& segment : changed.segments) {
+      if (segment.writable) continue;
+      std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
+      for (size_t at = 0; at + 8 <= bytes.size(); at += 4) {
+        uint32_t value;
+        std::memcpy(&value, bytes.data() + at, 4);
+        if (value != mid_name) continue;
+        ++entries;
+        const uint32_t bad = change == Change::kInsideAName    ? mid_name + 1
+                             : change == Change::kPastTheNames ? 0x7ffffff0u
+                                                               : 0x7fff0000u;
+        std::memcpy(bytes.data() + at + (change == Change::kCallOutside ? 4 : 0), &bad, 4);
+      }
+      segment.bytes = bytes;
+    }
+    ASSERT_GT(entries, 0u);
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(std::move(changed));
+    ASSERT_TRUE(go.ok()) << go.status();
+    size_t inlined_pcs = 0;
+    for (uint64_t a = outer.address; a < outer.address + outer.size; ++a) {
+      internal::GoSymbol symbol;
+      ASSERT_TRUE((*go)->Lookup(a, &symbol));
+      EXPECT_EQ(symbol.function, "main.outer");
+      EXPECT_TRUE(symbol.inlined.empty()) << symbol.inlined[0].function;
+      // Where outer's own code is, its line stays.
+      if (symbol.line == 0) ++inlined_pcs;
+    }
+    EXPECT_GT(inlined_pcs, 0u);
+  }
+}
+
+// The module data is found by its first words (the table's address, then its name table's); the
+// words read after them by number are trusted only while its minpc and maxpc span the function
+// table, which a module data of another layout, or words that only look like its start, do not.
+TEST_P(GoPclntabTest, ModuleDataOfAnotherLayoutIsNotRead) {
+  absl::StatusOr<std::unique_ptr<internal::ElfFile>> file = internal::ElfFile::Open(Program());
+  ASSERT_TRUE(file.ok());
+  const internal::GoImage image = internal::GoImageOfElf((*file)->elf());
+  ASSERT_TRUE(image.pclntab_address.has_value());
+  std::span<const uint8_t> table = image.Read(*image.pclntab_address, image.pclntab_size);
+  ASSERT_GT(table.size(), 64u);
+  uint64_t names_offset = 0;
+  std::memcpy(&names_offset, table.data() + 8 + 3 * 8, 8);
+  const uint64_t words[2] = {*image.pclntab_address, *image.pclntab_address + names_offset};
+  const std::vector<NmSymbol> symbols = NmFunctions(Program());
+  const int gofunc_word = GetParam().table_version == 118 ? 38 : 40;
+  // maxpc, or the start of read-only data before gofunc, one word on: as if a field were added.
+  for (int moved : {21, gofunc_word - 1}) {
+    SCOPED_TRACE(moved);
+    internal::GoImage changed = image;
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(changed.segments.size());
+    size_t found = 0;
+    for (internal::GoImage::Segment& segment : changed.segments) {
+      if (!segment.writable) continue;
+      std::vector<uint8_t>& bytes = copies.emplace_back(segment.bytes.begin(), segment.bytes.end());
+      for (size_t at = 0; at + 48 * 8 <= bytes.size(); at += 8) {
+        if (std::memcmp(bytes.data() + at, words, 16) != 0) continue;
+        ++found;
+        // maxpc 8 bytes on; the start of read-only data 8 bytes past gofunc.
+        const size_t from = moved == 21 ? 21 : moved + 1;
+        uint64_t next;
+        std::memcpy(&next, bytes.data() + at + from * 8, 8);
+        next += 8;
+        std::memcpy(bytes.data() + at + moved * 8, &next, 8);
+      }
+      segment.bytes = bytes;
+    }
+    ASSERT_EQ(found, 1u);
+    absl::StatusOr<std::unique_ptr<internal::GoPclntab>> go =
+        internal::GoPclntab::Open(std::move(changed));
+    if (moved == 21 && GetParam().table_version >= 120) {
+      // Newer linkers leave the header's text start zero: the module data's is the only one,
+      // and the .text section no substitute (C code begins it in a cgo binary).
+      ASSERT_FALSE(go.ok());
+      EXPECT_THAT(go.status().message(), HasSubstr("no text start"));
+      continue;
+    }
+    ASSERT_TRUE(go.ok()) << go.status();
+    EXPECT_FALSE((*go)->has_inline_tree());
+    // Names and lines do not need the inline trees.
+    internal::GoSymbol symbol;
+    ASSERT_TRUE((*go)->Lookup(Named(symbols, "main.outer").address, &symbol));
+    EXPECT_EQ(symbol.function, "main.outer");
+    EXPECT_TRUE(symbol.inlined.empty());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Toolchains, GoPclntabTest,
