@@ -2,7 +2,8 @@
 // it as the agent does (found by its section, or by a scan of the read-only segments when the file
 // has no section headers), then a lookup (name, file:line, inline frames) and a stack-pointer
 // delta (the unwinder's row) at every 61st byte of the text (an odd stride, so no alignment of
-// function entries favours or hides a case), each address once, as the agent asks. With NO_SECTIONS=1 each file is first copied without its section headers.
+// function entries favours or hides a case), each address once, as the agent asks. With
+// NO_SECTIONS=1 each file is first copied without its section headers.
 #include <sys/resource.h>
 
 #include <algorithm>
