@@ -332,16 +332,7 @@ void JitDump::AddLines(uint64_t start, uint64_t end, LineTable table) {
   if (table.bytes > budget) return;
   while (line_bytes_ + table.bytes > budget && !lines_.empty()) {
     // The oldest half goes, as a perf map's entries do.
-    std::vector<uint64_t> seqs;
-    for (const auto& [s, t] : lines_) seqs.push_back(t.seq);
-    auto middle = seqs.begin() + static_cast<ptrdiff_t>(seqs.size() / 2);
-    std::nth_element(seqs.begin(), middle, seqs.end());
-    const uint64_t cut = seqs.size() > 1 ? *middle : std::numeric_limits<uint64_t>::max();
-    std::erase_if(lines_, [&](const auto& item) {
-      if (item.second.seq >= cut) return false;
-      line_bytes_ -= item.second.bytes;
-      return true;
-    });
+    DropOlderHalfOfLines();
     ++stats_.line_evictions;
   }
   line_bytes_ += table.bytes;
@@ -352,11 +343,16 @@ void JitDump::AddLines(uint64_t start, uint64_t end, LineTable table) {
 void JitDump::ShedOldest() {
   names_.ShedOldest();
   // Line tables of code no longer named are not looked up, but hold memory: half go as well.
+  DropOlderHalfOfLines();
+}
+
+void JitDump::DropOlderHalfOfLines() {
   if (lines_.empty()) return;
   std::vector<uint64_t> seqs;
   for (const auto& [s, t] : lines_) seqs.push_back(t.seq);
   auto middle = seqs.begin() + static_cast<ptrdiff_t>(seqs.size() / 2);
   std::nth_element(seqs.begin(), middle, seqs.end());
+  // One table left: it goes too.
   const uint64_t cut = seqs.size() > 1 ? *middle : std::numeric_limits<uint64_t>::max();
   std::erase_if(lines_, [&](const auto& item) {
     if (item.second.seq >= cut) return false;

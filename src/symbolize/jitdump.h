@@ -121,6 +121,8 @@ class JitDump {
   // Drops the line tables of code that [start, end) overlaps (newer code is there now).
   void DropLines(uint64_t start, uint64_t end);
   void AddLines(uint64_t start, uint64_t end, LineTable table);
+  // Drops the line tables of the older half of the loads (all of them when only one is left).
+  void DropOlderHalfOfLines();
   bool Refuse(JitDumpRefusal why);
 
   PerfMapLimits limits_;

@@ -54,101 +54,6 @@ std::string CommonBadStacks(const std::vector<NamedSample>& samples,
   });
 }
 
-// The two ways the agent unwinds code without frame pointers: walked in BPF by the CFI rows it
-// loads (the default, with the snapshot for what that walk leaves), and from the snapshot alone;
-// each on the GCC build and on the clang + LLD one, whose segments' file offsets and addresses
-// differ.
-struct UnwindMode {
-  const char* name;
-  std::vector<std::string> agent_args;
-  const char* fixture = EMBER_CFI_CHAINS_BIN;
-};
-const UnwindMode kWalkInBpf = {"WalkInBpf", {}};
-const UnwindMode kSnapshotOnly = {"SnapshotOnly", {"--bpf-unwind-rows", "0"}};
-const UnwindMode kLldWalkInBpf = {"ClangLldWalkInBpf", {}, EMBER_CFI_CHAINS_LLD_BIN};
-const UnwindMode kLldSnapshotOnly = {
-    "ClangLldSnapshotOnly", {"--bpf-unwind-rows", "0"}, EMBER_CFI_CHAINS_LLD_BIN};
-
-void PrintTo(const UnwindMode& mode, std::ostream* out) { *out << mode.name; }
-
-class CfiUnwindTest : public ::testing::TestWithParam<UnwindMode> {
- protected:
-  struct Run {
-    ProfiledRun run;
-    std::vector<NamedSample> samples;
-  };
-  // One run of the fixture per mode, shared by the mode's tests.
-  static const Run& RunOf(const UnwindMode& mode) {
-    static std::map<std::string, Run>* runs = new std::map<std::string, Run>();
-    auto it = runs->find(mode.name);
-    if (it == runs->end()) {
-      Run r;
-      r.run = ProfileFixture({mode.fixture, "8"}, 199, nullptr, SIGINT, mode.agent_args);
-      r.samples = SamplesOf(r.run.output_dir, r.run.pid);
-      std::filesystem::remove_all(r.run.output_dir);
-      it = runs->emplace(mode.name, std::move(r)).first;
-    }
-    return it->second;
-  }
-  void SetUp() override {
-    const Run& r = RunOf(GetParam());
-    run_ = &r.run;
-    samples_ = &r.samples;
-    total_ = 0;
-    for (const NamedSample& s : *samples_) {
-      ASSERT_EQ(s.functions.size(), s.modules.size());
-      total_ += s.count;
-    }
-    ASSERT_GT(total_, 0) << run_->agent_log;
-  }
-
-  const ProfiledRun* run_ = nullptr;
-  const std::vector<NamedSample>* samples_ = nullptr;
-  int64_t total_ = 0;
-};
-
-TEST_P(CfiUnwindTest, EverySampleIsThere) { ExpectSamplesComplete(*run_, total_); }
-
-TEST_P(CfiUnwindTest, SamplesReachMain) {
-  auto misses_main = [](const NamedSample& s) {
-    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
-  };
-  int64_t reach_main = 0;
-  for (const NamedSample& s : *samples_) {
-    if (!misses_main(s)) reach_main += s.count;
-  }
-  std::printf("reach main: %.1f%% (%lld of %lld samples)\n", 100 * Share(reach_main, total_),
-              static_cast<long long>(reach_main), static_cast<long long>(total_));
-  EXPECT_GE(Share(reach_main, total_), 0.98)
-      << reach_main << " of " << total_ << " samples reach main; most common of the others:\n"
-      << CommonBadStacks(*samples_, misses_main);
-}
-
-TEST_P(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
-  std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
-  double measured_total = 0;
-  for (const auto& [name, ns] : measured_ns) measured_total += ns;
-  ASSERT_EQ(measured_ns.size(), 3u) << run_->fixture_output;
-
-  std::map<std::string, int64_t> leaf_counts;
-  for (const NamedSample& s : *samples_) leaf_counts[LeafOf(s)] += s.count;
-  // The program measures its three functions only, so their shares are of those three in both:
-  // the rest (its loop and clock reads, start-up) is in the profile's total, not in its measure.
-  int64_t in_measured = 0;
-  for (const auto& [leaf, leaf_ns] : measured_ns) in_measured += leaf_counts[leaf];
-  std::printf("%lld of %lld samples in the three measured functions\n",
-              static_cast<long long>(in_measured), static_cast<long long>(total_));
-  for (const auto& [leaf, leaf_ns] : measured_ns) {
-    double measured_share = leaf_ns / measured_total;
-    double profiled_share = Share(leaf_counts[leaf], in_measured);
-    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
-                leaf.c_str(), 100 * profiled_share, static_cast<long long>(leaf_counts[leaf]),
-                static_cast<long long>(in_measured), 100 * measured_share);
-    EXPECT_NEAR(profiled_share, measured_share, 0.03)
-        << leaf << ": profile " << leaf_counts[leaf] << "/" << in_measured << " samples";
-  }
-}
-
 // Samples whose leaf is `leaf`, and how many of them continue with exactly `callers`.
 struct ChainCount {
   int64_t with_leaf = 0;
@@ -167,31 +72,147 @@ ChainCount CountChain(const std::vector<NamedSample>& samples, const std::string
   return count;
 }
 
+// At least 95% of the samples whose leaf is `leaf` continue with exactly `callers`.
+void ExpectChainWhole(const std::vector<NamedSample>& samples, const std::string& leaf,
+                      const std::vector<std::string>& callers) {
+  ChainCount count = CountChain(samples, leaf, callers);
+  std::printf("%s: whole %zu-frame chain in %.1f%% of %lld samples\n", leaf.c_str(),
+              callers.size() + 1, 100 * Share(count.whole, count.with_leaf),
+              static_cast<long long>(count.with_leaf));
+  ASSERT_GT(count.with_leaf, 0);
+  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
+      << count.whole << " of " << count.with_leaf << "; most common " << leaf << " stacks:\n"
+      << CommonBadStacks(samples, [&](const NamedSample& s) { return LeafOf(s) == leaf; });
+}
+
+// At least 98% of `samples` (`total` in all) have main on their stack.
+void ExpectSamplesReachMain(const std::vector<NamedSample>& samples, int64_t total) {
+  auto misses_main = [](const NamedSample& s) {
+    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
+  };
+  int64_t reach_main = 0;
+  for (const NamedSample& s : samples) {
+    if (!misses_main(s)) reach_main += s.count;
+  }
+  std::printf("reach main: %.1f%% (%lld of %lld samples)\n", 100 * Share(reach_main, total),
+              static_cast<long long>(reach_main), static_cast<long long>(total));
+  EXPECT_GE(Share(reach_main, total), 0.98)
+      << reach_main << " of " << total << " samples reach main; most common of the others:\n"
+      << CommonBadStacks(samples, misses_main);
+}
+
+// The leaf shares of the fixture's measured functions (`leaves`: the name it prints -> the
+// function the profile names) are within 3 points of its own accounting. The program measures
+// those functions only, so their shares are of them alone in both: the rest (its loop and clock
+// reads, start-up) is in the profile's total, not in its measure.
+void ExpectLeafSharesMatch(const ProfiledRun& run, const std::vector<NamedSample>& samples,
+                           const std::map<std::string, std::string>& leaves) {
+  std::map<std::string, double> measured_ns = MeasuredCpuNs(run.fixture_output);
+  ASSERT_EQ(measured_ns.size(), leaves.size()) << run.fixture_output;
+  double measured_total = 0;
+  for (const auto& [name, ns] : measured_ns) measured_total += ns;
+  std::map<std::string, int64_t> leaf_counts;
+  for (const NamedSample& s : samples) leaf_counts[LeafOf(s)] += s.count;
+  int64_t in_measured = 0;
+  for (const auto& [printed, function] : leaves) in_measured += leaf_counts[function];
+  for (const auto& [printed, function] : leaves) {
+    ASSERT_EQ(measured_ns.count(printed), 1u) << run.fixture_output;
+    const double measured_share = measured_ns[printed] / measured_total;
+    const double profiled_share = Share(leaf_counts[function], in_measured);
+    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
+                function.c_str(), 100 * profiled_share,
+                static_cast<long long>(leaf_counts[function]), static_cast<long long>(in_measured),
+                100 * measured_share);
+    EXPECT_NEAR(profiled_share, measured_share, 0.03)
+        << function << ": profile " << leaf_counts[function] << "/" << in_measured
+        << " samples; most common leaves:\n"
+        << CommonStacks(
+               samples, [](const NamedSample&) { return true; }, 5,
+               [](const NamedSample& s) { return std::vector<std::string>{LeafOf(s)}; });
+  }
+}
+
+// Tests of one fixture run per parameter, made once and shared by the parameter's tests.
+// `Param` names the run (`name`), the program (`fixture`) and the agent's extra flags
+// (`agent_args`).
+template <typename Param>
+class SharedRunTest : public ::testing::TestWithParam<Param> {
+ protected:
+  struct Run {
+    ProfiledRun run;
+    std::vector<NamedSample> samples;
+  };
+  static const Run& RunOf(const Param& param) {
+    static std::map<std::string, Run>* runs = new std::map<std::string, Run>();
+    auto it = runs->find(param.name);
+    if (it == runs->end()) {
+      Run r;
+      r.run = ProfileFixture({param.fixture, "8"}, 199, nullptr, SIGINT, param.agent_args);
+      r.samples = SamplesOf(r.run.output_dir, r.run.pid);
+      std::filesystem::remove_all(r.run.output_dir);
+      it = runs->emplace(param.name, std::move(r)).first;
+    }
+    return it->second;
+  }
+  void SetUp() override {
+    const Run& r = RunOf(this->GetParam());
+    run_ = &r.run;
+    samples_ = &r.samples;
+    total_ = 0;
+    for (const NamedSample& s : *samples_) {
+      ASSERT_EQ(s.functions.size(), s.modules.size());
+      total_ += s.count;
+    }
+    ASSERT_GT(total_, 0) << run_->agent_log;
+  }
+
+  const ProfiledRun* run_ = nullptr;
+  const std::vector<NamedSample>* samples_ = nullptr;
+  int64_t total_ = 0;
+};
+
+// The two ways the agent unwinds code without frame pointers: walked in BPF by the CFI rows it
+// loads (the default, with the snapshot for what that walk leaves), and from the snapshot alone;
+// each on the GCC build and on the clang + LLD one, whose segments' file offsets and addresses
+// differ.
+struct UnwindMode {
+  const char* name;
+  std::vector<std::string> agent_args;
+  const char* fixture = EMBER_CFI_CHAINS_BIN;
+};
+const UnwindMode kWalkInBpf = {"WalkInBpf", {}};
+const UnwindMode kSnapshotOnly = {"SnapshotOnly", {"--bpf-unwind-rows", "0"}};
+const UnwindMode kLldWalkInBpf = {"ClangLldWalkInBpf", {}, EMBER_CFI_CHAINS_LLD_BIN};
+const UnwindMode kLldSnapshotOnly = {
+    "ClangLldSnapshotOnly", {"--bpf-unwind-rows", "0"}, EMBER_CFI_CHAINS_LLD_BIN};
+
+void PrintTo(const UnwindMode& mode, std::ostream* out) { *out << mode.name; }
+
+class CfiUnwindTest : public SharedRunTest<UnwindMode> {};
+
+TEST_P(CfiUnwindTest, EverySampleIsThere) { ExpectSamplesComplete(*run_, total_); }
+
+TEST_P(CfiUnwindTest, SamplesReachMain) { ExpectSamplesReachMain(*samples_, total_); }
+
+TEST_P(CfiUnwindTest, LeafSharesMatchTheProgramsOwnAccounting) {
+  ExpectLeafSharesMatch(*run_, *samples_,
+                        {{"compare_items", "compare_items"},
+                         {"leaf_deep", "leaf_deep"},
+                         {"leaf_shallow", "leaf_shallow"}});
+}
+
 TEST_P(CfiUnwindTest, DeepChainIsWhole) {
   // leaf_deep <- deep_16 <- ... <- deep_01 <- run_phase <- run_phases <- main.
   std::vector<std::string> callers;
   for (int i = 16; i >= 1; --i) callers.push_back(absl::StrCat(i < 10 ? "deep_0" : "deep_", i));
   callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
-  ChainCount count = CountChain(*samples_, "leaf_deep", callers);
-  std::printf("leaf_deep: whole 20-frame chain in %.1f%% of %lld samples\n",
-              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
-  ASSERT_GT(count.with_leaf, 0);
-  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
-      << count.whole << " of " << count.with_leaf << "; most common leaf_deep stacks:\n"
-      << CommonBadStacks(*samples_, [](const NamedSample& s) { return LeafOf(s) == "leaf_deep"; });
+  ExpectChainWhole(*samples_, "leaf_deep", callers);
 }
 
 TEST_P(CfiUnwindTest, ShallowChainIsWhole) {
   std::vector<std::string> callers = {"shallow_caller"};
   callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
-  ChainCount count = CountChain(*samples_, "leaf_shallow", callers);
-  std::printf("leaf_shallow: whole chain in %.1f%% of %lld samples\n",
-              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
-  ASSERT_GT(count.with_leaf, 0);
-  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
-      << count.whole << " of " << count.with_leaf << "; most common leaf_shallow stacks:\n"
-      << CommonBadStacks(*samples_,
-                         [](const NamedSample& s) { return LeafOf(s) == "leaf_shallow"; });
+  ExpectChainWhole(*samples_, "leaf_shallow", callers);
 }
 
 TEST_P(CfiUnwindTest, QsortComparatorUnwindsThroughLibc) {
@@ -287,26 +308,14 @@ TEST(DebugFrameUnwindTest, StacksReachMainThroughTheDeepChain) {
   std::vector<NamedSample> samples = SamplesOf(run.output_dir, run.pid);
   std::filesystem::remove_all(run.output_dir);
   int64_t total = 0;
-  int64_t reach_main = 0;
-  for (const NamedSample& s : samples) {
-    total += s.count;
-    if (std::find(s.functions.begin(), s.functions.end(), "main") != s.functions.end()) {
-      reach_main += s.count;
-    }
-  }
+  for (const NamedSample& s : samples) total += s.count;
   ExpectSamplesComplete(run, total);
   ASSERT_GT(total, 0) << run.agent_log;
-  std::printf("reach main: %.1f%% of %lld samples\n", 100 * Share(reach_main, total),
-              static_cast<long long>(total));
-  EXPECT_GE(Share(reach_main, total), 0.98) << CommonBadStacks(samples, [](const NamedSample& s) {
-    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
-  });
+  ExpectSamplesReachMain(samples, total);
   std::vector<std::string> callers;
   for (int i = 16; i >= 1; --i) callers.push_back(absl::StrCat(i < 10 ? "deep_0" : "deep_", i));
   callers.insert(callers.end(), kRunPhaseChain.begin(), kRunPhaseChain.end());
-  ChainCount deep = CountChain(samples, "leaf_deep", callers);
-  ASSERT_GT(deep.with_leaf, 0);
-  EXPECT_GE(Share(deep.whole, deep.with_leaf), 0.95) << deep.whole << " of " << deep.with_leaf;
+  ExpectChainWhole(samples, "leaf_deep", callers);
 }
 
 // A Rust release build (opt-level 3, rustc's default LLD link, no frame pointers). Its three
@@ -318,6 +327,7 @@ struct RustBuild {
   const char* name;
   const char* fixture;
   std::map<std::string, std::string> leaves;  // printed name -> demangled function name
+  std::vector<std::string> agent_args = {};
 };
 const RustBuild kLegacyMangling = {"Legacy",
                                    EMBER_BURN_LEGACY_BIN,
@@ -332,82 +342,15 @@ const RustBuild kV0Mangling = {"V0",
 
 void PrintTo(const RustBuild& build, std::ostream* out) { *out << build.name; }
 
-class RustReleaseTest : public ::testing::TestWithParam<RustBuild> {
- protected:
-  struct Run {
-    ProfiledRun run;
-    std::vector<NamedSample> samples;
-  };
-  static const Run& RunOf(const RustBuild& build) {
-    static std::map<std::string, Run>* runs = new std::map<std::string, Run>();
-    auto it = runs->find(build.name);
-    if (it == runs->end()) {
-      Run r;
-      r.run = ProfileFixture({build.fixture, "8"}, 199, nullptr, SIGINT);
-      r.samples = SamplesOf(r.run.output_dir, r.run.pid);
-      std::filesystem::remove_all(r.run.output_dir);
-      it = runs->emplace(build.name, std::move(r)).first;
-    }
-    return it->second;
-  }
-  void SetUp() override {
-    const Run& r = RunOf(GetParam());
-    run_ = &r.run;
-    samples_ = &r.samples;
-    total_ = 0;
-    for (const NamedSample& s : *samples_) {
-      ASSERT_EQ(s.functions.size(), s.modules.size());
-      total_ += s.count;
-    }
-    ASSERT_GT(total_, 0) << run_->agent_log;
-  }
-
-  const ProfiledRun* run_ = nullptr;
-  const std::vector<NamedSample>* samples_ = nullptr;
-  int64_t total_ = 0;
-};
+class RustReleaseTest : public SharedRunTest<RustBuild> {};
 
 TEST_P(RustReleaseTest, SamplesReachMain) {
   ExpectSamplesComplete(*run_, total_);
-  auto misses_main = [](const NamedSample& s) {
-    return std::find(s.functions.begin(), s.functions.end(), "main") == s.functions.end();
-  };
-  int64_t reach_main = 0;
-  for (const NamedSample& s : *samples_) {
-    if (!misses_main(s)) reach_main += s.count;
-  }
-  std::printf("reach main: %.1f%% (%lld of %lld samples)\n", 100 * Share(reach_main, total_),
-              static_cast<long long>(reach_main), static_cast<long long>(total_));
-  EXPECT_GE(Share(reach_main, total_), 0.98)
-      << reach_main << " of " << total_ << " samples reach main; most common of the others:\n"
-      << CommonBadStacks(*samples_, misses_main);
+  ExpectSamplesReachMain(*samples_, total_);
 }
 
 TEST_P(RustReleaseTest, LeafSharesMatchTheProgramsOwnAccounting) {
-  const std::map<std::string, std::string>& leaves = GetParam().leaves;
-  std::map<std::string, double> measured_ns = MeasuredCpuNs(run_->fixture_output);
-  ASSERT_EQ(measured_ns.size(), leaves.size()) << run_->fixture_output;
-  double measured_total = 0;
-  for (const auto& [name, ns] : measured_ns) measured_total += ns;
-  std::map<std::string, int64_t> leaf_counts;
-  for (const NamedSample& s : *samples_) leaf_counts[LeafOf(s)] += s.count;
-  int64_t in_measured = 0;
-  for (const auto& [printed, function] : leaves) in_measured += leaf_counts[function];
-  for (const auto& [printed, function] : leaves) {
-    ASSERT_EQ(measured_ns.count(printed), 1u) << run_->fixture_output;
-    const double measured_share = measured_ns[printed] / measured_total;
-    const double profiled_share = Share(leaf_counts[function], in_measured);
-    std::printf("%s: profile %.1f%% (%lld of %lld samples), program's own measure %.1f%%\n",
-                function.c_str(), 100 * profiled_share,
-                static_cast<long long>(leaf_counts[function]), static_cast<long long>(in_measured),
-                100 * measured_share);
-    EXPECT_NEAR(profiled_share, measured_share, 0.03)
-        << function << ": profile " << leaf_counts[function] << "/" << in_measured
-        << " samples; most common leaves:\n"
-        << CommonStacks(
-               *samples_, [](const NamedSample&) { return true; }, 5,
-               [](const NamedSample& s) { return std::vector<std::string>{LeafOf(s)}; });
-  }
+  ExpectLeafSharesMatch(*run_, *samples_, GetParam().leaves);
 }
 
 // Every frame of the program's own file has a demangled name: no legacy hash or $LT$ escape,
@@ -443,14 +386,7 @@ TEST_P(RustReleaseTest, DeepChainIsWhole) {
   std::vector<std::string> callers;
   for (int i = 6; i >= 1; --i) callers.push_back(absl::StrCat("burn::deep_", i));
   callers.insert(callers.end(), {"burn::deep_phase", "burn::run_phase", "burn::run_phases"});
-  ChainCount count = CountChain(*samples_, "burn::rs_deep_leaf", callers);
-  std::printf("rs_deep_leaf: whole chain in %.1f%% of %lld samples\n",
-              100 * Share(count.whole, count.with_leaf), static_cast<long long>(count.with_leaf));
-  ASSERT_GT(count.with_leaf, 0);
-  EXPECT_GE(Share(count.whole, count.with_leaf), 0.95)
-      << count.whole << " of " << count.with_leaf << "; most common rs_deep_leaf stacks:\n"
-      << CommonBadStacks(*samples_,
-                         [](const NamedSample& s) { return LeafOf(s) == "burn::rs_deep_leaf"; });
+  ExpectChainWhole(*samples_, "burn::rs_deep_leaf", callers);
 }
 
 INSTANTIATE_TEST_SUITE_P(Manglings, RustReleaseTest,

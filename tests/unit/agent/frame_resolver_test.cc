@@ -599,9 +599,30 @@ class OtherVdsoTest : public ::testing::Test {
     }
   }
 
+  // The agent's own vDSO image, where its __vdso_time starts, and a copy of it whose
+  // __vdso_time is named __vdso_pwnd (its build-id note kept): false when any is not at hand.
+  bool ReadOwnImage() {
+    absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
+    if (!own.ok() || own->size() > kVdsoSize) return false;
+    absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
+    if (!parsed.ok()) return false;
+    for (time_offset_ = 0; time_offset_ < own->size(); ++time_offset_) {
+      if ((*parsed)->Symbolize(time_offset_) == "__vdso_time") break;
+    }
+    const size_t at = own->find(std::string("__vdso_time\0", 12));
+    if (time_offset_ == own->size() || at == std::string::npos) return false;
+    own_ = *own;
+    renamed_ = *own;
+    renamed_.replace(at, 11, "__vdso_pwnd");
+    return true;
+  }
+
   static constexpr uint64_t kVdsoStart = 0x00700000;
   static constexpr uint64_t kVdsoSize = 0x10000;
   std::string root_;
+  std::string own_;
+  std::string renamed_;
+  uint64_t time_offset_ = 0;
 };
 
 TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
@@ -648,23 +669,11 @@ TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
 // A process that rewrote its vDSO, keeping the kernel's build-id note, names its own frames
 // only: the other processes' frames at the same offsets keep the kernel's names.
 TEST_F(OtherVdsoTest, ARewrittenImageNamesNoOtherProcesssFrames) {
-  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
-  ASSERT_TRUE(own.ok());
-  ASSERT_LE(own->size(), kVdsoSize);
-  std::string renamed = *own;
-  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
-  ASSERT_NE(at, std::string::npos);
-  renamed.replace(at, 11, "__vdso_pwnd");
-  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
-  ASSERT_TRUE(parsed.ok());
-  uint64_t offset = 0;
-  for (; offset < own->size(); ++offset) {
-    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
-  }
-  ASSERT_LT(offset, own->size());
+  ASSERT_TRUE(ReadOwnImage());
+  const uint64_t offset = time_offset_;
 
-  AddProcess(100, renamed);
-  AddProcess(101, *own);
+  AddProcess(100, renamed_);
+  AddProcess(101, own_);
   ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
@@ -675,22 +684,10 @@ TEST_F(OtherVdsoTest, ARewrittenImageNamesNoOtherProcesssFrames) {
 // An exec maps a new vDSO, here at the same address: its image is read again, whether the exec
 // shows in the maps (another executable) or is told (the main thread renamed).
 TEST_F(OtherVdsoTest, AnExecReadsTheImageAgain) {
-  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
-  ASSERT_TRUE(own.ok());
-  ASSERT_LE(own->size(), kVdsoSize);
-  std::string renamed = *own;
-  const size_t at = renamed.find(std::string("__vdso_time\0", 12));
-  ASSERT_NE(at, std::string::npos);
-  renamed.replace(at, 11, "__vdso_pwnd");
-  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
-  ASSERT_TRUE(parsed.ok());
-  uint64_t offset = 0;
-  for (; offset < own->size(); ++offset) {
-    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
-  }
-  ASSERT_LT(offset, own->size());
+  ASSERT_TRUE(ReadOwnImage());
+  const uint64_t offset = time_offset_;
 
-  AddProcess(100, *own);
+  AddProcess(100, own_);
   ProcessTable processes(root_, std::chrono::hours(1), std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
@@ -698,12 +695,12 @@ TEST_F(OtherVdsoTest, AnExecReadsTheImageAgain) {
   ASSERT_NE(process, nullptr);
   EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_time");
 
-  AddProcess(100, renamed);  // the same maps, another image
+  AddProcess(100, renamed_);  // the same maps, another image
   std::filesystem::create_symlink("/usr/bin/other", root_ + "/100/exe");
   ASSERT_TRUE(processes.ReloadMaps(process));
   EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_pwnd");
 
-  AddProcess(100, *own);  // the same program again: only the rename tells
+  AddProcess(100, own_);  // the same program again: only the rename tells
   ASSERT_TRUE(processes.ReloadAfterExec(process));
   EXPECT_EQ(resolver.User(process, kVdsoStart + offset, false)->function, "__vdso_time");
   EXPECT_EQ(resolver.failures().vdso_unreadable, 0u);
@@ -711,16 +708,8 @@ TEST_F(OtherVdsoTest, AnExecReadsTheImageAgain) {
 
 // A failed read is tried again a few times, no more often than the maps are re-read.
 TEST_F(OtherVdsoTest, AFailedReadIsRetriedAFewTimes) {
-  absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
-  ASSERT_TRUE(own.ok());
-  ASSERT_LE(own->size(), kVdsoSize);
-  absl::StatusOr<std::unique_ptr<VdsoImage>> parsed = VdsoImage::Parse(*own);
-  ASSERT_TRUE(parsed.ok());
-  uint64_t offset = 0;
-  for (; offset < own->size(); ++offset) {
-    if ((*parsed)->Symbolize(offset) == "__vdso_time") break;
-  }
-  ASSERT_LT(offset, own->size());
+  ASSERT_TRUE(ReadOwnImage());
+  const uint64_t offset = time_offset_;
   AddProcess(100, std::nullopt);
   AddProcess(101, std::nullopt);
   AddProcess(102, std::nullopt);
@@ -733,8 +722,8 @@ TEST_F(OtherVdsoTest, AFailedReadIsRetriedAFewTimes) {
   EXPECT_EQ(retrying.User(fast.Get(100), address, false)->function, "[vdso]");
   for (int i = 0; i < 5; ++i) retrying.User(fast.Get(101), address, false);  // every try spent
   EXPECT_EQ(waiting.User(slow.Get(100), address, false)->function, "[vdso]");
-  AddProcess(100, *own);
-  AddProcess(101, *own);
+  AddProcess(100, own_);
+  AddProcess(101, own_);
   EXPECT_EQ(retrying.User(fast.Get(100), address, false)->function, "__vdso_time");
   EXPECT_EQ(retrying.User(fast.Get(101), address, false)->function, "[vdso]");
   EXPECT_EQ(waiting.User(slow.Get(100), address, false)->function, "[vdso]");  // not yet
