@@ -138,11 +138,10 @@ void DebugFileFetcher::Start() {
   for (int i = 0; i < options_.max_concurrent; ++i) {
     std::shared_ptr<DebuginfodTransport> transport = transports_();
     if (transport == nullptr) continue;
-    workers_.emplace_back([this, transport] {
-      // Named, so that /proc shows which threads fetch (and that they hold no capability).
-      pthread_setname_np(pthread_self(), kWorkerThreadName);
-      Work(transport.get());
-    });
+    workers_.emplace_back([this, transport] { Work(transport.get()); });
+    // Named, so that /proc shows which threads fetch (and that they hold no capability); named
+    // here, so that every worker has its name once Start returns, however late it first runs.
+    pthread_setname_np(workers_.back().native_handle(), kWorkerThreadName);
   }
 }
 
