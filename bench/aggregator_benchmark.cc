@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "agent/aggregator.h"
 #include "benchmark/benchmark.h"
+#include "stacks/aggregator.h"
 
 namespace ember {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
 #include "symbolize/go_pclntab.h"
 
 namespace {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "agent/proc_maps.h"
-#include "agent/process_table.h"
 #include "k8s/cgroup_resolver.h"
 #include "k8s/container_id.h"
+#include "process/proc_maps.h"
+#include "process/process_table.h"
 #include "symbolize/kallsyms.h"
 #include "symbolize/perf_map.h"
 

@@ -24,13 +24,13 @@
 #include "common/status_macros.h"
 #include "common/untrusted_open.h"
 #include "debuginfod/libdebuginfod_transport.h"
+#include "elf/elf_file.h"
 #include "output/pprof_writer.h"
 #include "python/frame_splice.h"
 #include "spdlog/spdlog.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
 #include "symbolize/demangle.h"
-#include "symbolize/elf_file.h"
 #include "symbolize/jitdump.h"
 
 namespace ember {

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "agent/frame_resolver.h"
-#include "agent/process_table.h"
+#include "process/process_table.h"
+#include "stacks/frame_resolver.h"
 #include "status/metrics_registry.h"
 #include "symbolize/elf_module.h"
 #include "unwind/dwarf_unwinder.h"

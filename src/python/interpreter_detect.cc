@@ -18,9 +18,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/sigbus_guard.h"
 #include "common/unique_fd.h"
 #include "common/untrusted_open.h"
+#include "elf/sigbus_guard.h"
 
 namespace ember::python {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/load_segments.h"
 #include "common/untrusted_open.h"
+#include "elf/load_segments.h"
 #include "python/cpython_layout.h"
 #include "python/frame_walker.h"
 

@@ -4,9 +4,9 @@
 #include <memory>
 
 #include "absl/strings/ascii.h"
-#include "common/sigbus_guard.h"
 #include "common/untrusted_open.h"
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
+#include "elf/sigbus_guard.h"
 
 namespace ember {
 

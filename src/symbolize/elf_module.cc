@@ -13,12 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log_safe.h"
-#include "common/sigbus_guard.h"
 #include "common/untrusted_open.h"
+#include "elf/elf_file.h"
+#include "elf/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 #include "symbolize/demangle.h"
 #include "symbolize/dwarf_lines.h"
-#include "symbolize/elf_file.h"
 #include "symbolize/go_pclntab.h"
 #include "symbolize/symbol_table.h"
 

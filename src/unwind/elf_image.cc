@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
 
 namespace ember {
 

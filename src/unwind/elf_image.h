@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/load_segments.h"
 #include "common/untrusted_open.h"
+#include "elf/load_segments.h"
 
 typedef struct Elf Elf;
 

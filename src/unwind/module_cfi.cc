@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/log_safe.h"
-#include "common/sigbus_guard.h"
+#include "elf/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 #include "symbolize/go_pclntab.h"
 

@@ -20,7 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/sigbus_guard.h"
+#include "elf/sigbus_guard.h"
 #include "support/elf_layout.h"
 #include "symbolize/elf_module.h"
 

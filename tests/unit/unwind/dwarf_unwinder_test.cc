@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/proc_maps.h"
 #include "gtest/gtest.h"
+#include "process/proc_maps.h"
 
 // Keeps the chain's frames real: no inlining, no cloning, no assumptions across calls.
 #if defined(__clang__)

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/proc_maps.h"
 #include "gtest/gtest.h"
+#include "process/proc_maps.h"
 #include "symbolize/elf_module.h"
 #include "unwind/dwarf_unwinder.h"
 #include "unwind/elf_image.h"

@@ -1,5 +1,5 @@
 // The process table over a fixture /proc tree.
-#include "agent/process_table.h"
+#include "process/process_table.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>

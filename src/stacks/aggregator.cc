@@ -1,5 +1,5 @@
 // Interval aggregation of symbolized stacks.
-#include "agent/aggregator.h"
+#include "stacks/aggregator.h"
 
 #include <algorithm>
 #include <utility>

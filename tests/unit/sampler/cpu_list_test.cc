@@ -1,5 +1,5 @@
 // The kernel CPU list format.
-#include "agent/cpu_list.h"
+#include "sampler/cpu_list.h"
 
 #include "gtest/gtest.h"
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "agent/proc_maps.h"
 #include "common/profile.h"
 #include "k8s/container_id.h"
+#include "process/proc_maps.h"
 #include "symbolize/jitdump.h"
 #include "symbolize/perf_map.h"
 #include "symbolize/vdso.h"

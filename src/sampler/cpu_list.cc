@@ -1,5 +1,5 @@
 // Parser for the kernel's CPU list format.
-#include "agent/cpu_list.h"
+#include "sampler/cpu_list.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -1,5 +1,5 @@
 // Interval aggregation: identical (process, thread, stack) samples merge; anything else does not.
-#include "agent/aggregator.h"
+#include "stacks/aggregator.h"
 
 #include <algorithm>
 #include <memory>

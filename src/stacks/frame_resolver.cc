@@ -1,5 +1,5 @@
 // Frame symbolization with a generation-evicted cache of Frames.
-#include "agent/frame_resolver.h"
+#include "stacks/frame_resolver.h"
 
 #include <algorithm>
 #include <optional>

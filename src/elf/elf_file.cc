@@ -1,5 +1,5 @@
 // ElfFile: opening, validating and reading headers of one ELF file with libelf.
-#include "symbolize/elf_file.h"
+#include "elf/elf_file.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 // /proc/PID/maps parsing on a fixture with the shapes the kernel writes.
-#include "agent/proc_maps.h"
+#include "process/proc_maps.h"
 
 #include <sys/sysmacros.h>
 

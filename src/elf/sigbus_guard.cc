@@ -1,6 +1,6 @@
 // RunCatchingSigbus: a process-wide SIGBUS handler that jumps back to the guarded read of the
 // faulting thread, or hands the signal to whatever handled it before.
-#include "common/sigbus_guard.h"
+#include "elf/sigbus_guard.h"
 
 #include <setjmp.h>
 #include <signal.h>

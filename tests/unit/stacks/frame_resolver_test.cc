@@ -1,7 +1,7 @@
 // FrameResolver on this test process itself, the way the agent resolves a sampled address: a
 // native frame in inlined code carries the inlined function, with its own line. And JIT frames,
 // named from a perf map in a fixture /proc tree.
-#include "agent/frame_resolver.h"
+#include "stacks/frame_resolver.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 // MappedSegment and LoadBias: the one computation that places an ELF file's mapping.
-#include "common/load_segments.h"
+#include "elf/load_segments.h"
 
 namespace ember {
 namespace {

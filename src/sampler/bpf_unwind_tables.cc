@@ -1,5 +1,5 @@
 // BpfUnwindTables: files' rows placed in the BPF row map, and each process's mappings of them.
-#include "agent/bpf_unwind_tables.h"
+#include "sampler/bpf_unwind_tables.h"
 
 #include <sys/stat.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log_safe.h"
-#include "common/sigbus_guard.h"
+#include "elf/sigbus_guard.h"
 #include "spdlog/spdlog.h"
 #include "unwind/unwind_table.h"
 

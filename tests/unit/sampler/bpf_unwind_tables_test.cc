@@ -1,7 +1,7 @@
 // BpfUnwindTables against a fake row map and a fake table source: which rows land where, what each
 // process's entry says, when tables are built, and when their room is reused. One test builds the
 // real tables of this process's own files.
-#include "agent/bpf_unwind_tables.h"
+#include "sampler/bpf_unwind_tables.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -23,8 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "agent/proc_maps.h"
 #include "gtest/gtest.h"
+#include "process/proc_maps.h"
 #include "unwind/elf_image.h"
 #include "unwind/unwind_table.h"
 

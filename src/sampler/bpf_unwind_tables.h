@@ -13,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "agent/sample_record_layout.h"
-#include "agent/unwind_maps.h"
+#include "sampler/sample_record_layout.h"
+#include "sampler/unwind_maps.h"
 #include "symbolize/elf_module.h"
 #include "unwind/dwarf_unwinder.h"
 #include "unwind/elf_image.h"

@@ -1,5 +1,5 @@
 // Loader for bpf/profiler.bpf.c: libbpf errors become one clear Status here, in one place.
-#include "agent/bpf_profiler.h"
+#include "sampler/bpf_profiler.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -19,8 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "agent/cpu_list.h"
 #include "profiler.skel.h"
+#include "sampler/cpu_list.h"
 #include "spdlog/spdlog.h"
 
 namespace ember {

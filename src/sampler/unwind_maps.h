@@ -6,7 +6,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "agent/sample_record_layout.h"
+#include "sampler/sample_record_layout.h"
 
 namespace ember {
 

@@ -1,5 +1,5 @@
 // Reads /proc/PID/{comm,stat,maps,exe} for the process table.
-#include "agent/process_table.h"
+#include "process/process_table.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

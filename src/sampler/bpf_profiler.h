@@ -9,8 +9,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "agent/sample_record_layout.h"
-#include "agent/unwind_maps.h"
+#include "sampler/sample_record_layout.h"
+#include "sampler/unwind_maps.h"
 
 // libbpf's and the skeleton's types, which stay out of this header.
 struct profiler_bpf;

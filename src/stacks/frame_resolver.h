@@ -11,8 +11,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "agent/process_table.h"
 #include "common/profile.h"
+#include "process/process_table.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
 #include "symbolize/vdso.h"

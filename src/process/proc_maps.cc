@@ -1,5 +1,5 @@
 // Parser for /proc/PID/maps: "start-end perms offset major:minor inode   path".
-#include "agent/proc_maps.h"
+#include "process/proc_maps.h"
 
 #include <sys/sysmacros.h>
 

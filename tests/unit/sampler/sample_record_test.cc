@@ -2,8 +2,8 @@
 #include <cstring>
 #include <vector>
 
-#include "agent/sample_record_layout.h"
 #include "gtest/gtest.h"
+#include "sampler/sample_record_layout.h"
 
 namespace ember {
 namespace {
