@@ -94,7 +94,8 @@ struct ember_python_frame {
 #define EMBER_PYTHON_NO_OWNER 0xff
 
 /* Value of the `python_procs` map, key: pid (tgid in the initial pid namespace). Filled by the
- * agent from the interpreter's layout (src/python/bpf_proc_config.h). Offsets in bytes. */
+ * agent from the interpreter's layout (src/runtimes/cpython/bpf_proc_config.h). Offsets in bytes.
+ */
 struct ember_python_proc {
   __u64 runtime_address;        /* &_PyRuntime in the process */
   __u64 code_type_address;      /* &PyCode_Type in the process, 0: no check */

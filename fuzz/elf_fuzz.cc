@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "python/interpreter_detect.h"
+#include "runtimes/cpython/interpreter_detect.h"
 #include "symbolize/elf_module.h"
 #include "unwind/elf_image.h"
 #include "unwind/module_cfi.h"

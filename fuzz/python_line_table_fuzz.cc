@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <span>
 
-#include "python/line_table.h"
+#include "runtimes/cpython/line_table.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;

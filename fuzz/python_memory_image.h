@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "python/cpython_layout.h"
-#include "python/frame_walker.h"
-#include "python/process_memory.h"
+#include "runtimes/cpython/cpython_layout.h"
+#include "runtimes/cpython/frame_walker.h"
+#include "runtimes/cpython/process_memory.h"
 
 namespace ember::python::fuzzing {
 

@@ -2,7 +2,8 @@
 // lookup, the GIL holder, the raw frame walk, every frame's names, file and line table, and the
 // agent's FrameNamer on the raw frames. Every value read is hostile: nothing may read out of
 // bounds, loop past its budget or allocate by a size it read. The seeds are consistent fake
-// interpreters (tests/unit/python/fake_interpreter.h), one per layout, that walk to the end.
+// interpreters (tests/unit/runtimes/cpython/fake_interpreter.h), one per layout, that walk to the
+// end.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -11,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "python/frame_namer.h"
-#include "python/frame_walker.h"
 #include "python_memory_image.h"
+#include "runtimes/cpython/frame_namer.h"
+#include "runtimes/cpython/frame_walker.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include "debuginfod/libdebuginfod_transport.h"
 #include "elf/elf_file.h"
 #include "output/pprof_writer.h"
-#include "python/frame_splice.h"
+#include "runtimes/cpython/frame_splice.h"
 #include "spdlog/spdlog.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"

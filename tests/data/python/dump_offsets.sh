@@ -1,8 +1,8 @@
 #!/bin/bash
-# Prints the offsets src/python/cpython_layout.cc uses, read by gdb from the DWARF of ELF
+# Prints the offsets src/runtimes/cpython/cpython_layout.cc uses, read by gdb from the DWARF of ELF
 # (for a stripped binary, gdb finds its debug file by build id, e.g. from python3.11-dbg).
 # Output: "<expression> =<value>" lines, recorded under dwarf/ and compared by
-# tests/unit/python/cpython_layout_test.cc.
+# tests/unit/runtimes/cpython/cpython_layout_test.cc.
 # usage: dump_offsets.sh ELF > dwarf/3.X.txt
 exprs=(
 "sizeof(PyASCIIObject)" "sizeof(PyCompactUnicodeObject)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes line_tables_<major>.<minor>.txt: for a set of functions, the raw line table bytes of each
 code object and the line CPython itself gives every instruction, as a fixture for
-tests/unit/python/line_table_test.cc.
+tests/unit/runtimes/cpython/line_table_test.cc.
 
 Usage: python3.X gen_line_tables.py OUTPUT_DIR
 Line tables: co_lnotab (3.8-3.9), co_linetable (3.10, 3.11+). Expected lines: dis.findlinestarts

@@ -1,4 +1,4 @@
-# A known Python stack for tests/unit/python/frame_walker_test.cc: the main thread spins in
+# A known Python stack for tests/unit/runtimes/cpython/frame_walker_test.cc: the main thread spins in
 # leaf_spin <- middle_ü <- Outer.run <- main <- <module>, a second thread in späte_λ_leaf <-
 # background <- Thread.run <- ..., a third in gen_spin (a generator) <- key_spin <- [C: sorted]
 # <- c_caller <- Thread.run <- ... Prints "ready <main ident> <main native id> <bg ident>

@@ -1,5 +1,5 @@
-// process_vm_readv, the one syscall of src/python.
-#include "python/process_memory.h"
+// process_vm_readv, the one syscall of src/runtimes/cpython.
+#include "runtimes/cpython/process_memory.h"
 
 #include <sys/uio.h>
 

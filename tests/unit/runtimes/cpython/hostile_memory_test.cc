@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "fake_interpreter.h"
-#include "python/frame_namer.h"
-#include "python/frame_walker.h"
+#include "runtimes/cpython/frame_namer.h"
+#include "runtimes/cpython/frame_walker.h"
 
 namespace ember::python::fake {
 namespace {

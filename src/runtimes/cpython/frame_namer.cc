@@ -1,10 +1,10 @@
 // FrameNamer: interpreter detection per process and ResolveFrame over process_vm_readv, cached.
-#include "python/frame_namer.h"
+#include "runtimes/cpython/frame_namer.h"
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "python/frame_walker.h"
-#include "python/process_memory.h"
+#include "runtimes/cpython/frame_walker.h"
+#include "runtimes/cpython/process_memory.h"
 
 namespace ember::python {
 

@@ -1,6 +1,6 @@
 // Interpreter detection on Debian's real python3.11 (and python3.11d from python3.11-dbg), on
 // the pyenv builds when this machine has them, and on files that are not interpreters at all.
-#include "python/interpreter_detect.h"
+#include "runtimes/cpython/interpreter_detect.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Interpreter detection with libelf: symbols (_PyRuntime, Py_Version, PyCode_Type,
 // _PyEval_EvalFrameDefault), the PY_VERSION string in .rodata, and 3.13's _Py_DebugOffsets.
-#include "python/interpreter_detect.h"
+#include "runtimes/cpython/interpreter_detect.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "python/cpython_layout.h"
+#include "runtimes/cpython/cpython_layout.h"
 
 namespace ember::python {
 

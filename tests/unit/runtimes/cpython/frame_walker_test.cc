@@ -3,7 +3,7 @@
 // follows the layout's offsets from _PyRuntime to every frame's names, file and line with
 // process_vm_readv, as the BPF program will. Plus a fake memory for the edge cases, and the agent's
 // FrameNamer naming the frames of a live python3.11.
-#include "python/frame_walker.h"
+#include "runtimes/cpython/frame_walker.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "python/frame_namer.h"
-#include "python/interpreter_detect.h"
+#include "runtimes/cpython/frame_namer.h"
+#include "runtimes/cpython/interpreter_detect.h"
 
 namespace ember::python {
 namespace {

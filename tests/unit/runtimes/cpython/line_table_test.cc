@@ -1,7 +1,7 @@
 // Line tables against CPython's own answers: fixtures written by tests/data/python/
 // gen_line_tables.py (3.11 by Debian's python3.11; the other versions by the builds named in each
 // file's first line), plus hand-made tables for the edge cases.
-#include "python/line_table.h"
+#include "runtimes/cpython/line_table.h"
 
 #include <gtest/gtest.h>
 

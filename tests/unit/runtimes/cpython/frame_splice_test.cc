@@ -1,6 +1,6 @@
 // SpliceStacks: Python groups replace native eval frames, for each version's entry pattern and
 // for the races and truncations a sampler meets.
-#include "python/frame_splice.h"
+#include "runtimes/cpython/frame_splice.h"
 
 #include <gtest/gtest.h>
 

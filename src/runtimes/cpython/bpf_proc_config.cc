@@ -1,5 +1,5 @@
 // MakeBpfPythonProc: CPythonLayout offsets narrowed to the BPF map entry's 16-bit fields.
-#include "python/bpf_proc_config.h"
+#include "runtimes/cpython/bpf_proc_config.h"
 
 #include <algorithm>
 #include <cstdint>

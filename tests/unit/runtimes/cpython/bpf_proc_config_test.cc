@@ -1,9 +1,9 @@
 // The BPF map entry made from each verified layout: every offset carried over, and a frame header
 // copy that holds every field the BPF walk reads from it.
-#include "python/bpf_proc_config.h"
+#include "runtimes/cpython/bpf_proc_config.h"
 
 #include "gtest/gtest.h"
-#include "python/cpython_layout.h"
+#include "runtimes/cpython/cpython_layout.h"
 
 namespace ember::python {
 namespace {

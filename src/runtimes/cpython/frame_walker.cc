@@ -1,12 +1,12 @@
 // The user-space CPython frame walker. Each read is one bounded copy, as bpf_probe_read_user
 // would do it; nothing trusts a pointer without reading through the reader.
-#include "python/frame_walker.h"
+#include "runtimes/cpython/frame_walker.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#include "python/line_table.h"
+#include "runtimes/cpython/line_table.h"
 
 namespace ember::python {
 namespace {

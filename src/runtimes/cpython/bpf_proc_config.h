@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "python/frame_walker.h"
+#include "runtimes/cpython/frame_walker.h"
 
 extern "C" {
 #include "sample_record.h"

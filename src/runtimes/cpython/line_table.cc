@@ -1,6 +1,6 @@
 // Line-table decoders, following CPython's own: PyCode_Addr2Line in Objects/codeobject.c of 3.8
 // (co_lnotab), 3.10 (co_linetable pairs) and 3.11 (location table, Objects/locations.md).
-#include "python/line_table.h"
+#include "runtimes/cpython/line_table.h"
 
 #include <algorithm>
 #include <climits>

@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "common/untrusted_open.h"
 #include "elf/load_segments.h"
-#include "python/cpython_layout.h"
-#include "python/frame_walker.h"
+#include "runtimes/cpython/cpython_layout.h"
+#include "runtimes/cpython/frame_walker.h"
 
 namespace ember::python {
 

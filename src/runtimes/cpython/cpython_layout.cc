@@ -9,7 +9,7 @@
 // Offsets inside one minor version are stable across patch releases for everything here except
 // 3.13's _PyRuntime/PyInterpreterState offsets, which interpreter_detect.cc re-reads from the
 // binary's _Py_DebugOffsets.
-#include "python/cpython_layout.h"
+#include "runtimes/cpython/cpython_layout.h"
 
 #include <array>
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/profile.h"
-#include "python/bpf_proc_config.h"
-#include "python/interpreter_detect.h"
-#include "python/process_memory.h"
+#include "runtimes/cpython/bpf_proc_config.h"
+#include "runtimes/cpython/interpreter_detect.h"
+#include "runtimes/cpython/process_memory.h"
 
 namespace ember::python {
 

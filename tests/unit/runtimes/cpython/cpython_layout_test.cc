@@ -1,7 +1,7 @@
 // The layout table against the DWARF of real builds, as recorded by
 // tests/data/python/dump_offsets.sh under tests/data/python/dwarf/ (3.11: Debian's python3.11
 // with python3.11-dbg; the others: pyenv builds, see each file's first line).
-#include "python/cpython_layout.h"
+#include "runtimes/cpython/cpython_layout.h"
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "python/cpython_layout.h"
-#include "python/process_memory.h"
+#include "runtimes/cpython/cpython_layout.h"
+#include "runtimes/cpython/process_memory.h"
 
 namespace ember::python {
 

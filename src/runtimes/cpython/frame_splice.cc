@@ -1,5 +1,5 @@
 // SpliceStacks: pairs eval-call groups of Python frames with native eval frames.
-#include "python/frame_splice.h"
+#include "runtimes/cpython/frame_splice.h"
 
 #include <algorithm>
 
