@@ -58,6 +58,10 @@ struct BpfStats {
   uint64_t unwind_no_tables = 0;
 };
 
+// Adds `value` to the member of `stats` that counts what the BPF program's `stats` map holds at
+// `index` (enum ember_stat); an index outside the enum adds to none.
+void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats);
+
 class BpfProfiler {
  public:
   // Called for every record, inside Poll. Views are valid only during the call.
