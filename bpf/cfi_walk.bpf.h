@@ -24,8 +24,8 @@ _Static_assert(UNWIND_ADDRESS_MASK + 1 >= 2 * EMBER_MAX_STACK_DEPTH, "a kernel a
 // The walk reads the stack a window at a time into the buffer's tail, after the addresses: one
 // read of user memory costs about as much as all the rest of a frame's step, and the return
 // addresses of a run of small frames then come from one read. Kept in the map, not on the BPF
-// stack with the walk, so the verifier does not follow its values from step to step (that made
-// it look at ten times the instructions).
+// stack with the walk, so the verifier does not follow its values from step to step (it would
+// look at ten times the instructions).
 #define UNWIND_WINDOW_BYTES 4096
 #define UNWIND_WINDOW_MASK (UNWIND_WINDOW_BYTES - 1)
 struct unwind_window {

@@ -88,11 +88,11 @@ struct {
 
 // --- The snapshot's (snapshot.bpf.h) ---
 
-// Where a thread's stack snapshot ends, found by an earlier sample. bpf_find_vma was most of the
-// program's cost (about 8 of 13 µs a sample on the project machine), and a thread's stack does not
-// move: the end is looked up again only for a new thread, an sp outside the cached span, or after
-// a copy from a cached end failed. Kept with the thread (task storage): it goes when the thread
-// does, so a reused thread id starts afresh, and the lookup hashes nothing.
+// Where a thread's stack snapshot ends, found by an earlier sample. bpf_find_vma at every sample
+// would be most of the program's cost (about 8 of 13 µs a sample on the project machine), and a
+// thread's stack does not move: the end is looked up again only for a new thread, an sp outside the
+// cached span, or after a copy from a cached end failed. Kept with the thread (task storage): it
+// goes when the thread does, so a reused thread id starts afresh, and the lookup hashes nothing.
 struct stack_end {
   __u64 end;  // 0: look it up again
 };
@@ -136,7 +136,7 @@ struct {
 
 // CPython processes the agent found (docs/cpython.md): their interpreter's layout and addresses.
 // Looked up only for a process that known_procs marks as having an entry, or does not hold: a
-// hash lookup cost a sample 0.3 µs, 6% of the program, on the project machine.
+// hash lookup costs a sample 0.3 µs, 6% of the program, on the project machine.
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 4096);

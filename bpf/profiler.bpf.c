@@ -66,7 +66,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
 
   __u64 *ips = (__u64 *)buf->tail;
   __u32 flags = 0;
-  // A sample taken in user mode has no kernel stack. bpf_get_stack finds that out too, but took
+  // A sample taken in user mode has no kernel stack. bpf_get_stack finds that out too, but costs
   // 0.6 to 0.8 µs a sample to do so here.
   const bool in_user_mode = ctx->regs.ip < USER_ADDRESS_END;
   __u32 kernel_depth = 0;
@@ -77,21 +77,23 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   if (flags & EMBER_SAMPLE_KERNEL_STACK_ERROR) stats__add(EMBER_STAT_KERNEL_STACK_ERRORS);
   PHASE(EMBER_PHASE_KERNEL_STACK);
 
-  // The user stack: a snapshot for DWARF unwinding when there is one, else a frame-pointer walk
-  // (from kernel context the kernel walks the task's saved user registers). The agent unwinds a
-  // snapshot's frame-pointer code itself, so walking both would only add cost.
+  // The user stack: the CFI walk where the process has rows (cfi_walk.bpf.h), then a snapshot
+  // from where that walk stopped for the agent's DWARF unwinding; without either, a frame-pointer
+  // walk (from kernel context the kernel walks the task's saved user registers). The agent unwinds
+  // a snapshot's frame-pointer code itself, so walking both would only add cost.
   __u32 snapshot_bytes = 0;
   __u32 user_depth = 0;
   struct task_struct *task = bpf_get_current_task_btf();
   // Read once: the verifier checks each load through a kernel pointer on every path it explores,
-  // by a name search through the kernel's BTF, and that was most of the program's 110 ms load.
+  // by a name search through the kernel's BTF: loads of task->mm at each use take most of a
+  // 110 ms load.
   const bool has_mm = task->mm != NULL;
   if (has_mm && regs__read_user(ctx, in_user_mode, task, s->user_regs)) {
     flags |= EMBER_SAMPLE_USER_REGS;
     PHASE(EMBER_PHASE_USER_REGS);
     if (unwind_in_bpf) user_depth = unwind__user(s, buf, task, pid_tgid, kernel_depth, &flags);
     if (user_depth > EMBER_MAX_STACK_DEPTH) return 0;  // for the verifier
-    // The walk timed its own phases.
+    // The walk times its own phases.
     PHASE_RESTART();
     if (snapshot_limit > 0 && !(flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
       snapshot_bytes =
@@ -145,12 +147,13 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_depth = user_depth;
   s->user_snapshot_bytes = snapshot_bytes;
   if (size > sizeof(*buf)) return 0;
-  // The agent drains the ring buffer on its own every 2 s, so a record wakes it only when the
-  // buffer is filling up, or when its process is new to the agent: a wake-up per sample would
-  // cost more than the sample. Samples walked in BPF are looked up too: an exec clears the
-  // process's mark and its unwind entry, but the agent may write the entry again from the maps
-  // it read before the exec (it reads samples late); until it reads the process again, such a
-  // walk follows the old program's tables, and without a wake-up that lasted until the next drain.
+  // The agent drains the ring buffer on its own at least every 5 s (kMaxPollMs in
+  // src/agent/agent.cc), so a record wakes it only when the buffer is a quarter full, or when its
+  // process is new to the agent: a wake-up per sample would cost more than the sample. Samples
+  // walked in BPF are looked up too: an exec clears the process's mark and its unwind entry, but
+  // the agent may write the entry again from the maps it read before the exec (it reads samples
+  // late); until it reads the process again, such a walk follows the old program's tables, which
+  // without a wake-up could last until the next drain.
   __u64 pending = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
   __u64 wakeup = pending > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                              : BPF_RB_NO_WAKEUP;

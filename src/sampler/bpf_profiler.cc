@@ -283,8 +283,9 @@ int BpfProfiler::OnRecord(void* ctx, void* data, size_t size) {
 }
 
 absl::StatusOr<int> BpfProfiler::Poll(int timeout_ms) {
-  // Records wake the poll only when the buffer is a quarter full (profiler.bpf.c): what is
-  // queued is read before the wait and what came meanwhile after it.
+  // Records wake the poll only when the buffer is a quarter full or their process is new to the
+  // agent (bpf/profiler.bpf.c): what is queued is read before the wait and what came meanwhile
+  // after it.
   int before = ring_buffer__consume(ring_);
   if (before < 0) return ErrnoStatus(before, "reading the ring buffer");
   int woken = ring_buffer__poll(ring_, timeout_ms);

@@ -33,7 +33,7 @@ TEST(BpfStatsTest, EachCounterLandsInItsNamedMember) {
   EXPECT_EQ(stats.unwind_no_tables, ValueOf(EMBER_STAT_UNWIND_NO_TABLES));
 }
 
-TEST(BpfStatsTest, SumsAddsAndIgnoresIndexesOutsideTheEnum) {
+TEST(BpfStatsTest, SumsSharesAndIgnoresIndexesOutsideTheEnum) {
   BpfStats stats;
   AddBpfStat(EMBER_STAT_PYTHON_OK, 3, stats);
   AddBpfStat(EMBER_STAT_PYTHON_OK, 4, stats);  // another CPU's share
