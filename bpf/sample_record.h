@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Every record and counter that crosses from bpf/ to src/agent/. Included by both sides; the C++
+/* Every record and counter that crosses from bpf/ to src/sampler/. Included by both sides; the C++
  * side static_asserts the layout (src/sampler/sample_record_layout.h) so drift fails the build. */
 #ifndef EMBER_BPF_SAMPLE_RECORD_H_
 #define EMBER_BPF_SAMPLE_RECORD_H_

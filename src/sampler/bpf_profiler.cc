@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +76,52 @@ int OpenCpuClock(int cpu, int hz) {
   return static_cast<int>(
       syscall(SYS_perf_event_open, &attr, /*pid=*/-1, cpu, /*group_fd=*/-1, PERF_FLAG_FD_CLOEXEC));
 }
+
+// Which member of BpfStats counts each counter of the `stats` map. By enum constant, not by
+// position, and checked below to pair every constant and every member exactly once, so that
+// reordering either side fails the build instead of swapping two metrics.
+struct BpfStatField {
+  ember_stat index;
+  uint64_t BpfStats::*member;
+};
+
+constexpr BpfStatField kBpfStatFields[] = {
+    {EMBER_STAT_SAMPLES, &BpfStats::samples},
+    {EMBER_STAT_RINGBUF_FULL, &BpfStats::ring_buffer_full},
+    {EMBER_STAT_KERNEL_STACK_ERRORS, &BpfStats::kernel_stack_errors},
+    {EMBER_STAT_USER_STACK_ERRORS, &BpfStats::user_stack_errors},
+    {EMBER_STAT_SNAPSHOT_ERRORS, &BpfStats::snapshot_errors},
+    {EMBER_STAT_SNAPSHOT_NO_MAPPING, &BpfStats::snapshot_no_mapping},
+    {EMBER_STAT_SNAPSHOT_CLAMPED, &BpfStats::snapshot_clamped},
+    {EMBER_STAT_PYTHON_OK, &BpfStats::python_ok},
+    {EMBER_STAT_PYTHON_NO_THREAD_STATE, &BpfStats::python_no_thread_state},
+    {EMBER_STAT_PYTHON_READ_FAILED, &BpfStats::python_read_failed},
+    {EMBER_STAT_PYTHON_NOT_CODE, &BpfStats::python_not_code},
+    {EMBER_STAT_PYTHON_TRUNCATED, &BpfStats::python_truncated},
+    {EMBER_STAT_UNWIND_COMPLETE, &BpfStats::unwind_complete},
+    {EMBER_STAT_UNWIND_STOPPED, &BpfStats::unwind_stopped},
+    {EMBER_STAT_UNWIND_NO_TABLES, &BpfStats::unwind_no_tables},
+};
+
+// Every constant below EMBER_STAT_COUNT once, every member once.
+constexpr bool PairsEachStatOnce() {
+  bool seen[EMBER_STAT_COUNT] = {};
+  for (size_t i = 0; i < std::size(kBpfStatFields); ++i) {
+    const int index = kBpfStatFields[i].index;
+    if (index < 0 || index >= EMBER_STAT_COUNT || seen[index]) return false;
+    seen[index] = true;
+    for (size_t j = 0; j < i; ++j) {
+      if (kBpfStatFields[j].member == kBpfStatFields[i].member) return false;
+    }
+  }
+  return true;
+}
+
+static_assert(std::size(kBpfStatFields) == EMBER_STAT_COUNT,
+              "one BpfStats member for each counter of bpf/sample_record.h's enum ember_stat");
+static_assert(sizeof(BpfStats) == EMBER_STAT_COUNT * sizeof(uint64_t),
+              "every BpfStats member counts a counter of the stats map");
+static_assert(PairsEachStatOnce(), "kBpfStatFields pairs a constant or a member twice");
 
 // The walk's maps, written through the bpf syscall.
 class BpfUnwindMaps : public UnwindMaps {
@@ -235,8 +283,9 @@ int BpfProfiler::OnRecord(void* ctx, void* data, size_t size) {
 }
 
 absl::StatusOr<int> BpfProfiler::Poll(int timeout_ms) {
-  // Records wake the poll only when the buffer is a quarter full (profiler.bpf.c): what is
-  // queued is read before the wait and what came meanwhile after it.
+  // Records wake the poll only when the buffer is a quarter full or their process is new to the
+  // agent (bpf/profiler.bpf.c): what is queued is read before the wait and what came meanwhile
+  // after it.
   int before = ring_buffer__consume(ring_);
   if (before < 0) return ErrnoStatus(before, "reading the ring buffer");
   int woken = ring_buffer__poll(ring_, timeout_ms);
@@ -252,21 +301,23 @@ BpfStats BpfProfiler::ReadStats() const {
   int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) return stats;
   std::vector<uint64_t> values(ncpus);
-  uint64_t* fields[] = {
-      &stats.samples,           &stats.ring_buffer_full,       &stats.kernel_stack_errors,
-      &stats.user_stack_errors, &stats.snapshot_errors,        &stats.snapshot_clamped,
-      &stats.python_ok,         &stats.python_no_thread_state, &stats.python_read_failed,
-      &stats.python_not_code,   &stats.python_truncated,       &stats.snapshot_no_mapping,
-      &stats.unwind_complete,   &stats.unwind_stopped,         &stats.unwind_no_tables};
-  static_assert(std::size(fields) == EMBER_STAT_COUNT);
   for (uint32_t index = 0; index < EMBER_STAT_COUNT; ++index) {
     if (bpf_map__lookup_elem(skeleton_->maps.stats, &index, sizeof(index), values.data(),
                              values.size() * sizeof(uint64_t), 0) != 0) {
       continue;
     }
-    for (uint64_t v : values) *fields[index] += v;
+    for (uint64_t v : values) AddBpfStat(index, v, stats);
   }
   return stats;
+}
+
+void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats) {
+  for (const BpfStatField& field : kBpfStatFields) {
+    if (static_cast<uint32_t>(field.index) == index) {
+      stats.*field.member += value;
+      return;
+    }
+  }
 }
 
 bool BpfProfiler::MapsAccessible() const {

@@ -58,6 +58,10 @@ struct BpfStats {
   uint64_t unwind_no_tables = 0;
 };
 
+// Adds `value` to the member of `stats` that counts what the BPF program's `stats` map holds at
+// `index` (enum ember_stat); an index outside the enum adds to none.
+void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats);
+
 class BpfProfiler {
  public:
   // Called for every record, inside Poll. Views are valid only during the call.
@@ -70,9 +74,10 @@ class BpfProfiler {
   BpfProfiler& operator=(const BpfProfiler&) = delete;
 
   int attached_cpus() const { return static_cast<int>(links_.size()); }
-  // Hands every queued record to the handler, waits timeout_ms (less when the ring buffer fills
-  // up: records do not end the wait one by one), then hands over what came meanwhile; returns
-  // how many. An interrupting signal only ends the wait early.
+  // Hands every queued record to the handler, waits timeout_ms (less when the ring buffer is a
+  // quarter full or a sample of a process not marked known arrives: records do not end the wait
+  // one by one), then hands over what came meanwhile; returns how many. An interrupting signal
+  // only ends the wait early.
   absl::StatusOr<int> Poll(int timeout_ms);
   BpfStats ReadStats() const;
   // Whether the maps can be read with the thread's current capabilities (a kernel before 6.5 with

@@ -211,8 +211,8 @@ TEST(UnwindTableTest, LibcRowsAgreeWithLibdwAndMostAreApplicable) {
       100.0 * share, agreement.covered_random, agreement.checked);
 }
 
-// The BPF walk's lookup through the buckets (profiler.bpf.c, unwind__row): the bucket's row, then
-// the rows up to the next bucket's. nullptr before the first row.
+// The BPF walk's lookup through the buckets (bpf/cfi_walk.bpf.h, unwind__row): the bucket's row,
+// then the rows up to the next bucket's. nullptr before the first row.
 const ember_unwind_row* LookupByBuckets(const std::vector<ember_unwind_row>& table,
                                         const UnwindBuckets& buckets, uint64_t address,
                                         size_t* looked_at) {
