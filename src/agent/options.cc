@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
@@ -67,13 +68,17 @@ absl::Status ParseBytesFlag(absl::string_view flag, absl::string_view value, siz
   return absl::OkStatus();
 }
 
-absl::Status ParseLogLevel(absl::string_view value, spdlog::level::level_enum* out) {
-  static const std::map<absl::string_view, spdlog::level::level_enum> kLevels = {
+const std::map<absl::string_view, spdlog::level::level_enum>& LogLevels() {
+  static const auto* levels = new std::map<absl::string_view, spdlog::level::level_enum>{
       {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
       {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
       {"error", spdlog::level::err},   {"off", spdlog::level::off}};
-  auto it = kLevels.find(value);
-  if (it == kLevels.end()) {
+  return *levels;
+}
+
+absl::Status ParseLogLevel(absl::string_view value, spdlog::level::level_enum* out) {
+  auto it = LogLevels().find(value);
+  if (it == LogLevels().end()) {
     return FlagError("log-level", "one of trace, debug, info, warn, error, off", value);
   }
   *out = it->second;
@@ -101,10 +106,19 @@ bool ParseByteSize(absl::string_view text, size_t* bytes) {
   return true;
 }
 
-absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
-  Options options;
-  using Setter = std::function<absl::Status(absl::string_view)>;
-  const std::map<absl::string_view, Setter> with_value = {
+namespace {
+
+using Setter = std::function<absl::Status(absl::string_view)>;
+
+struct FlagParsers {
+  std::map<absl::string_view, Setter> with_value;
+  std::map<absl::string_view, bool*> switches;
+};
+
+// The parsers write into `options`, and --kubernetes and --no-kubernetes into the two bools.
+FlagParsers MakeFlagParsers(Options& options, bool* kubernetes_on, bool* kubernetes_off) {
+  FlagParsers parsers;
+  parsers.with_value = {
       {"duration",
        [&](absl::string_view v) {
          return ParseDurationFlag("duration", v, absl::Milliseconds(1), &options.duration);
@@ -320,14 +334,24 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
          return absl::OkStatus();
        }},
   };
+  parsers.switches = {{"help", &options.help},
+                      {"version", &options.version},
+                      {"otlp-insecure", &options.otlp.insecure},
+                      {"profile-self", &options.profile_self},
+                      {"kubernetes", kubernetes_on},
+                      {"no-kubernetes", kubernetes_off}};
+  return parsers;
+}
+
+}  // namespace
+
+absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
+  Options options;
   bool kubernetes_on = false;
   bool kubernetes_off = false;
-  const std::map<absl::string_view, bool*> switches = {{"help", &options.help},
-                                                       {"version", &options.version},
-                                                       {"otlp-insecure", &options.otlp.insecure},
-                                                       {"profile-self", &options.profile_self},
-                                                       {"kubernetes", &kubernetes_on},
-                                                       {"no-kubernetes", &kubernetes_off}};
+  const FlagParsers parsers = MakeFlagParsers(options, &kubernetes_on, &kubernetes_off);
+  const auto& with_value = parsers.with_value;
+  const auto& switches = parsers.switches;
 
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
@@ -374,99 +398,280 @@ absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args) {
   return options;
 }
 
+namespace {
+
+// The text of a default: a count as a number, a size with the largest binary unit that divides it.
+std::string Count(size_t n) { return absl::StrCat(n); }
+
+std::string Bytes(size_t n) {
+  for (auto [shift, unit] : {std::pair{30, "GiB"}, std::pair{20, "MiB"}, std::pair{10, "KiB"}}) {
+    if (n != 0 && n % (size_t{1} << shift) == 0) return absl::StrCat(n >> shift, unit);
+  }
+  return absl::StrCat(n);
+}
+
+std::string Duration(absl::Duration d) { return absl::FormatDuration(d); }
+
+// A flag's default, read from a default-constructed Options; "" shows none.
+using DefaultText = std::string (*)(const Options&);
+
+struct FlagSpec {
+  absl::string_view name;
+  absl::string_view arg;
+  absl::string_view help;
+  DefaultText default_text = nullptr;
+};
+
+struct FlagSection {
+  absl::string_view heading;  // "" for none
+  std::vector<FlagSpec> flags;
+};
+
+const std::vector<FlagSection>& FlagSections() {
+  static const auto* sections = new std::vector<FlagSection>{
+      {"Flags:",
+       {
+           {"duration", "D", "stop after D, e.g. 30s or 5m",
+            [](const Options& o) {
+              return o.duration == absl::ZeroDuration() ? std::string("until SIGINT/SIGTERM")
+                                                        : Duration(o.duration);
+            }},
+           {"pid", "PID", "profile only this process; repeat for more",
+            [](const Options& o) {
+              return o.pids.empty() ? std::string("every process") : absl::StrJoin(o.pids, ",");
+            }},
+           {"profile-self", "",
+            "sample the agent's own threads too, not only count their CPU in /metrics",
+            [](const Options& o) { return std::string(o.profile_self ? "on" : "off"); }},
+           {"sampling-hz", "N", "samples per second per CPU, 1 to 1000",
+            [](const Options& o) { return Count(o.sampling_hz); }},
+           {"stack-snapshot-bytes", "N",
+            "user stack bytes copied per sample for DWARF unwinding of code without frame "
+            "pointers, 0 to 65536; 0 walks frame pointers only",
+            [](const Options& o) { return Count(o.stack_snapshot_bytes); }},
+           {"bpf-unwind-rows", "N",
+            "call-frame rows (16 bytes each, in kernel memory) the BPF program holds to walk user "
+            "stacks without frame pointers itself, 0 to 16777216; 0 leaves every such walk to the "
+            "agent, from the snapshot",
+            [](const Options& o) { return Count(o.bpf_unwind_rows); }},
+           {"export-interval", "D", "length of each profile, at least 1s",
+            [](const Options& o) { return Duration(o.export_interval); }},
+           {"kernel-symbols-recheck", "D",
+            "how often, at most, kernel symbols are read again while frames land above the kernel "
+            "image (BPF programs loaded since), at least 1s",
+            [](const Options& o) { return Duration(o.kernel_symbols_recheck); }},
+           {"output-dir", "DIR",
+            "where pprof files and flamegraph.html go; with an OTLP endpoint, local files are "
+            "written only when this is given",
+            [](const Options& o) {
+              return absl::StartsWith(o.output_dir, "/") ? o.output_dir
+                                                         : absl::StrCat("./", o.output_dir);
+            }},
+           {"log-level", "L", "trace, debug, info, warn, error or off",
+            [](const Options& o) {
+              for (const auto& [name, level] : LogLevels()) {
+                if (level == o.log_level) return std::string(name);
+              }
+              return std::string(spdlog::level::to_string_view(o.log_level).data());
+            }},
+           {"metrics-address", "A",
+            "where /metrics (Prometheus), /healthz and /readyz listen: IPv4:port or [IPv6]:port; "
+            "0.0.0.0:9464 for every address, \"\" for none",
+            [](const Options& o) { return o.metrics_address; }},
+       }},
+      {"Limits (when one is reached, the least recently used entries are evicted and counted in "
+       "/metrics):",
+       {
+           {"max-processes", "N", "processes tracked at once, 1 to 4194304",
+            [](const Options& o) { return Count(o.max_processes); }},
+           {"max-symbol-cache-bytes", "B",
+            "symbols, DWARF line data and symbolized frames kept, at least 1MiB; sizes take KiB, "
+            "MiB, GiB suffixes",
+            [](const Options& o) { return Bytes(o.max_symbol_cache_bytes); }},
+           {"max-cfi-cache-bytes", "B",
+            "call-frame rows kept for DWARF unwinding, every file together, at least 1MiB",
+            [](const Options& o) { return Bytes(o.max_cfi_cache_bytes); }},
+           {"max-perf-map-bytes", "B", "JIT names read from one process's perf map, at least 4KiB",
+            [](const Options& o) { return Bytes(o.max_perf_map_bytes); }},
+           {"max-perf-map-total-bytes", "B",
+            "JIT names read from every process's perf map together, at least "
+            "--max-perf-map-bytes; the largest maps lose their oldest half first",
+            [](const Options& o) { return Bytes(o.max_perf_map_total_bytes); }},
+           {"max-mappings-per-process", "N",
+            "executable mappings kept per process, 16 to 1048576: the program's own, then other "
+            "files', then anonymous ones",
+            [](const Options& o) { return Count(o.max_mappings_per_process); }},
+           {"max-mapping-bytes", "B",
+            "executable mappings kept, every process together, at least 1MiB; the least recently "
+            "sampled processes' go first, read again when sampled",
+            [](const Options& o) { return Bytes(o.max_mapping_bytes); }},
+           {"max-pods", "N", "Kubernetes pods cached, 1 to 1048576",
+            [](const Options& o) { return Count(o.max_pods); }},
+           {"otlp-max-queue-bytes", "B", "intervals waiting for the OTLP endpoint, at least 64KiB",
+            [](const Options& o) { return Bytes(o.otlp_max_queue_bytes); }},
+           {"otlp-max-request-bytes", "B",
+            "largest OTLP request: a bigger interval goes as several, by process, at least 64KiB; "
+            "4MiB is a Collector's and Pyroscope's gRPC limit",
+            [](const Options& o) { return Bytes(o.otlp_max_request_bytes); }},
+       }},
+      {"Separate debug files from debuginfod servers (for binaries without a local debug file):",
+       {
+           {"debuginfod-urls", "U",
+            "space-separated server URLs to ask by build id (\"\" for none). Fetched on worker "
+            "threads: frames are named once it arrives",
+            [](const Options& o) {
+              return o.debuginfod_urls ? *o.debuginfod_urls : std::string("$DEBUGINFOD_URLS");
+            }},
+           {"debuginfod-cache-dir", "DIR", "where fetched files are kept",
+            [](const Options& o) { return o.debuginfod_cache_dir; }},
+           {"debuginfod-cache-bytes", "B",
+            "files kept there, least recently used deleted first; also the largest file taken, at "
+            "least 1MiB",
+            [](const Options& o) { return Bytes(o.debuginfod_cache_bytes); }},
+           {"debuginfod-timeout", "D",
+            "no first bytes within D, or no whole file within twice D, gives up; at least 1s",
+            [](const Options& o) { return Duration(o.debuginfod_timeout); }},
+           {"debuginfod-max-fetches", "N", "fetches at once, 1 to 16",
+            [](const Options& o) { return Count(o.debuginfod_max_fetches); }},
+       }},
+      {"OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; "
+       "flags win):",
+       {
+           {"otlp-endpoint", "URL",
+            "send every interval to this OpenTelemetry Collector or Pyroscope: gRPC host:port or "
+            "https://host:port",
+            [](const Options& o) {
+              return o.otlp.endpoint ? *o.otlp.endpoint : std::string("none: no export");
+            }},
+           {"otlp-protocol", "P", "grpc, or http/protobuf posting to /v1development/profiles",
+            [](const Options& o) {
+              if (o.otlp.protocol) return *o.otlp.protocol;
+              return std::string(
+                  ExporterConfig{}.protocol == OtlpProtocol::kGrpc ? "grpc" : "http/protobuf");
+            }},
+           {"otlp-header", "K=V", "a request header (repeatable; values are never logged)"},
+           {"otlp-insecure", "", "plaintext instead of TLS"},
+           {"otlp-ca-file", "F",
+            "PEM roots to verify the endpoint with instead of the system ones"},
+           {"otlp-client-cert", "F",
+            "client certificate for mutual TLS (with --otlp-client-key F)"},
+           {"otlp-client-key", "F", "the client certificate's key (with --otlp-client-cert F)"},
+           {"otlp-timeout", "D", "deadline of each request",
+            [](const Options& o) {
+              return Duration(o.otlp.timeout.value_or(ExporterConfig{}.timeout));
+            }},
+       }},
+      {"Kubernetes pod metadata (k8s.pod.name, k8s.deployment.name, service.name, ... of each "
+       "container):",
+       {
+           {"kubernetes", "",
+            "watch this node's pods through the API server (a pod is told by "
+            "KUBERNETES_SERVICE_HOST)",
+            [](const Options& o) {
+              switch (o.kubernetes) {
+                case Options::Kubernetes::kOn:
+                  return std::string("on");
+                case Options::Kubernetes::kOff:
+                  return std::string("off");
+                case Options::Kubernetes::kAuto:
+                  break;
+              }
+              return std::string("on in a pod");
+            }},
+           {"no-kubernetes", "", "do not, even in a pod"},
+           {"node-name", "N", "the node whose pods to watch",
+            [](const Options& o) { return o.kube.node_name.value_or("$NODE_NAME"); }},
+           {"kube-api-server", "URL", "the API server",
+            [](const Options& o) {
+              return o.kube.server.value_or(
+                  "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT");
+            }},
+           {"kube-token-file", "F", "bearer token, re-read for every request; \"\" for none",
+            [](const Options& o) {
+              return o.kube.token_file.value_or("the pod's service-account token");
+            }},
+           {"kube-ca-file", "F", "PEM roots for the API server; \"\" for the system roots",
+            [](const Options& o) {
+              return o.kube.ca_file.value_or("the service account's ca.crt");
+            }},
+       }},
+      {"",
+       {
+           {"help", "", "show this text"},
+           {"version", "", "print the version"},
+       }},
+  };
+  return *sections;
+}
+
+FlagDoc Document(const FlagSpec& spec, const Options& defaults) {
+  return {.name = std::string(spec.name),
+          .arg = std::string(spec.arg),
+          .help = std::string(spec.help),
+          .default_value = spec.default_text ? spec.default_text(defaults) : ""};
+}
+
+// "  --name ARG" in a 24-column left side, the help and its default wrapped to 100 columns.
+void AppendFlag(const FlagDoc& flag, std::string* out) {
+  constexpr size_t kIndent = 24;
+  constexpr size_t kWidth = 100;
+  std::string left = absl::StrCat("  --", flag.name, flag.arg.empty() ? "" : " ", flag.arg);
+  std::string text = flag.help;
+  if (!flag.default_value.empty()) absl::StrAppend(&text, " (default ", flag.default_value, ")");
+  std::string line = left;
+  if (line.size() >= kIndent) {
+    absl::StrAppend(out, line, "\n");
+    line.clear();
+  }
+  line.resize(kIndent, ' ');
+  bool line_empty = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line_empty && line.size() + 1 + word.size() > kWidth) {
+      absl::StrAppend(out, line, "\n");
+      line.assign(kIndent, ' ');
+      line_empty = true;
+    }
+    absl::StrAppend(&line, line_empty ? "" : " ", word);
+    line_empty = false;
+  }
+  absl::StrAppend(out, line, "\n");
+}
+
+}  // namespace
+
+std::vector<FlagDoc> DocumentedFlags() {
+  const Options defaults;
+  std::vector<FlagDoc> flags;
+  for (const FlagSection& section : FlagSections()) {
+    for (const FlagSpec& spec : section.flags) flags.push_back(Document(spec, defaults));
+  }
+  return flags;
+}
+
+std::vector<std::string> ParsedFlagNames() {
+  Options options;
+  bool on = false;
+  bool off = false;
+  FlagParsers parsers = MakeFlagParsers(options, &on, &off);
+  std::vector<std::string> names;
+  for (const auto& [name, setter] : parsers.with_value) names.emplace_back(name);
+  for (const auto& [name, target] : parsers.switches) names.emplace_back(name);
+  return names;
+}
+
 std::string UsageText() {
-  return R"(Usage: ember-agent [flags]
+  std::string text = R"(Usage: ember-agent [flags]
 
 Samples the CPU stacks of every process on this machine (or only --pid ones) with eBPF and writes
 one pprof file per export interval, plus a flame graph of the whole run, to --output-dir.
 Needs root: BPF and perf events, and reading every process's maps, binaries and kernel symbols.
-
-Flags:
-  --duration D          stop after D (e.g. 30s, 5m); default: run until SIGINT or SIGTERM
-  --pid PID             profile only this process; repeat for more; default: every process
-  --profile-self        sample the agent's own threads too (default: not; their CPU is in /metrics)
-  --sampling-hz N       samples per second per CPU, 1 to 1000 (default 19)
-  --stack-snapshot-bytes N
-                        user stack bytes copied per sample for DWARF unwinding of code without
-                        frame pointers, 0 to 65536; 0 walks frame pointers only (default 16384)
-  --bpf-unwind-rows N   call-frame rows (16 bytes each, in kernel memory) the BPF program holds to
-                        walk user stacks without frame pointers itself, 0 to 16777216; 0 leaves
-                        every such walk to the agent, from the snapshot (default 1048576)
-  --export-interval D   length of each profile, at least 1s (default 10s)
-  --kernel-symbols-recheck D
-                        how often, at most, kernel symbols are read again while frames land above
-                        the kernel image (BPF programs loaded since), at least 1s (default 5m)
-  --output-dir DIR      where pprof files and flamegraph.html go (default ./ember-profiles; with
-                        an OTLP endpoint, local files are written only when this is given)
-  --log-level L         trace, debug, info, warn, error or off (default info)
-  --metrics-address A   where /metrics (Prometheus), /healthz and /readyz listen: IPv4:port or
-                        [IPv6]:port (default 127.0.0.1:9464; 0.0.0.0:9464 for every address;
-                        "" for none)
-
-Limits (when one is reached, the least recently used entries are evicted and counted in /metrics):
-  --max-processes N     processes tracked at once, 1 to 4194304 (default 4096)
-  --max-symbol-cache-bytes B
-                        symbols, DWARF line data and symbolized frames kept, at least 1MiB
-                        (default 256MiB; sizes take KiB, MiB, GiB suffixes)
-  --max-cfi-cache-bytes B
-                        call-frame rows kept for DWARF unwinding, every file together, at least
-                        1MiB (default 64MiB)
-  --max-perf-map-bytes B
-                        JIT names read from one process's perf map, at least 4KiB (default 64MiB)
-  --max-perf-map-total-bytes B
-                        JIT names read from every process's perf map together, at least
-                        --max-perf-map-bytes; the largest maps lose their oldest half first
-                        (default 256MiB)
-  --max-mappings-per-process N
-                        executable mappings kept per process, 16 to 1048576: the program's own,
-                        then other files', then anonymous ones (default 4096)
-  --max-mapping-bytes B executable mappings kept, every process together, at least 1MiB; the least
-                        recently sampled processes' go first, read again when sampled
-                        (default 64MiB)
-  --max-pods N          Kubernetes pods cached, 1 to 1048576 (default 4096)
-  --otlp-max-queue-bytes B
-                        intervals waiting for the OTLP endpoint, at least 64KiB (default 64MiB)
-  --otlp-max-request-bytes B
-                        largest OTLP request: a bigger interval goes as several, by process, at
-                        least 64KiB (default 4MiB, a Collector's and Pyroscope's gRPC limit)
-
-Separate debug files from debuginfod servers (for binaries without a local debug file):
-  --debuginfod-urls U   space-separated server URLs to ask by build id (default: $DEBUGINFOD_URLS;
-                        "" for none). Fetched on worker threads: frames are named once it arrives
-  --debuginfod-cache-dir DIR
-                        where fetched files are kept (default /var/cache/ember/debuginfod)
-  --debuginfod-cache-bytes B
-                        files kept there, least recently used deleted first; also the largest
-                        file taken, at least 1MiB (default 1GiB)
-  --debuginfod-timeout D
-                        no first bytes within D, or no whole file within twice D, gives up; at
-                        least 1s (default 30s)
-  --debuginfod-max-fetches N
-                        fetches at once, 1 to 16 (default 2)
-
-OTLP export (each also read from the standard OTEL_EXPORTER_OTLP_[PROFILES_]* variables; flags win):
-  --otlp-endpoint URL   send every interval to this OpenTelemetry Collector or Pyroscope
-                        (gRPC host:port or https://host:port; none: no export)
-  --otlp-protocol P     grpc (default) or http/protobuf (posts to /v1development/profiles)
-  --otlp-header K=V     a request header (repeatable; values are never logged)
-  --otlp-insecure       plaintext instead of TLS
-  --otlp-ca-file F      PEM roots to verify the endpoint with instead of the system ones
-  --otlp-client-cert F  client certificate for mutual TLS (with --otlp-client-key F)
-  --otlp-timeout D      deadline of each request (default 10s)
-
-Kubernetes pod metadata (k8s.pod.name, k8s.deployment.name, service.name, ... of each container):
-  --kubernetes          watch this node's pods through the API server (default: on when
-                        KUBERNETES_SERVICE_HOST is set, as in a pod)
-  --no-kubernetes       do not, even in a pod
-  --node-name N         the node whose pods to watch (default: $NODE_NAME)
-  --kube-api-server URL the API server (default: https://$KUBERNETES_SERVICE_HOST:$..._PORT)
-  --kube-token-file F   bearer token, re-read for every request (default: the pod's service
-                        account token; "" for none)
-  --kube-ca-file F      PEM roots for the API server (default: the service account's ca.crt)
-
-  --help                show this text
-  --version             print the version
 )";
+  const Options defaults;
+  for (const FlagSection& section : FlagSections()) {
+    absl::StrAppend(&text, "\n", section.heading, section.heading.empty() ? "" : "\n");
+    for (const FlagSpec& spec : section.flags) AppendFlag(Document(spec, defaults), &text);
+  }
+  return text;
 }
 
 }  // namespace ember

@@ -76,6 +76,22 @@ bool ParseByteSize(absl::string_view text, size_t* bytes);
 // args excludes the program name. The error message starts with the flag it is about.
 absl::StatusOr<Options> ParseOptions(std::span<const absl::string_view> args);
 
+// The --help text: every flag with its help and its default, printed from a default-constructed
+// Options.
 std::string UsageText();
+
+// One flag as --help shows it.
+struct FlagDoc {
+  std::string name;           // "sampling-hz"
+  std::string arg;            // "N"; "" for a switch
+  std::string help;           // without the default
+  std::string default_value;  // as --help prints it after "default "; "" when none is shown
+};
+
+// Every flag --help lists, in its order.
+std::vector<FlagDoc> DocumentedFlags();
+
+// Every flag ParseOptions accepts ("-h" aside), by name.
+std::vector<std::string> ParsedFlagNames();
 
 }  // namespace ember

@@ -5,7 +5,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -15,6 +14,9 @@
 #include "k8s/kube_api_config.h"
 
 namespace ember {
+namespace http {
+class Client;
+}  // namespace http
 
 struct KubeHttpResult {
   enum class Outcome {
@@ -51,25 +53,11 @@ class KubeHttpClient {
   void Cancel();
 
  private:
-  explicit KubeHttpClient(const KubeApiConfig& config) : config_(config) {}
-  absl::Status Init();
-  static size_t OnBody(char* data, size_t size, size_t count, void* user);
-  static size_t OnHeader(char* data, size_t size, size_t count, void* user);
+  KubeHttpClient(const KubeApiConfig& config, std::unique_ptr<http::Client> http);
 
   const KubeApiConfig config_;
   std::string base_url_;  // config_.server without a trailing '/'
-  // CURL* and CURLM* (void in curl.h), kept out of this header.
-  void* easy_ = nullptr;
-  void* multi_ = nullptr;
-  char error_[256] = {};  // CURL_ERROR_SIZE
-  // The request in progress.
-  absl::FunctionRef<bool(absl::string_view)>* on_body_ = nullptr;
-  const std::function<void(long)>* on_answer_ = nullptr;
-  std::string error_body_;
-  bool aborted_ = false;
-
-  std::mutex mu_;
-  bool cancelled_ = false;
+  const std::unique_ptr<http::Client> http_;
 };
 
 // The service account token in `path`, surrounding whitespace trimmed. An error when the file is

@@ -1,12 +1,8 @@
-// OTLP/HTTP with protobuf bodies through libcurl: POST the request (gzip-compressed when asked)
-// to the configured URL, TLS verified against the system roots or the CA file, and read the
-// status, Retry-After and the ExportProfilesServiceResponse. One easy handle on a multi handle,
-// so the connection is kept between intervals and Cancel can wake a transfer in progress.
-#include <curl/curl.h>
-
+// OTLP/HTTP with protobuf bodies: POST the request (gzip-compressed when asked) to the
+// configured URL, TLS verified against the system roots or the CA file, and read the status,
+// Retry-After and the ExportProfilesServiceResponse. On an http::Client, so the connection is kept
+// between intervals and Cancel wakes a transfer in progress.
 #include <algorithm>
-#include <cstdio>
-#include <mutex>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/gzip.h"
 #include "google/rpc/status.pb.h"
+#include "http/client.h"
 #include "opentelemetry/proto/collector/profiles/v1development/profiles_service.pb.h"
 #include "otlp/export_transport.h"
 
@@ -26,28 +23,6 @@ namespace collector_pb = opentelemetry::proto::collector::profiles::v1developmen
 
 // A response body beyond this is not kept: a partial-success answer or an error is small.
 constexpr size_t kMaxResponseBody = 64 << 10;
-// How often a transfer wakes when nothing happens (Cancel wakes it at once anyway).
-constexpr int kPollMs = 1000;
-
-// Local mistakes no retry fixes; every other transfer error may pass (the receiver comes back,
-// its certificate is replaced).
-bool PermanentCurlError(CURLcode code) {
-  switch (code) {
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_URL_MALFORMAT:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ENGINE_NOTFOUND:
-    case CURLE_SSL_ENGINE_SETFAILED:
-    case CURLE_FILESIZE_EXCEEDED:
-    case CURLE_OUT_OF_MEMORY:
-    case CURLE_FAILED_INIT:
-      return true;
-    default:
-      return false;
-  }
-}
 
 bool RetryableHttpStatus(long status) {
   return status == 429 || status == 502 || status == 503 || status == 504;
@@ -68,73 +43,16 @@ absl::Status CheckHeaders(const std::vector<OtlpHeader>& headers) {
   return absl::OkStatus();
 }
 
-void EnsureCurlInitialized() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 class HttpTransport final : public ExportTransport {
  public:
-  explicit HttpTransport(const ExporterConfig& config) : config_(config) {}
-
-  ~HttpTransport() override {
-    if (multi_ != nullptr && easy_ != nullptr) curl_multi_remove_handle(multi_, easy_);
-    if (easy_ != nullptr) curl_easy_cleanup(easy_);
-    if (multi_ != nullptr) curl_multi_cleanup(multi_);
-    curl_slist_free_all(headers_);
-  }
-
-  absl::Status Init() {
-    EnsureCurlInitialized();
-    easy_ = curl_easy_init();
-    multi_ = curl_multi_init();
-    if (easy_ == nullptr || multi_ == nullptr) {
-      return absl::InternalError("OTLP/HTTP: libcurl failed to initialize");
-    }
-    headers_ = curl_slist_append(headers_, "Content-Type: application/x-protobuf");
-    if (config_.gzip) headers_ = curl_slist_append(headers_, "Content-Encoding: gzip");
-    headers_ = curl_slist_append(headers_, "Expect:");  // no 100-continue round trip
+  HttpTransport(const ExporterConfig& config, std::unique_ptr<http::Client> http)
+      : config_(config), http_(std::move(http)) {
+    headers_.push_back("Content-Type: application/x-protobuf");
+    if (config_.gzip) headers_.push_back("Content-Encoding: gzip");
+    headers_.push_back("Expect:");  // no 100-continue round trip
     for (const OtlpHeader& header : config_.headers) {
-      headers_ = curl_slist_append(headers_, absl::StrCat(header.name, ": ", header.value).c_str());
+      headers_.push_back(absl::StrCat(header.name, ": ", header.value));
     }
-    // Only the scheme asked for, redirects included: an https endpoint never goes plaintext.
-    const char* protocol = config_.tls ? "https" : "http";
-    bool ok =
-        curl_easy_setopt(easy_, CURLOPT_URL, config_.target.c_str()) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_PROTOCOLS_STR, protocol) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_REDIR_PROTOCOLS_STR, protocol) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_POST, 1L) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_USERAGENT, "ember-otlp-exporter") == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_TIMEOUT_MS,
-                         static_cast<long>(std::max<int64_t>(
-                             1, absl::ToInt64Milliseconds(config_.timeout)))) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, error_) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &HttpTransport::OnBody) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &HttpTransport::OnHeader) == CURLE_OK &&
-        curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this) == CURLE_OK;
-    if (ok && config_.tls) {
-      ok = curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYPEER, 1L) == CURLE_OK &&
-           curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYHOST, 2L) == CURLE_OK;
-      if (ok && !config_.ca_file.empty()) {
-        ok = curl_easy_setopt(easy_, CURLOPT_CAINFO, config_.ca_file.c_str()) == CURLE_OK;
-      }
-      if (ok && !config_.client_cert_file.empty()) {
-        ok = curl_easy_setopt(easy_, CURLOPT_SSLCERT, config_.client_cert_file.c_str()) ==
-                 CURLE_OK &&
-             curl_easy_setopt(easy_, CURLOPT_SSLCERTTYPE, "PEM") == CURLE_OK &&
-             curl_easy_setopt(easy_, CURLOPT_SSLKEY, config_.client_key_file.c_str()) == CURLE_OK &&
-             curl_easy_setopt(easy_, CURLOPT_SSLKEYTYPE, "PEM") == CURLE_OK;
-      }
-    }
-    if (!ok) {
-      return absl::InternalError(
-          "OTLP/HTTP: libcurl refused a setting (it may lack TLS or HTTP support)");
-    }
-    return absl::OkStatus();
   }
 
   SendResult Send(const std::string& request) override {
@@ -145,120 +63,76 @@ class HttpTransport final : public ExportTransport {
                 .reason = absl::StrCat("OTLP/HTTP: ", status.message())};
       }
     }
-    const std::string& body = config_.gzip ? compressed : request;
-    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    response_body_.clear();
-    retry_after_.reset();
-    error_[0] = '\0';
-
-    {
-      std::lock_guard lock(mu_);
-      if (cancelled_) return SendResult::Cancelled();
-    }
-    curl_multi_add_handle(multi_, easy_);
-    CURLcode code = CURLE_OK;
-    bool finished = false;
-    bool cancelled = false;
-    while (!finished && !cancelled) {
-      int running = 0;
-      if (CURLMcode mc = curl_multi_perform(multi_, &running); mc != CURLM_OK) {
-        code = CURLE_FAILED_INIT;
-        std::snprintf(error_, sizeof(error_), "%s", curl_multi_strerror(mc));
-        break;
-      }
-      int queued = 0;
-      while (CURLMsg* message = curl_multi_info_read(multi_, &queued)) {
-        if (message->msg == CURLMSG_DONE) {
-          code = message->data.result;
-          finished = true;
-        }
-      }
-      if (!finished) curl_multi_poll(multi_, nullptr, 0, kPollMs, nullptr);
-      std::lock_guard lock(mu_);
-      cancelled = cancelled_;
-    }
-    curl_multi_remove_handle(multi_, easy_);
-    if (cancelled) return SendResult::Cancelled();
+    std::optional<std::string> retry_after;
+    http::Response response = http_->Perform({
+        .url = config_.target,
+        .headers = headers_,
+        .timeout = config_.timeout,
+        .post_body = config_.gzip ? &compressed : &request,
+        .on_header =
+            [&retry_after](absl::string_view line) {
+              // A new status line (after a 1xx or a retry inside curl) starts a new set of
+              // headers.
+              if (absl::StartsWith(line, "HTTP/")) retry_after.reset();
+              size_t colon = line.find(':');
+              if (colon != absl::string_view::npos &&
+                  absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)),
+                                         "retry-after")) {
+                retry_after = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+              }
+            },
+        .max_kept_body = kMaxResponseBody,
+    });
+    if (response.outcome == http::Response::Outcome::kCancelled) return SendResult::Cancelled();
 
     SendResult result;
-    if (code != CURLE_OK) {
-      result.outcome =
-          PermanentCurlError(code) ? SendResult::Outcome::kFailed : SendResult::Outcome::kRetryable;
-      result.reason = absl::StrCat(curl_easy_strerror(code), error_[0] ? ": " : "", error_);
+    if (response.outcome != http::Response::Outcome::kCompleted) {
+      result.outcome = http::IsPermanentTransportError(response.curl_code)
+                           ? SendResult::Outcome::kFailed
+                           : SendResult::Outcome::kRetryable;
+      result.reason =
+          absl::StrCat(response.curl_error, response.detail.empty() ? "" : ": ", response.detail);
       return result;
     }
-    long status = 0;
-    curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status);
+    long status = response.status;
     if (status >= 200 && status < 300) {
-      collector_pb::ExportProfilesServiceResponse response;
+      collector_pb::ExportProfilesServiceResponse answer;
       // An empty or unreadable body is no partial success to report: the request was taken.
-      if (response.ParseFromString(response_body_)) {
-        result.rejected_profiles = response.partial_success().rejected_profiles();
-        result.partial_error_message = response.partial_success().error_message();
+      if (answer.ParseFromString(response.body)) {
+        result.rejected_profiles = answer.partial_success().rejected_profiles();
+        result.partial_error_message = answer.partial_success().error_message();
       }
       result.outcome = SendResult::Outcome::kDelivered;
       return result;
     }
     result.outcome = RetryableHttpStatus(status) ? SendResult::Outcome::kRetryable
                                                  : SendResult::Outcome::kFailed;
-    if (result.outcome == SendResult::Outcome::kRetryable && retry_after_) {
-      result.retry_delay = ParseRetryAfter(*retry_after_, absl::Now());
+    if (result.outcome == SendResult::Outcome::kRetryable && retry_after) {
+      result.retry_delay = ParseRetryAfter(*retry_after, absl::Now());
     }
-    result.reason = absl::StrCat("HTTP ", status, DescribeErrorBody());
+    result.reason = absl::StrCat("HTTP ", status, DescribeErrorBody(response.body));
     return result;
   }
 
-  void Cancel() override {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-    curl_multi_wakeup(multi_);
-  }
+  void Cancel() override { http_->Cancel(); }
 
  private:
   // OTLP/HTTP receivers answer a failure with a google.rpc.Status (protobuf) or plain text.
-  std::string DescribeErrorBody() const {
-    if (response_body_.empty()) return "";
+  static std::string DescribeErrorBody(const std::string& body) {
+    if (body.empty()) return "";
     google::rpc::Status status;
-    if (status.ParseFromString(response_body_) && !status.message().empty()) {
+    if (status.ParseFromString(body) && !status.message().empty()) {
       return absl::StrCat(": ", status.message());
     }
-    bool text = std::all_of(response_body_.begin(), response_body_.end(), [](char c) {
+    bool text = std::all_of(body.begin(), body.end(), [](char c) {
       return absl::ascii_isprint(c) || absl::ascii_isspace(c);
     });
-    return text ? absl::StrCat(": ", absl::StripAsciiWhitespace(response_body_)) : "";
-  }
-
-  static size_t OnBody(char* data, size_t size, size_t count, void* user) {
-    auto* self = static_cast<HttpTransport*>(user);
-    size_t bytes = size * count;
-    size_t room = kMaxResponseBody - std::min(kMaxResponseBody, self->response_body_.size());
-    self->response_body_.append(data, std::min(bytes, room));
-    return bytes;
-  }
-
-  static size_t OnHeader(char* data, size_t size, size_t count, void* user) {
-    auto* self = static_cast<HttpTransport*>(user);
-    absl::string_view line(data, size * count);
-    // A new status line (after a 1xx or a retry inside curl) starts a new set of headers.
-    if (absl::StartsWith(line, "HTTP/")) self->retry_after_.reset();
-    size_t colon = line.find(':');
-    if (colon != absl::string_view::npos &&
-        absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)), "retry-after")) {
-      self->retry_after_ = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    }
-    return size * count;
+    return text ? absl::StrCat(": ", absl::StripAsciiWhitespace(body)) : "";
   }
 
   const ExporterConfig config_;
-  CURL* easy_ = nullptr;
-  CURLM* multi_ = nullptr;
-  curl_slist* headers_ = nullptr;
-  char error_[CURL_ERROR_SIZE] = {};
-  std::string response_body_;
-  std::optional<std::string> retry_after_;
-  std::mutex mu_;
-  bool cancelled_ = false;
+  const std::unique_ptr<http::Client> http_;
+  std::vector<std::string> headers_;
 };
 
 }  // namespace
@@ -285,9 +159,17 @@ absl::StatusOr<std::unique_ptr<ExportTransport>> CreateHttpTransport(
       }
     }
   }
-  auto transport = std::make_unique<HttpTransport>(config);
-  if (absl::Status init = transport->Init(); !init.ok()) return init;
-  return transport;
+  absl::StatusOr<std::unique_ptr<http::Client>> http = http::Client::Create({
+      .what = "OTLP/HTTP",
+      .user_agent = "ember-otlp-exporter",
+      // Only the scheme asked for, redirects included: an https endpoint never goes plaintext.
+      .https = config.tls,
+      .ca_file = config.ca_file,
+      .client_cert_file = config.client_cert_file,
+      .client_key_file = config.client_key_file,
+  });
+  if (!http.ok()) return http.status();
+  return std::make_unique<HttpTransport>(config, *std::move(http));
 }
 
 }  // namespace ember

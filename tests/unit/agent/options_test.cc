@@ -1,6 +1,20 @@
-// Flag parsing: every flag, both value forms, and one-line errors naming the flag.
+// Flag parsing: every flag, both value forms, and one-line errors naming the flag; --help and the
+// README's flag tables against the flags parsed and the defaults of Options.
 #include "agent/options.h"
 
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ember {
@@ -280,5 +294,121 @@ TEST(OptionsTest, BadValuesNameTheFlag) {
   }
 }
 
+namespace flag_docs {
+
+std::string CollapseSpaces(absl::string_view text) {
+  return absl::StrJoin(absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty()), " ");
+}
+
+std::string StripBackticks(absl::string_view text) {
+  return absl::StrReplaceAll(absl::StripAsciiWhitespace(text), {{"`", ""}});
+}
+
+const FlagDoc* Find(const std::vector<FlagDoc>& flags, absl::string_view name) {
+  for (const FlagDoc& flag : flags) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+TEST(FlagDocsTest, EveryFlagParsedIsDocumentedAndNoOther) {
+  std::vector<std::string> parsed = ParsedFlagNames();
+  std::vector<std::string> documented;
+  for (const FlagDoc& flag : DocumentedFlags()) documented.push_back(flag.name);
+  std::sort(parsed.begin(), parsed.end());
+  std::sort(documented.begin(), documented.end());
+  EXPECT_EQ(parsed, documented);
+}
+
+TEST(FlagDocsTest, HelpShowsEveryFlagWithItsDefaultWithin100Columns) {
+  std::string usage = UsageText();
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    EXPECT_LE(line.size(), 100u) << line;
+  }
+  std::string flat = CollapseSpaces(usage);
+  for (const FlagDoc& flag : DocumentedFlags()) {
+    std::string entry = absl::StrCat("--", flag.name, flag.arg.empty() ? "" : " ", flag.arg, " ",
+                                     CollapseSpaces(flag.help));
+    if (!flag.default_value.empty()) absl::StrAppend(&entry, " (default ", flag.default_value, ")");
+    EXPECT_THAT(flat, ::testing::HasSubstr(entry));
+  }
+  // The defaults are read from a default-constructed Options.
+  EXPECT_THAT(flat, ::testing::HasSubstr("--sampling-hz N samples per second per CPU, 1 to 1000 "
+                                         "(default 19)"));
+  EXPECT_THAT(flat, ::testing::HasSubstr("(default 256MiB)"));
+  EXPECT_THAT(flat, ::testing::HasSubstr("(default 10s)"));
+}
+
+// README.md's flag tables ("| flag | default | meaning |", "| limit | default | ... |" and the
+// OTLP one, "| flag | environment ... | meaning |" with "(default X)" in its meaning) list every
+// flag, each default as --help prints it.
+TEST(FlagDocsTest, ReadmeTablesAgreeWithTheHelp) {
+  std::ifstream in(EMBER_README);
+  ASSERT_TRUE(in) << EMBER_README;
+  std::stringstream readme;
+  readme << in.rdbuf();
+  const std::vector<FlagDoc> flags = DocumentedFlags();
+  enum class Table { kNone, kDefaults, kLimits, kOtlp } table = Table::kNone;
+  std::set<std::string> listed;
+  size_t rows = 0;
+  for (absl::string_view line : absl::StrSplit(readme.str(), '\n')) {
+    if (!absl::StartsWith(line, "|")) {
+      table = Table::kNone;
+      continue;
+    }
+    std::vector<absl::string_view> cells = absl::StrSplit(line, '|');
+    if (cells.size() < 4) continue;
+    absl::string_view first = absl::StripAsciiWhitespace(cells[1]);
+    absl::string_view second = absl::StripAsciiWhitespace(cells[2]);
+    if (first == "flag" && second == "default") table = Table::kDefaults;
+    if (first == "limit" && second == "default") table = Table::kLimits;
+    if (first == "flag" && absl::StartsWith(second, "environment")) table = Table::kOtlp;
+    if (table == Table::kNone || !absl::StartsWith(first, "`--")) continue;
+    ++rows;
+    std::vector<const FlagDoc*> row_flags;
+    for (absl::string_view name : absl::StrSplit(first, '`', absl::SkipEmpty())) {
+      if (!absl::ConsumePrefix(&name, "--")) continue;
+      name = name.substr(0, name.find(' '));
+      const FlagDoc* flag = Find(flags, name);
+      EXPECT_NE(flag, nullptr) << "README lists --" << name << ", which --help does not";
+      if (flag == nullptr) continue;
+      listed.insert(flag->name);
+      if (!flag->default_value.empty()) row_flags.push_back(flag);
+    }
+    std::string cell = StripBackticks(second);
+    std::string meaning = StripBackticks(cells[cells.size() - 2]);
+    for (const FlagDoc* flag : row_flags) {
+      switch (table) {
+        case Table::kDefaults:
+          EXPECT_EQ(cell, flag->default_value) << "README's default of --" << flag->name;
+          break;
+        case Table::kLimits:
+          EXPECT_TRUE(absl::StartsWith(cell, flag->default_value) &&
+                      (cell.size() == flag->default_value.size() ||
+                       !absl::ascii_isalnum(cell[flag->default_value.size()])))
+              << "README's limit --" << flag->name << ": '" << cell << "', --help: '"
+              << flag->default_value << "'";
+          break;
+        case Table::kOtlp:
+          if (size_t at = meaning.find("(default "); at != std::string::npos) {
+            EXPECT_EQ(meaning.substr(at), absl::StrCat("(default ", flag->default_value, ")"))
+                << "README's default of --" << flag->name;
+          }
+          break;
+        case Table::kNone:
+          break;
+      }
+    }
+    if (table == Table::kDefaults && row_flags.empty()) {
+      EXPECT_EQ(cell, "") << "README gives a default --help does not: " << line;
+    }
+  }
+  EXPECT_GT(rows, 40u) << "README's flag tables were not found";
+  for (const FlagDoc& flag : flags) {
+    EXPECT_TRUE(listed.count(flag.name)) << "README's flag tables lack --" << flag.name;
+  }
+}
+
+}  // namespace flag_docs
 }  // namespace
 }  // namespace ember
