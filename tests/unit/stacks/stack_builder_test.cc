@@ -125,6 +125,7 @@ __attribute__((noinline)) void Capture(Snapshot* out, size_t max_bytes) {
 
 // Callers whose frames the snapshot holds; the additions after the calls keep them from being
 // tail calls.
+constexpr uint32_t kCaptureCallLine = __LINE__ + 2;
 __attribute__((noinline)) int SnapshotCallerB(Snapshot* out, size_t max_bytes) {
   Capture(out, max_bytes);
   return sink + 1;
@@ -372,11 +373,54 @@ TEST_F(StackBuilderTest, ContinuesAShortBpfWalkThroughTheSnapshot) {
   ASSERT_GE(stack.size(), 5u) << testing::PrintToString(names);
   EXPECT_THAT(stack[0]->function, HasSubstr("Capture"));          // walked in BPF
   EXPECT_THAT(stack[1]->function, HasSubstr("SnapshotCallerB"));  // the agent's from here
+  // Named as a return address: the line of the call, not the line after it.
+  EXPECT_EQ(stack[1]->line, kCaptureCallLine);
   EXPECT_THAT(stack[2]->function, HasSubstr("SnapshotCallerA"));
   EXPECT_THAT(stack[3]->function, HasSubstr("TakeSnapshot"));
   EXPECT_GT(IndexOf(stack, "main"), 3) << testing::PrintToString(names);
   EXPECT_NE(stack.back()->function, "[truncated]");
   EXPECT_EQ(builder_.ends().complete, 1u);
+}
+
+// The BPF walk's row maps, entries by pid; the rows themselves are never built here.
+class FakeUnwindMaps : public UnwindMaps {
+ public:
+  absl::Status WriteRows(uint32_t, std::span<const ember_unwind_row>) override {
+    return absl::OkStatus();
+  }
+  absl::Status WriteBuckets(uint32_t, std::span<const uint32_t>) override {
+    return absl::OkStatus();
+  }
+  absl::Status SetProcess(uint32_t, const ember_unwind_proc&) override { return absl::OkStatus(); }
+  void RemoveProcess(uint32_t) override {}
+};
+
+// Samples whose BPF walk fell short (or that were walked by frame pointers only) count towards
+// building the tables of the files their frames run through; whole walks count for none.
+TEST_F(StackBuilderTest, ShortWalksCountTowardsBuildingTheirFilesTables) {
+  FakeUnwindMaps maps;
+  BpfUnwindTables tables(
+      maps, 1024,
+      [](const ExecutableMapping&) -> absl::StatusOr<FileUnwindTable> {
+        return absl::UnavailableError("not built here");
+      },
+      1.0, [](uint32_t) { return true; },
+      TableBuildThreshold{.min_short_walks = 1, .code_bytes_per_short_walk = 0});
+  builder_.set_bpf_unwind_tables(&tables);
+  Process* self = Self();
+  tables.SetProcess(self->pid, UnwindMappingsOf(processes_, *self));
+  ASSERT_EQ(tables.stats().files_queued, 0u);
+
+  Record whole;
+  whole.user = WalkedPcs();
+  whole.flags = EMBER_SAMPLE_UNWOUND_IN_BPF | EMBER_SAMPLE_UNWIND_COMPLETE;
+  builder_.Build(whole.Decode(), self);
+  EXPECT_EQ(tables.stats().files_queued, 0u);
+
+  Record short_walk;
+  short_walk.user = WalkedPcs();  // every frame in this test's own file
+  builder_.Build(short_walk.Decode(), self);
+  EXPECT_EQ(tables.stats().files_queued, 1u);
 }
 
 TEST_F(StackBuilderTest, AProcessThatExitedBeforeItsFirstReadGetsAMarker) {
