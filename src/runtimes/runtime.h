@@ -62,8 +62,9 @@ class Runtime {
   // The process exited (or its pid now names another): forget it, and its BPF configuration.
   virtual void ProcessExited(uint32_t pid) = 0;
   // Puts the runtime's frames of `sample` (of process `process`, known to the table) into its
-  // user frames. Called once per sample with user frames: return at once for a sample that
-  // holds none of this runtime's frames. Per-sample code: counts, never logs.
+  // user frames. Called once per sample of a process in the table (one virtual call per sample
+  // and runtime, none per frame): return at once for a sample that holds none of this runtime's
+  // frames. Per-sample code: no allocation once its scratch has grown, counts, never logs.
   virtual void Splice(const Process& process, const SampleView& sample, UserFrames frames) = 0;
   // The interval was written: caches may drop what it was the last to use.
   virtual void NextGeneration() = 0;
