@@ -581,6 +581,29 @@ class RecordingBpfConfig : public RuntimeBpfConfig {
   uint64_t runtime_address = 0;
 };
 
+// A process without an interpreter (this test) gets no BPF entry, and Python frames in its
+// samples (which the BPF program would not record) are not spliced.
+TEST_F(StackBuilderTest, CPythonLeavesOtherProcessesNative) {
+  RecordingBpfConfig bpf;
+  auto owned = std::make_unique<python::CPythonRuntime>(bpf, metrics_);
+  python::CPythonRuntime* runtime = owned.get();
+  builder_.runtimes().Add(std::move(owned));
+  Process* self = Self();
+  builder_.runtimes().ProcessMapsChanged(*self);
+  EXPECT_TRUE(bpf.set.empty());
+  const python::PythonProcess* detected = runtime->namer().Find(self->pid);
+  ASSERT_NE(detected, nullptr);
+  EXPECT_FALSE(detected->bpf.has_value());
+
+  Record record;
+  record.user = WalkedPcs();
+  record.python = {{.code = 0x1000, .position = 0x2000, .flags = EMBER_PYTHON_FRAME_ENTRY}};
+  const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), self);
+  ASSERT_EQ(stack.size(), 3u) << testing::PrintToString(Names(stack));
+  for (const Frame* frame : stack) EXPECT_EQ(frame->kind, FrameKind::kNative);
+  EXPECT_EQ(runtime->namer().stats().named + runtime->namer().stats().unreadable, 0u);
+}
+
 TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
   ASSERT_TRUE(fs::exists(EMBER_PYTHON311)) << "apt-get install python3.11";
   StoppedPython python;
