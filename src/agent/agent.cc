@@ -26,7 +26,7 @@
 #include "debuginfod/libdebuginfod_transport.h"
 #include "elf/elf_file.h"
 #include "output/pprof_writer.h"
-#include "runtimes/cpython/frame_splice.h"
+#include "runtimes/cpython/cpython_runtime.h"
 #include "spdlog/spdlog.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
@@ -119,6 +119,21 @@ DwarfUnwinder::Limits UnwinderLimits(const Options& options) {
           .max_row_cache_bytes = options.max_cfi_cache_bytes};
 }
 
+// The runtimes' BPF configuration goes to the profiler, made after the runtimes (Agent::Create);
+// no runtime configures a process before the first sample.
+class ProfilerRuntimeConfig final : public RuntimeBpfConfig {
+ public:
+  explicit ProfilerRuntimeConfig(const std::unique_ptr<BpfProfiler>& profiler)
+      : profiler_(profiler) {}
+  absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config) override {
+    return profiler_->SetPythonProcess(pid, config);
+  }
+  void RemovePythonProcess(uint32_t pid) override { profiler_->RemovePythonProcess(pid); }
+
+ private:
+  const std::unique_ptr<BpfProfiler>& profiler_;
+};
+
 ProcessTableLimits ProcessLimits(const Options& options) {
   ProcessTableLimits limits{.max_processes = options.max_processes};
   // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
@@ -140,7 +155,8 @@ Agent::Agent(const Options& options)
       cgroups_(CgroupResolverOptionsForHost()),
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
-      unwinder_(UnwinderLimits(options)) {
+      unwinder_(UnwinderLimits(options)),
+      runtime_bpf_(std::make_unique<ProfilerRuntimeConfig>(profiler_)) {
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
     return metrics_.AddCounter(name, help, std::move(labels)).value();
@@ -148,13 +164,7 @@ Agent::Agent(const Options& options)
   samples_metric_ = counter("ember_samples_total", "Stack samples received from the kernel.");
   samples_lost_metric_ = counter("ember_samples_lost_total",
                                  "Samples the kernel dropped because the ring buffer was full.");
-  constexpr absl::string_view kUnwound = "ember_user_stacks_unwound_total";
-  constexpr absl::string_view kUnwoundHelp =
-      "User stacks unwound with DWARF CFI (in BPF, from stack snapshots, or both), by how the "
-      "walk ended.";
-  unwound_complete_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "complete"}});
-  unwound_truncated_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "truncated"}});
-  unwound_failed_metric_ = counter(kUnwound, kUnwoundHelp, {{"result", "failed"}});
+  stacks_ = std::make_unique<StackBuilder>(&frames_, &processes_, &unwinder_, metrics_);
   profiles_written_metric_ =
       counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
   write_failures_metric_ = counter("ember_output_write_failures_total",
@@ -195,16 +205,8 @@ Agent::Agent(const Options& options)
   stat_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "stat"}});
   maps_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "maps"}});
   cgroup_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "cgroup"}});
-  constexpr absl::string_view kPythonNames = "ember_python_frame_names_total";
-  constexpr absl::string_view kPythonNamesHelp =
-      "Python frames named from their code objects in process memory, once per cached frame, by "
-      "result: named, named_again (the code object's address was reused), unreadable (the "
-      "process could not be read: [python]), implausible (a size, kind, count or pointer out of "
-      "bounds, or a chain that loops: refused before use, named as far as it was checked).";
-  python_named_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "named"}});
-  python_renamed_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "named_again"}});
-  python_unreadable_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "unreadable"}});
-  python_implausible_metric_ = counter(kPythonNames, kPythonNamesHelp, {{"result", "implausible"}});
+  // The language runtimes whose frames are named (src/runtimes/): one line each.
+  stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(*runtime_bpf_, metrics_));
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
@@ -255,6 +257,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
+    agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());
   }
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
                agent->profiler_->attached_cpus(), MillisecondsSince(started_at),
@@ -652,12 +655,6 @@ void Agent::OnSample(const SampleView& sample) {
   const ember_sample& header = *sample.header;
   absl::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
 
-  stack_.clear();
-  for (size_t i = 0; i < sample.kernel_ips.size(); ++i) {
-    stack_.push_back(frames_.Kernel(sample.kernel_ips[i], /*caller=*/i > 0));
-  }
-  // Kernel frames past the limit are missing between these and the user frames.
-  if (header.kernel_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
   Process* process = processes_.Get(header.pid);
   // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames
   // and stop its unwinding. Reloading sets the name, so this happens once per rename.
@@ -681,26 +678,15 @@ void Agent::OnSample(const SampleView& sample) {
       if (bpf_unwind_ != nullptr) {
         bpf_unwind_->SetProcess(process->pid, UnwindMappingsOf(processes_, *process));
       }
-      UpdatePython(process);
-    }
-    const size_t user_begin = stack_.size();
-    AppendUserFrames(process, sample);
-    if (bpf_unwind_ != nullptr && !(header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
-      // The BPF walk fell short: the files of the frames it left to the agent (or to the
-      // frame-pointer walk) count towards having tables of their own.
-      bpf_unwind_->WalkFellShort(process->pid, user_pcs_);
-    }
-    if (!sample.python_frames.empty()) {
-      const python::PythonProcess* python = python_.Find(header.pid);
-      if (python != nullptr && python->bpf.has_value()) SplicePython(*python, sample, user_begin);
+      stacks_->runtimes().ProcessMapsChanged(*process);
     }
   } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
-    stack_.push_back(frames_.Marker("[process exited]"));  // gone before we could read its maps
     profiler_->MarkProcessKnown(header.pid);  // nothing more to read: its samples need not wake us
   }
+  const std::vector<const Frame*>& stack = stacks_->Build(sample, process);
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
-  aggregator_.Add(header.pid, process_name, thread, stack_);
+  aggregator_.Add(header.pid, process_name, thread, stack);
   // A burst of new binaries (the start-up's first samples name every running one) reads many
   // files' symbols and DWARF at once: their pages go every so many reads, not only each second.
   if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
@@ -744,173 +730,6 @@ void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, boo
   seen.marked_in_poll = polls_;
 }
 
-bool Agent::EndAtThreadStart(size_t user_begin) {
-  std::optional<size_t> keep = FramesToThreadStart(std::span(stack_).subspan(user_begin));
-  if (!keep.has_value()) return false;
-  stack_.resize(user_begin + *keep);
-  user_pcs_.resize(*keep);
-  return true;
-}
-
-void Agent::AppendUserFrames(Process* process, const SampleView& sample) {
-  const ember_sample& header = *sample.header;
-  const size_t user_begin = stack_.size();
-  user_pcs_.clear();
-  // Frames walked in BPF (by CFI rows) come first; a snapshot, if any, goes on from where that
-  // walk stopped.
-  const bool walked_in_bpf = (header.flags & EMBER_SAMPLE_UNWOUND_IN_BPF) != 0;
-  if (sample.user_stack.empty() || walked_in_bpf) {
-    for (size_t i = 0; i < sample.user_ips.size(); ++i) {
-      stack_.push_back(frames_.User(process, sample.user_ips[i], /*caller=*/i > 0));
-      user_pcs_.push_back(sample.user_ips[i]);
-    }
-  }
-  if (walked_in_bpf && (header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
-    unwound_complete_metric_->Increment();
-    return;
-  }
-  const bool continued = (header.flags & EMBER_SAMPLE_CONTINUE_REGS) != 0;
-  if (sample.user_stack.empty()) {
-    if (walked_in_bpf) {
-      // Stopped short with no snapshot to go on with: the frame it stopped at, then the cut.
-      if (continued && !sample.user_regs.empty()) {
-        const uint64_t pc = sample.user_regs[EMBER_USER_REG_IP];
-        stack_.push_back(frames_.User(process, pc, /*caller=*/true));
-        user_pcs_.push_back(pc);
-      }
-      if (EndAtThreadStart(user_begin)) {
-        unwound_complete_metric_->Increment();
-        return;
-      }
-      unwound_failed_metric_->Increment();
-    } else if (EndAtThreadStart(user_begin) || header.user_depth < EMBER_MAX_STACK_DEPTH) {
-      return;  // a frame-pointer walk, whole as far as it could tell
-    }
-    stack_.push_back(frames_.Marker("[truncated]"));
-    user_pcs_.push_back(0);
-    return;
-  }
-  UserStack user_stack{.registers = sample.user_regs,
-                       .stack = sample.user_stack,
-                       .clamped = (header.flags & EMBER_SAMPLE_SNAPSHOT_CLAMPED) != 0};
-  if (continued) {
-    user_stack.known_registers = (1u << EMBER_USER_REG_SP) | (1u << EMBER_USER_REG_IP);
-    if (!(header.flags & EMBER_SAMPLE_CONTINUE_NO_BP)) {
-      user_stack.known_registers |= 1u << EMBER_USER_REG_BP;
-    }
-    user_stack.first_is_return_address = true;
-  }
-  UnwindResult& unwound = unwound_;
-  unwinder_.Unwind(
-      header.pid, process->maps_version, [&] { return UnwindMappingsOf(processes_, *process); },
-      user_stack, unwound);
-  for (const UnwoundFrame& frame : unwound.frames) {
-    stack_.push_back(frames_.User(process, frame.pc, frame.is_return_address));
-    user_pcs_.push_back(frame.pc);
-  }
-  // A goroutine's stack is not its thread's: the walk cannot tell where it begins, but Go's
-  // symbol table says which function nothing calls.
-  if (EndAtThreadStart(user_begin)) {
-    unwound_complete_metric_->Increment();
-    return;
-  }
-  switch (unwound.end) {
-    case UnwindEnd::kOutermost:
-      unwound_complete_metric_->Increment();
-      return;
-    case UnwindEnd::kTruncated:
-      unwound_truncated_metric_->Increment();
-      break;
-    case UnwindEnd::kError:  // neither CFI nor a frame pointer explained a frame
-      unwound_failed_metric_->Increment();
-      break;
-  }
-  stack_.push_back(frames_.Marker("[truncated]"));
-  user_pcs_.push_back(0);
-}
-
-namespace {
-
-// Lines about one process each: a workload starting many processes must not flood the log.
-LogRateLimiter& ProcessLogLimiter() {
-  static LogRateLimiter limiter(kLogLinesPerMinute, std::chrono::minutes(1));
-  return limiter;
-}
-
-}  // namespace
-
-void Agent::UpdatePython(Process* process) {
-  std::vector<python::MappedFile> files;
-  files.reserve(process->mappings.size());
-  for (const MemoryMapping& mapping : process->mappings) {
-    if (mapping.IsFileBacked()) {
-      files.push_back({.path = mapping.path,
-                       .start = mapping.start,
-                       .offset = mapping.offset,
-                       .file = mapping.file,
-                       .end = mapping.end,
-                       .executable = mapping.executable});
-    }
-  }
-  bool changed = false;
-  const python::PythonProcess& python =
-      python_.Update(process->pid, files, absl::StrCat("/proc/", process->pid, "/root"), &changed);
-  if (!changed) return;
-  if (python.bpf.has_value()) {
-    if (absl::Status status = profiler_->SetPythonProcess(process->pid, *python.bpf);
-        !status.ok()) {
-      LogLimited(ProcessLogLimiter(), spdlog::level::warn,
-                 "process {} ({}): Python frames not walked: {}", process->pid,
-                 LogSafe(process->name), LogSafe(status.message()));
-      return;
-    }
-    LogLimited(ProcessLogLimiter(), spdlog::level::info,
-               "process {} ({}) runs CPython {}.{} ({}): walking its Python frames", process->pid,
-               LogSafe(process->name), python.version.major, python.version.minor,
-               LogSafe(python.interpreter));
-    return;
-  }
-  profiler_->RemovePythonProcess(process->pid);
-  if (python.outcome == python::DetectOutcome::kUnsupportedVersion) {
-    LogLimited(ProcessLogLimiter(), spdlog::level::warn,
-               "process {} ({}): {}: its Python frames stay native ({})", process->pid,
-               LogSafe(process->name), LogSafe(python.reason), LogSafe(python.interpreter));
-  }
-}
-
-void Agent::SplicePython(const python::PythonProcess& python, const SampleView& sample,
-                         size_t user_begin) {
-  const uint32_t pid = sample.header->pid;
-  const size_t native_count = stack_.size() - user_begin;
-  if (native_count != user_pcs_.size()) return;  // no user frames were appended
-  std::vector<bool> native_is_eval(native_count);
-  for (size_t i = 0; i < native_count; ++i) {
-    uint64_t pc = user_pcs_[i];
-    native_is_eval[i] =
-        pc != 0 && pc >= python.process.eval_frame_start && pc < python.process.eval_frame_end;
-  }
-  std::vector<bool> python_entry(sample.python_frames.size());
-  for (size_t j = 0; j < sample.python_frames.size(); ++j) {
-    python_entry[j] = (sample.python_frames[j].flags & EMBER_PYTHON_FRAME_ENTRY) != 0;
-  }
-  // Pairs are made from the root unless a walk stopped short of it: a native stack cut at the
-  // snapshot, or Python frames cut at EMBER_MAX_PYTHON_FRAMES (or by a failed read), whose
-  // missing outer groups would otherwise take the innermost eval frames' places.
-  const bool native_truncated = native_count > 0 && user_pcs_.back() == 0;
-  const bool python_complete = sample.header->python_status == EMBER_PYTHON_OK;
-  std::vector<python::SplicedFrame> spliced = python::SpliceStacks(
-      native_is_eval, python_entry, native_truncated || !python_complete, &splice_stats_);
-  std::vector<const Frame*> native(stack_.begin() + user_begin, stack_.end());
-  stack_.resize(user_begin);
-  for (const python::SplicedFrame& frame : spliced) {
-    if (frame.kind == python::SplicedFrame::Kind::kNative) {
-      stack_.push_back(native[frame.index]);
-    } else {
-      stack_.push_back(python_.Name(pid, python, sample.python_frames[frame.index]));
-    }
-  }
-}
-
 void Agent::DropExitedProcesses() {
   for (auto it = seen_.begin(); it != seen_.end();) {
     const uint32_t pid = it->first;
@@ -919,11 +738,7 @@ void Agent::DropExitedProcesses() {
       ++it;
       continue;
     }
-    if (const python::PythonProcess* python = python_.Find(pid);
-        python != nullptr && python->bpf.has_value()) {
-      profiler_->RemovePythonProcess(pid);
-    }
-    python_.Forget(pid);
+    stacks_->runtimes().ProcessExited(pid);
     if (bpf_unwind_ != nullptr) bpf_unwind_->RemoveProcess(pid);
     profiler_->ForgetProcess(pid);
     it = seen_.erase(it);
@@ -1034,11 +849,7 @@ void Agent::SyncFailureMetrics() {
   sync(stat_read_failures_metric_, processes_.read_failures().stat);
   sync(maps_read_failures_metric_, processes_.read_failures().maps);
   sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);
-  const python::FrameNamerStats& python = python_.stats();
-  sync(python_named_metric_, python.named);
-  sync(python_renamed_metric_, python.renamed);
-  sync(python_unreadable_metric_, python.unreadable);
-  sync(python_implausible_metric_, python.implausible);
+  stacks_->runtimes().SyncMetrics();
 }
 
 void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
@@ -1105,7 +916,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   cgroups_.NextGeneration();
   processes_.DropExited();
   DropExitedProcesses();
-  python_.NextGeneration();
+  stacks_->runtimes().NextGeneration();
   if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
   ReleaseFilePages();
@@ -1239,8 +1050,8 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   spdlog::info(
       "user stacks unwound with CFI: {} complete, {} truncated, {} failed; {} snapshot "
       "errors ({} with no stack mapping found)",
-      unwound_complete_metric_->Value(), unwound_truncated_metric_->Value(),
-      unwound_failed_metric_->Value(), stats.snapshot_errors, stats.snapshot_no_mapping);
+      stacks_->ends().complete, stacks_->ends().truncated, stacks_->ends().failed,
+      stats.snapshot_errors, stats.snapshot_no_mapping);
   if (bpf_unwind_ != nullptr) {
     const BpfUnwindTablesStats tables = bpf_unwind_->stats();
     spdlog::info(
@@ -1254,18 +1065,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
         std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count(),
         tables.dropped_exited);
   }
-  if (stats.python_ok + stats.python_no_thread_state + stats.python_read_failed +
-          stats.python_not_code + stats.python_truncated >
-      0) {
-    spdlog::info(
-        "python frame walks: {} ok, {} without thread state, {} read failures, {} not code, {} "
-        "truncated; {} frames named, {} named again (code address reused), {} unreadable, {} "
-        "implausible; {} eval frames left native, {} groups unplaced",
-        stats.python_ok, stats.python_no_thread_state, stats.python_read_failed,
-        stats.python_not_code, stats.python_truncated, python_.stats().named,
-        python_.stats().renamed, python_.stats().unreadable, python_.stats().implausible,
-        splice_stats_.eval_frames_left_native, splice_stats_.python_groups_unplaced);
-  }
+  stacks_->runtimes().LogSummary(stats);
   if (debug_files_ != nullptr) {
     const DebugFileFetcherStats fetched = debug_files_->stats();
     const auto count = [&fetched](FetchResult result) {

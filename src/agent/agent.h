@@ -26,12 +26,12 @@
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
 #include "process/process_table.h"
-#include "runtimes/cpython/frame_namer.h"
-#include "runtimes/cpython/frame_splice.h"
+#include "runtimes/runtime.h"
 #include "sampler/bpf_profiler.h"
 #include "sampler/bpf_unwind_tables.h"
 #include "stacks/aggregator.h"
 #include "stacks/frame_resolver.h"
+#include "stacks/stack_builder.h"
 #include "status/metrics_registry.h"
 #include "status/status_server.h"
 #include "symbolize/elf_module.h"
@@ -55,30 +55,14 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
-  // Appends the user frames of a sample to stack_: those the BPF program walked by CFI rows,
-  // then, unwound with DWARF CFI (and frame pointers where a module has no CFI), its snapshot
-  // from where that walk stopped; without either, the frame-pointer walk done in BPF. A stack
-  // that does not reach the thread's first frame ends with "[truncated]".
-  void AppendUserFrames(Process* process, const SampleView& sample);
-  // Cuts the user frames from stack_[user_begin] after the first whose function nothing calls
-  // (Frame::thread_start: where a thread or goroutine begins), whatever a walk made of the stack
-  // past it; true when there is one: the stack is whole.
-  bool EndAtThreadStart(size_t user_begin);
   struct ProcessSeen;
   // Tells the BPF side the process is known once its maps have settled (ProcessSeen). It settles
   // again after its main thread renamed (renamed: its maps were just read again) or when a
   // sample shows it is not known there any more (an exec), whose maps are read again here.
   void MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
                             ProcessSeen& seen);
-  // CPython (docs/cpython.md): detects the interpreter of a process whose maps were (re)read and
-  // tells the BPF program to walk its frames (or stop); an unsupported version is logged once.
-  void UpdatePython(Process* process);
-  // Replaces the native _PyEval_EvalFrameDefault frames of stack_[user_begin...] with the
-  // sample's Python frames (SpliceStacks).
-  void SplicePython(const python::PythonProcess& python, const SampleView& sample,
-                    size_t user_begin);
-  // Stops walking the Python frames and the BPF stack walk of processes that exited (or whose
-  // pid was reused).
+  // Tells the runtimes and the BPF stack walk of processes that exited (or whose pid was
+  // reused).
   void DropExitedProcesses();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
@@ -174,11 +158,12 @@ class Agent {
   ClockReading interval_start_;  // when the first interval began
   bool seen_first_sample_ = false;
   uint64_t ring_buffer_full_reported_ = 0;
-  std::vector<const Frame*> stack_;  // reused per sample
-  // Per user frame in stack_ (from AppendUserFrames): its pc, 0 for markers. Reused per sample.
-  std::vector<uint64_t> user_pcs_;
-  UnwindResult unwound_;  // reused per sample
-  python::FrameNamer python_;
+  // Where runtimes configure the BPF program (BpfProfiler, once made): before stacks_, whose
+  // runtimes write to it.
+  std::unique_ptr<RuntimeBpfConfig> runtime_bpf_;
+  // Turns each sample into frames; holds the language runtimes. Made in the constructor, never
+  // null.
+  std::unique_ptr<StackBuilder> stacks_;
   // Per process sampled: the maps_version its Python detection and BPF unwinding tables were
   // last set up for, and its start time (a reused pid is another process).
   struct ProcessSeen {
@@ -198,18 +183,12 @@ class Agent {
   std::unordered_map<uint32_t, ProcessSeen> seen_;
   // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0.
   std::unique_ptr<BpfUnwindTables> bpf_unwind_;
-  python::SpliceStats splice_stats_;
 
   // Self-metrics, updated by the sampling thread and read by the status endpoint's (registered
-  // in the constructor, never null). Samples by how their user stack ended: reached the thread's
-  // first frame, cut by the snapshot or frame limit, stopped by a frame neither CFI nor a frame
-  // pointer could unwind.
+  // in the constructor, never null).
   MetricsRegistry metrics_;
   Counter* samples_metric_ = nullptr;
   Counter* samples_lost_metric_ = nullptr;
-  Counter* unwound_complete_metric_ = nullptr;
-  Counter* unwound_truncated_metric_ = nullptr;
-  Counter* unwound_failed_metric_ = nullptr;
   Counter* profiles_written_metric_ = nullptr;
   Counter* write_failures_metric_ = nullptr;
   Counter* kernel_symbols_reads_metric_ = nullptr;
@@ -226,11 +205,6 @@ class Agent {
   Counter* stat_read_failures_metric_ = nullptr;
   Counter* maps_read_failures_metric_ = nullptr;
   Counter* cgroup_read_failures_metric_ = nullptr;
-  // Python frames named from process memory, by result (FrameNamerStats).
-  Counter* python_named_metric_ = nullptr;
-  Counter* python_renamed_metric_ = nullptr;
-  Counter* python_unreadable_metric_ = nullptr;
-  Counter* python_implausible_metric_ = nullptr;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   // Whether the kernel refuses a thread without capabilities (the status endpoint's) to read the

@@ -1,0 +1,95 @@
+// What every language runtime whose frames the agent names implements, and the set of them the
+// stack builder splices from. A runtime follows the process table's events (maps changed,
+// exited), hands the BPF program its per-process configuration, and puts its frames into the
+// native user frames of each sample of a process it knows.
+//
+// CPython (cpython/) is the first. Where the next ones plug in:
+// - Detection (ProcessMapsChanged): HotSpot finds libjvm.so in the mappings and reads
+//   gHotSpotVMStructs from its ELF file; V8 finds the v8dbg_* constants in node's (or
+//   libnode's) symbol table. What is read from a file is shared by every process mapping it
+//   (keyed by FileIdentity); addresses in one process are per process.
+// - BPF configuration (RuntimeBpfConfig): each runtime whose frames the BPF program walks gets a
+//   Set/Remove pair of its own for its own per-process map, beside the CPython pair.
+// - Naming and splicing (Splice): HotSpot replaces its interpreter and compiled-code frames, V8
+//   its JIT frames, by the frames named from the VM's own data in process memory, cached by
+//   address with a check that the address still holds the same object.
+// - Turnover (NextGeneration), exit (ProcessExited), metrics (SyncMetrics) and the final
+//   summary (LogSummary) as CPython does them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/profile.h"
+#include "process/process_table.h"
+#include "sampler/bpf_profiler.h"
+#include "sampler/sample_record_layout.h"
+
+namespace ember {
+
+// Where runtimes write the BPF program's per-process configuration: one map per runtime, keyed
+// by process id (tgid). The agent wires it to BpfProfiler; tests record the calls.
+class RuntimeBpfConfig {
+ public:
+  virtual ~RuntimeBpfConfig() = default;
+  // Walks the CPython frames of `pid` with `config` from its next sample on.
+  virtual absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config) = 0;
+  // Stops walking them; no-op for a pid without an entry.
+  virtual void RemovePythonProcess(uint32_t pid) = 0;
+};
+
+// The user part of one sample's stack, as the stack builder made it, for a runtime to splice
+// its frames into.
+struct UserFrames {
+  // The whole stack, leaf first (kernel frames first); the user frames start at `begin`.
+  std::vector<const Frame*>& stack;
+  size_t begin = 0;
+  // Per user frame: its pc, 0 for a marker ("[truncated]" ends a stack cut short). Describes
+  // stack[begin...] only while no runtime has spliced (one runtime per process for now).
+  std::span<const uint64_t> pcs;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // The process's maps were (re)read (it is new, or it exec'd or mapped more): detect the
+  // runtime in its mappings and files, and configure or stop the BPF walk of its frames.
+  virtual void ProcessMapsChanged(const Process& process) = 0;
+  // The process exited (or its pid now names another): forget it, and its BPF configuration.
+  virtual void ProcessExited(uint32_t pid) = 0;
+  // Puts the runtime's frames of `sample` (of process `process`, known to the table) into its
+  // user frames. Called once per sample of a process in the table (one virtual call per sample
+  // and runtime, none per frame): return at once for a sample that holds none of this runtime's
+  // frames. Per-sample code: no allocation once its scratch has grown, counts, never logs.
+  virtual void Splice(const Process& process, const SampleView& sample, UserFrames frames) = 0;
+  // The interval was written: caches may drop what it was the last to use.
+  virtual void NextGeneration() = 0;
+  // Brings the runtime's metrics up to its own counts (kept as plain integers on the sampling
+  // thread).
+  virtual void SyncMetrics() = 0;
+  // Logs what the runtime did over the run, with the BPF program's counters, at exit.
+  virtual void LogSummary(const BpfStats& bpf) const = 0;
+};
+
+// The runtimes the agent names frames of, each told of every event in the order added.
+class RuntimeSet {
+ public:
+  void Add(std::unique_ptr<Runtime> runtime) { runtimes_.push_back(std::move(runtime)); }
+
+  void ProcessMapsChanged(const Process& process);
+  void ProcessExited(uint32_t pid);
+  void Splice(const Process& process, const SampleView& sample, UserFrames frames);
+  void NextGeneration();
+  void SyncMetrics();
+  void LogSummary(const BpfStats& bpf) const;
+  size_t size() const { return runtimes_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Runtime>> runtimes_;
+};
+
+}  // namespace ember
