@@ -101,4 +101,14 @@ std::optional<uint64_t> LoadBias(std::span<const LoadSegment> segments,
   return mapping.start - (s->vaddr + (mapping.file_offset - s->offset));
 }
 
+std::optional<uint64_t> CodeOffsetToElfAddress(std::span<const LoadSegment> segments,
+                                               uint64_t file_offset) {
+  std::optional<uint64_t> bias = LoadBias(segments, {.start = file_offset,
+                                                     .end = file_offset + 1,
+                                                     .file_offset = file_offset,
+                                                     .executable = true});
+  if (!bias.has_value()) return std::nullopt;
+  return file_offset - *bias;
+}
+
 }  // namespace ember

@@ -51,4 +51,13 @@ const LoadSegment* MappedSegment(std::span<const LoadSegment> segments, const Fi
 // mapping's first byte.
 std::optional<uint64_t> LoadBias(std::span<const LoadSegment> segments, const FileMapping& mapping);
 
+// The ELF address of the instruction at file offset `file_offset`: as an executable mapping of the
+// file from that offset places it (LoadBias), which is where any executable mapping that holds
+// the byte puts it, whichever page it starts at. For callers that know the offset but not the
+// mapping (frames are cached by file and offset, for every process mapping the file). A byte in a
+// page that code shares with read-only data (LLD) is placed by the code, as the process sees it
+// there. nullopt when no segment holds the offset.
+std::optional<uint64_t> CodeOffsetToElfAddress(std::span<const LoadSegment> segments,
+                                               uint64_t file_offset);
+
 }  // namespace ember

@@ -141,18 +141,9 @@ void ElfModule::ReloadSymbols() {
 }
 
 std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
-  // Placed as the loader maps it: sampled instruction pointers are in code, so the byte is seen
-  // through an executable mapping of the file from its offset. Only the offset is known here (the
-  // frame cache keys frames by file and offset, for every process that maps the file), and the
-  // answer is that mapping's, whichever of its pages the real one starts at: every part of one
-  // segment's mapping has the same load bias. A byte in a page that code shares with read-only
-  // data (LLD) is placed by the code, as the process sees it there.
-  std::optional<uint64_t> bias = LoadBias(segments_, {.start = offset.value,
-                                                      .end = offset.value + 1,
-                                                      .file_offset = offset.value,
-                                                      .executable = true});
-  if (!bias.has_value()) return std::nullopt;
-  return ElfAddress{offset.value - *bias};
+  std::optional<uint64_t> address = CodeOffsetToElfAddress(segments_, offset.value);
+  if (!address.has_value()) return std::nullopt;
+  return ElfAddress{*address};
 }
 
 void ElfModule::LoadSymbols() const {

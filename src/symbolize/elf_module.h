@@ -79,9 +79,8 @@ class ElfModule {
   const std::string& path() const { return path_; }          // display_path
   const std::string& build_id() const { return build_id_; }  // lower-case hex, "" when none
 
-  // File offset (mapping pgoff + (ip - mapping start)) of an instruction -> ELF virtual address,
-  // placed by the segment an executable mapping of that offset maps (LoadBias); nullopt when no
-  // segment holds the offset.
+  // File offset (mapping pgoff + (ip - mapping start)) of an instruction -> ELF virtual address
+  // (CodeOffsetToElfAddress); nullopt when no segment holds the offset.
   std::optional<ElfAddress> ToElfAddress(FileOffset offset) const;
 
   // The function containing addr (from .symtab, else .dynsym, of the file or of its separate

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <libelf.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -115,6 +117,38 @@ TEST(LoadSegmentsTest, LldLayoutAsReadelfListsIt) {
   EXPECT_LT(code.file_offset, mapped->offset) << "the fixture's code no longer shares a page";
   EXPECT_NE(mapped->vaddr - mapped->offset, segments.front().vaddr - segments.front().offset);
   EXPECT_EQ(LoadBias(segments, code), kBase);
+}
+
+// A sampled offset is placed as the code mapping that holds it places it, in both layouts: the
+// answer of the offset alone is the mapping's.
+TEST(LoadSegmentsTest, CodeOffsetsArePlacedAsTheirMappingPlacesThem) {
+  for (const char* path : {EMBER_GNU_LD_BIN, EMBER_LLD_BIN}) {
+    SCOPED_TRACE(path);
+    const std::vector<LoadSegment> segments = SegmentsOf(path);
+    const FileMapping code = CodeMapping(segments, kBase);
+    const std::optional<uint64_t> bias = LoadBias(segments, code);
+    ASSERT_TRUE(bias.has_value());
+    const LoadSegment* text = MappedSegment(segments, code);
+    ASSERT_NE(text, nullptr);
+    for (uint64_t offset :
+         {text->offset, text->offset + text->file_size / 2, text->offset + text->file_size - 1}) {
+      const uint64_t process_address = code.start + (offset - code.file_offset);
+      EXPECT_EQ(CodeOffsetToElfAddress(segments, offset), process_address - *bias);
+      EXPECT_EQ(CodeOffsetToElfAddress(segments, offset), text->vaddr + (offset - text->offset));
+    }
+    // Read-only data on pages of its own keeps its own addresses.
+    const LoadSegment& first = segments.front();
+    ASSERT_FALSE(first.executable);
+    const uint64_t last_data_byte = first.offset + first.file_size - 1;
+    if ((last_data_byte & ~uint64_t{0xfff}) != (text->offset & ~uint64_t{0xfff})) {
+      EXPECT_EQ(CodeOffsetToElfAddress(segments, last_data_byte),
+                first.vaddr + first.file_size - 1);
+    }
+    uint64_t file_end = 0;
+    for (const LoadSegment& s : segments) file_end = std::max(file_end, s.offset + s.file_size);
+    EXPECT_FALSE(CodeOffsetToElfAddress(segments, file_end).has_value());
+    EXPECT_FALSE(CodeOffsetToElfAddress(segments, ~uint64_t{0}).has_value());
+  }
 }
 
 TEST(LoadSegmentsTest, FileWithoutLoadableSegmentsHasNone) {
