@@ -1,12 +1,18 @@
-// Where a mapping of an ELF file puts the file: the PT_LOAD segment a /proc/PID/maps line maps,
-// and the load bias that follows. Every reader of process addresses places files through this,
-// because linkers differ: GNU ld's PIE output keeps each segment's address minus its file offset
-// the same, LLD's does not (each segment is shifted further) and lets segments share a file page.
+// Where a mapping of an ELF file puts the file: its PT_LOAD segments (read once, here), the one a
+// /proc/PID/maps line maps, and the load bias that follows. Every reader of process addresses
+// places files through this, because linkers differ: GNU ld's PIE output starts code on a file
+// page of its own, LLD's starts it in the page the read-only data ends in and shifts each
+// segment's address further than its file offset.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+typedef struct Elf Elf;
 
 namespace ember {
 
@@ -17,7 +23,15 @@ struct LoadSegment {
   uint64_t file_size = 0;
   uint64_t mem_size = 0;
   bool executable = false;  // PF_X
+  bool writable = false;    // PF_W
+  uint64_t align = 0;       // p_align
 };
+
+// The PT_LOAD program headers of `elf`, in file order, as written: their offsets and sizes are
+// not checked against the file here (ElfFile::Open does that). Empty when there is none; an error
+// when the program header table cannot be read or runs past the end of the image. Reads the
+// file's mapping: call it where a SIGBUS is caught.
+absl::StatusOr<std::vector<LoadSegment>> ReadLoadSegments(Elf* elf);
 
 // One line of /proc/PID/maps for the file.
 struct FileMapping {
@@ -36,5 +50,14 @@ const LoadSegment* MappedSegment(std::span<const LoadSegment> segments, const Fi
 // Process address minus ELF address of the file `mapping` maps; nullopt when no segment holds the
 // mapping's first byte.
 std::optional<uint64_t> LoadBias(std::span<const LoadSegment> segments, const FileMapping& mapping);
+
+// The ELF address of the instruction at file offset `file_offset`: as an executable mapping of the
+// file from that offset places it (LoadBias), which is where any executable mapping that holds
+// the byte puts it, whichever page it starts at. For callers that know the offset but not the
+// mapping (frames are cached by file and offset, for every process mapping the file). A byte in a
+// page that code shares with read-only data (LLD) is placed by the code, as the process sees it
+// there. nullopt when no segment holds the offset.
+std::optional<uint64_t> CodeOffsetToElfAddress(std::span<const LoadSegment> segments,
+                                               uint64_t file_offset);
 
 }  // namespace ember

@@ -76,23 +76,12 @@ absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const FileLocation& l
   // behind is kept, never used again.
   absl::StatusOr<std::unique_ptr<ElfFile>> file =
       absl::DataLossError("the file changed while its headers were read");
-  std::vector<Segment> segments;
+  absl::StatusOr<std::vector<LoadSegment>> segments = std::vector<LoadSegment>();
   std::string build_id;
   bool read = internal::RunCatchingSigbus([&] {
     file = ElfFile::Open(location);
     if (!file.ok()) return;
-    Elf* elf = (*file)->elf();
-    size_t phnum = 0;
-    if (elf_getphdrnum(elf, &phnum) == 0) {
-      for (size_t i = 0; i < phnum; ++i) {
-        GElf_Phdr phdr;
-        if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-          continue;
-        }
-        segments.push_back(
-            {phdr.p_offset, phdr.p_filesz, phdr.p_vaddr, (phdr.p_flags & PF_X) != 0});
-      }
-    }
+    segments = ReadLoadSegments((*file)->elf());
     build_id = (*file)->BuildId();
   });
   if (!read) {
@@ -101,9 +90,12 @@ absl::StatusOr<std::unique_ptr<ElfModule>> ElfModule::Open(const FileLocation& l
         absl::StrCat(location.Display(), ": the file changed while its headers were read"));
   }
   if (!file.ok()) return file.status();
+  if (!segments.ok()) {
+    return absl::DataLossError(absl::StrCat(location.Display(), ": ", segments.status().message()));
+  }
   std::unique_ptr<ElfModule> module(
       new ElfModule(display_path, location.root, options, std::move(*file)));
-  module->segments_ = std::move(segments);
+  module->segments_ = std::move(segments).value();
   module->build_id_ = std::move(build_id);
   return module;
 }
@@ -149,16 +141,9 @@ void ElfModule::ReloadSymbols() {
 }
 
 std::optional<ElfAddress> ElfModule::ToElfAddress(FileOffset offset) const {
-  const Segment* found = nullptr;
-  for (const Segment& segment : segments_) {
-    if (offset.value < segment.offset || offset.value - segment.offset >= segment.file_size) {
-      continue;
-    }
-    // Sampled instruction pointers are in code, so an executable segment wins any overlap.
-    if (found == nullptr || (segment.executable && !found->executable)) found = &segment;
-  }
-  if (found == nullptr) return std::nullopt;
-  return ElfAddress{found->vaddr + (offset.value - found->offset)};
+  std::optional<uint64_t> address = CodeOffsetToElfAddress(segments_, offset.value);
+  if (!address.has_value()) return std::nullopt;
+  return ElfAddress{*address};
 }
 
 void ElfModule::LoadSymbols() const {
@@ -212,7 +197,7 @@ void ElfModule::LoadSymbols() const {
 
 size_t ElfModule::EstimatedBytes() const {
   size_t bytes = sizeof(*this) + path_.capacity() + build_id_.capacity() +
-                 segments_.capacity() * sizeof(Segment) + kElfHandleBytes;
+                 segments_.capacity() * sizeof(LoadSegment) + kElfHandleBytes;
   if (debug_file_ != nullptr) bytes += kElfHandleBytes;
   if (symbols_ != nullptr) bytes += sizeof(*symbols_) + symbols_->EstimatedBytes();
   if (lines_ != nullptr) bytes += lines_->EstimatedBytes();

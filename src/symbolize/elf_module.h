@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/profile.h"
 #include "common/untrusted_open.h"
+#include "elf/load_segments.h"
 #include "symbolize/address.h"
 #include "symbolize/debug_file_source.h"
 
@@ -78,8 +79,8 @@ class ElfModule {
   const std::string& path() const { return path_; }          // display_path
   const std::string& build_id() const { return build_id_; }  // lower-case hex, "" when none
 
-  // File offset (mapping pgoff + (ip - mapping start)) -> ELF virtual address via the PT_LOAD
-  // program headers; nullopt when no segment covers the offset.
+  // File offset (mapping pgoff + (ip - mapping start)) of an instruction -> ELF virtual address
+  // (CodeOffsetToElfAddress); nullopt when no segment holds the offset.
   std::optional<ElfAddress> ToElfAddress(FileOffset offset) const;
 
   // The function containing addr (from .symtab, else .dynsym, of the file or of its separate
@@ -112,13 +113,6 @@ class ElfModule {
   void ReloadSymbols();
 
  private:
-  struct Segment {
-    uint64_t offset;
-    uint64_t file_size;
-    uint64_t vaddr;
-    bool executable;
-  };
-
   ElfModule(std::string path, std::string root, ElfModuleOptions options,
             std::unique_ptr<internal::ElfFile> file);
   void LoadSymbols() const;
@@ -128,7 +122,7 @@ class ElfModule {
   std::string build_id_;
   ElfModuleOptions options_;
   std::unique_ptr<internal::ElfFile> file_;
-  std::vector<Segment> segments_;
+  std::vector<LoadSegment> segments_;  // PT_LOAD, in file order
 
   // Loaded lazily by the first Symbolize().
   mutable bool symbols_loaded_ = false;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "elf/load_segments.h"
 
 namespace ember::internal {
 namespace {
@@ -150,16 +151,20 @@ GoImage GoImageOfElf(Elf* elf) {
   const char* raw = elf_rawfile(elf, &file_size);
   if (raw == nullptr) return image;
   const auto* file = reinterpret_cast<const uint8_t*>(raw);
+  if (absl::StatusOr<std::vector<LoadSegment>> loads = ReadLoadSegments(elf); loads.ok()) {
+    for (const LoadSegment& load : *loads) {
+      if (!Fits(load.offset, load.file_size, file_size)) continue;
+      image.segments.push_back({.vaddr = load.vaddr,
+                                .bytes = {file + load.offset, load.file_size},
+                                .writable = load.writable});
+    }
+  }
   size_t phnum = 0;
   if (elf_getphdrnum(elf, &phnum) == 0) {
     for (size_t i = 0; i < phnum; ++i) {
       GElf_Phdr phdr;
       if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) continue;
-      if (phdr.p_type == PT_LOAD && Fits(phdr.p_offset, phdr.p_filesz, file_size)) {
-        image.segments.push_back({.vaddr = phdr.p_vaddr,
-                                  .bytes = {file + phdr.p_offset, phdr.p_filesz},
-                                  .writable = (phdr.p_flags & PF_W) != 0});
-      } else if (phdr.p_type == PT_NOTE && Fits(phdr.p_offset, phdr.p_filesz, file_size)) {
+      if (phdr.p_type == PT_NOTE && Fits(phdr.p_offset, phdr.p_filesz, file_size)) {
         // Go's linker writes its build id as a note of owner "Go", type 4.
         Elf_Data* data = elf_getdata_rawchunk(elf, phdr.p_offset, phdr.p_filesz,
                                               phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);

@@ -107,16 +107,9 @@ absl::StatusOr<std::unique_ptr<VdsoImage>> VdsoImage::Parse(std::string bytes) {
   if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
     return absl::InvalidArgumentError(absl::StrCat("not an ELF image: ", elf_errmsg(-1)));
   }
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0)
-    return absl::InvalidArgumentError("no program headers");
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-      continue;
-    }
-    image->segments_.push_back({phdr.p_offset, phdr.p_vaddr, phdr.p_filesz});
-  }
+  absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments(elf.get());
+  if (!segments.ok()) return absl::InvalidArgumentError(segments.status().message());
+  image->segments_ = std::move(segments).value();
   if (image->segments_.empty()) return absl::InvalidArgumentError("no loadable segment");
 
   for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr;
@@ -151,10 +144,7 @@ absl::StatusOr<std::unique_ptr<VdsoImage>> VdsoImage::Parse(std::string bytes) {
 }
 
 std::optional<uint64_t> VdsoImage::ToElfAddress(uint64_t offset) const {
-  for (const Segment& s : segments_) {
-    if (offset >= s.offset && offset - s.offset < s.size) return s.vaddr + (offset - s.offset);
-  }
-  return std::nullopt;
+  return CodeOffsetToElfAddress(segments_, offset);
 }
 
 std::optional<absl::string_view> VdsoImage::Symbolize(uint64_t offset) const {
@@ -171,7 +161,7 @@ std::optional<absl::string_view> VdsoImage::Symbolize(uint64_t offset) const {
 }
 
 size_t VdsoImage::EstimatedBytes() const {
-  size_t bytes = sizeof(*this) + bytes_.capacity() + segments_.capacity() * sizeof(Segment) +
+  size_t bytes = sizeof(*this) + bytes_.capacity() + segments_.capacity() * sizeof(LoadSegment) +
                  symbols_.capacity() * sizeof(Symbol);
   for (const Symbol& s : symbols_) bytes += s.name.capacity();
   return bytes;

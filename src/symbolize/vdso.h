@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "elf/load_segments.h"
 
 namespace ember {
 
@@ -53,11 +54,6 @@ class VdsoImage {
     std::string name;
     int rank;
   };
-  struct Segment {
-    uint64_t offset;
-    uint64_t vaddr;
-    uint64_t size;
-  };
   VdsoImage() = default;
   friend class VdsoImages;
 
@@ -66,8 +62,8 @@ class VdsoImage {
   std::string identity_;
   uint64_t identity_hash_ = 0;
   uint64_t serial_ = 0;
-  std::vector<Segment> segments_;
-  std::vector<Symbol> symbols_;  // by start, then rank descending
+  std::vector<LoadSegment> segments_;  // PT_LOAD, in file order
+  std::vector<Symbol> symbols_;        // by start, then rank descending
 };
 
 // The images seen, by their bytes: each distinct one parsed once. Bounded: a host has one per

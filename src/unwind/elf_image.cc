@@ -2,7 +2,6 @@
 #include "unwind/elf_image.h"
 
 #include <elf.h>
-#include <gelf.h>
 #include <libelf.h>
 #include <sys/auxv.h>
 
@@ -55,21 +54,10 @@ absl::StatusOr<std::shared_ptr<ElfImage>> ElfImage::OpenOwnVdso() {
 }
 
 absl::Status ElfImage::ReadSegments() {
-  size_t count = 0;
-  if (elf_getphdrnum(elf_, &count) != 0) return absl::DataLossError("no program headers");
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf_, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-      continue;
-    }
-    if (layout_.segments_.empty()) layout_.first_align_ = phdr.p_align;
-    layout_.segments_.push_back({.offset = phdr.p_offset,
-                                 .vaddr = phdr.p_vaddr,
-                                 .file_size = phdr.p_filesz,
-                                 .mem_size = phdr.p_memsz,
-                                 .executable = (phdr.p_flags & PF_X) != 0});
-  }
-  if (layout_.segments_.empty()) return absl::DataLossError("no loadable segments");
+  absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments(elf_);
+  if (!segments.ok()) return segments.status();
+  if (segments->empty()) return absl::DataLossError("no loadable segments");
+  layout_.segments_ = std::move(segments).value();
   return absl::OkStatus();
 }
 
@@ -95,7 +83,7 @@ ModulePlacement LoadLayout::WithBias(uint64_t bias) const {
   // libdwfl takes the first segment's address rounded down to its alignment as the module start
   // and computes the bias back from it, so report exactly that.
   const LoadSegment& first = segments_.front();
-  uint64_t first_vaddr = first_align_ > 1 ? first.vaddr & ~(first_align_ - 1) : first.vaddr;
+  uint64_t first_vaddr = first.align > 1 ? first.vaddr & ~(first.align - 1) : first.vaddr;
   placement.low = bias + first_vaddr;
   uint64_t elf_end = 0;
   for (const LoadSegment& s : segments_) elf_end = std::max(elf_end, s.vaddr + s.mem_size);

@@ -43,7 +43,6 @@ class LoadLayout {
   friend class ElfImage;
   ModulePlacement WithBias(uint64_t bias) const;
   std::vector<LoadSegment> segments_;  // PT_LOAD, in file order; never empty once read
-  uint64_t first_align_ = 0;           // the first segment's p_align
 };
 
 class ElfImage {

@@ -1,71 +1,26 @@
-// Interpreter detection with libelf: symbols (_PyRuntime, Py_Version, PyCode_Type,
+// Interpreter detection in an ElfFile: symbols (_PyRuntime, Py_Version, PyCode_Type,
 // _PyEval_EvalFrameDefault), the PY_VERSION string in .rodata, and 3.13's _Py_DebugOffsets.
 #include "runtimes/cpython/interpreter_detect.h"
 
 #include <elf.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <regex>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/unique_fd.h"
 #include "common/untrusted_open.h"
+#include "elf/elf_file.h"
 #include "elf/sigbus_guard.h"
 
 namespace ember::python {
 namespace {
-
-// The fd and libelf handle of one file, closed on every return path.
-class ElfHandle {
- public:
-  ~ElfHandle() {
-    if (elf_ != nullptr) elf_end(elf_);
-  }
-  // Opened by OpenUntrusted: a process names this file, and may have put a FIFO or a link out of
-  // its root at the path.
-  static absl::StatusOr<std::unique_ptr<ElfHandle>> Open(const FileLocation& location) {
-    const std::string path = location.Display();
-    auto handle = std::unique_ptr<ElfHandle>(new ElfHandle());
-    absl::StatusOr<UntrustedFile> opened = OpenUntrusted(location);
-    if (!opened.ok()) return opened.status();
-    handle->fd_ = std::move(opened->fd);
-    handle->size_ = static_cast<uint64_t>(opened->st.st_size);
-    elf_version(EV_CURRENT);
-    handle->elf_ = elf_begin(handle->fd_.get(), ELF_C_READ_MMAP, nullptr);
-    if (handle->elf_ == nullptr || elf_kind(handle->elf_) != ELF_K_ELF) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file"));
-    }
-    GElf_Ehdr ehdr;
-    if (gelf_getehdr(handle->elf_, &ehdr) == nullptr || ehdr.e_ident[EI_CLASS] != ELFCLASS64 ||
-        ehdr.e_machine != EM_X86_64) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not an x86-64 ELF file"));
-    }
-    // libelf reports zero sections when the section table was cut off; check it ourselves.
-    uint64_t table_end = ehdr.e_shoff + uint64_t{ehdr.e_shnum} * ehdr.e_shentsize;
-    if (ehdr.e_shoff != 0 && (ehdr.e_shoff > handle->size_ || table_end > handle->size_)) {
-      return absl::DataLossError(absl::StrCat(path, ": truncated ELF file"));
-    }
-    return handle;
-  }
-  Elf* elf() const { return elf_; }
-  uint64_t size() const { return size_; }
-
- private:
-  ElfHandle() = default;
-  UniqueFd fd_;
-  Elf* elf_ = nullptr;
-  uint64_t size_ = 0;
-};
 
 struct Symbol {
   uint64_t value = 0;
@@ -273,19 +228,8 @@ InterpreterInfo InspectOpenElf(const std::string& path, Elf* elf, uint64_t file_
     info.eval_frame_address = symbols.eval_frame->value;
     info.eval_frame_size = symbols.eval_frame->size;
   }
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-        continue;
-      }
-      info.segments.push_back({.offset = phdr.p_offset,
-                               .vaddr = phdr.p_vaddr,
-                               .file_size = phdr.p_filesz,
-                               .mem_size = phdr.p_memsz,
-                               .executable = (phdr.p_flags & PF_X) != 0});
-    }
+  if (absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments(elf); segments.ok()) {
+    info.segments = std::move(segments).value();
   }
 
   // The version: Py_Version (3.11+) is exact; else PY_VERSION in .rodata; else the file name.
@@ -351,19 +295,26 @@ absl::StatusOr<InterpreterInfo> InspectInterpreterElf(const FileLocation& locati
   // Everything below reads through the file's mapping, which faults (SIGBUS) if the file is
   // truncated meanwhile (replaced in place under the process). Then the file is not inspected,
   // and its handle is kept, never used again.
-  absl::StatusOr<std::unique_ptr<ElfHandle>> handle =
+  absl::StatusOr<std::unique_ptr<internal::ElfFile>> file =
       absl::DataLossError(absl::StrCat(path, ": the file changed while it was read"));
-  absl::StatusOr<InterpreterInfo> info = handle.status();
+  absl::StatusOr<InterpreterInfo> info = file.status();
   bool read = internal::RunCatchingSigbus([&] {
-    handle = ElfHandle::Open(location);
-    if (!handle.ok()) {
-      info = handle.status();
+    file = internal::ElfFile::Open(location);
+    if (!file.ok()) {
+      info = file.status();
       return;
     }
-    info = InspectOpenElf(path, (*handle)->elf(), (*handle)->size());
+    Elf* elf = (*file)->elf();
+    GElf_Ehdr ehdr;
+    if (gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_ident[EI_CLASS] != ELFCLASS64 ||
+        ehdr.e_machine != EM_X86_64) {
+      info = absl::InvalidArgumentError(absl::StrCat(path, ": not an x86-64 ELF file"));
+      return;
+    }
+    info = InspectOpenElf(path, elf, (*file)->file_size());
   });
   if (!read) {
-    if (handle.ok()) internal::KeepAbandoned(handle->release());
+    if (file.ok()) internal::KeepAbandoned(file->release());
     return absl::DataLossError(absl::StrCat(path, ": the file changed while it was read"));
   }
   return info;

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "process/proc_maps.h"
+#include "support/elf_image_builder.h"
 #include "unwind/elf_image.h"
 #include "unwind/unwind_table.h"
 
@@ -201,41 +202,25 @@ RealText TextHolding(uint64_t address) {
 // text from offset 0x1000 at 0x401000. (This binary and libc are linked with ELF address equal to
 // file offset, which would hide a bias taken from the offset alone.)
 RealText NonPieExecutable() {
-  constexpr uint64_t kSize = 0x3000;
-  std::vector<char> image(kSize);
-  Elf64_Ehdr ehdr{};
-  std::memcpy(ehdr.e_ident, ELFMAG, SELFMAG);
-  ehdr.e_ident[EI_CLASS] = ELFCLASS64;
-  ehdr.e_ident[EI_DATA] = ELFDATA2LSB;
-  ehdr.e_ident[EI_VERSION] = EV_CURRENT;
-  ehdr.e_type = ET_EXEC;
-  ehdr.e_machine = EM_X86_64;
-  ehdr.e_version = EV_CURRENT;
-  ehdr.e_entry = 0x401000;
-  ehdr.e_phoff = sizeof(Elf64_Ehdr);
-  ehdr.e_ehsize = sizeof(Elf64_Ehdr);
-  ehdr.e_phentsize = sizeof(Elf64_Phdr);
-  ehdr.e_phnum = 2;
-  const Elf64_Phdr phdrs[2] = {{.p_type = PT_LOAD,
-                                .p_flags = PF_R,
-                                .p_offset = 0,
-                                .p_vaddr = 0x400000,
-                                .p_paddr = 0x400000,
-                                .p_filesz = 0x1000,
-                                .p_memsz = 0x1000,
-                                .p_align = 0x1000},
-                               {.p_type = PT_LOAD,
-                                .p_flags = PF_R | PF_X,
-                                .p_offset = 0x1000,
-                                .p_vaddr = 0x401000,
-                                .p_paddr = 0x401000,
-                                .p_filesz = 0x2000,
-                                .p_memsz = 0x2000,
-                                .p_align = 0x1000}};
-  std::memcpy(image.data(), &ehdr, sizeof(ehdr));
-  std::memcpy(image.data() + sizeof(ehdr), phdrs, sizeof(phdrs));
+  const std::vector<Elf64_Phdr> phdrs = {{.p_type = PT_LOAD,
+                                          .p_flags = PF_R,
+                                          .p_offset = 0,
+                                          .p_vaddr = 0x400000,
+                                          .p_paddr = 0x400000,
+                                          .p_filesz = 0x1000,
+                                          .p_memsz = 0x1000,
+                                          .p_align = 0x1000},
+                                         {.p_type = PT_LOAD,
+                                          .p_flags = PF_R | PF_X,
+                                          .p_offset = 0x1000,
+                                          .p_vaddr = 0x401000,
+                                          .p_paddr = 0x401000,
+                                          .p_filesz = 0x2000,
+                                          .p_memsz = 0x2000,
+                                          .p_align = 0x1000}};
   const std::string path = ::testing::TempDir() + "bpf_unwind_tables_non_pie";
-  std::ofstream(path, std::ios::binary).write(image.data(), kSize);
+  EXPECT_TRUE(testing::WriteElfImage(
+      path, {.type = ET_EXEC, .entry = 0x401000, .program_headers = phdrs, .size = 0x3000}));
 
   RealText text;
   text.mapping = {.start = 0x401000,

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "support/nm_symbols.h"
 
 namespace ember {
 namespace {
@@ -35,17 +35,6 @@ const std::string kBuildIdDebugDir = kFixtureDir + "/buildid_debug";
 // A debug root with nothing in it, so that the host's /usr/lib/debug never leaks into a test.
 const std::string kEmptyDebugDir = kFixtureDir + "/no_such_debug_dir";
 
-std::string RunCommand(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  EXPECT_EQ(pclose(pipe), 0) << command;
-  return output;
-}
-
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -53,29 +42,12 @@ std::vector<std::string> Lines(const std::string& text) {
   return lines;
 }
 
-struct NmSymbol {
-  uint64_t address = 0;
-  uint64_t size = 0;
-  std::string name;  // demangled by nm -C
-};
+using ::ember::testing::CommandOutput;
+using ::ember::testing::NmSymbol;  // names demangled by nm -C
 
 // Sized function symbols (T/t/W: global, local, weak text) of `path`, as nm sees them.
 std::vector<NmSymbol> NmFunctions(const std::string& path) {
-  std::vector<NmSymbol> symbols;
-  for (const std::string& line :
-       Lines(RunCommand(std::string(EMBER_NM) + " --defined-only -S -C '" + path + "'"))) {
-    // "<address> <size> <type> <name with spaces>"; symbols without a size have 3 fields.
-    std::istringstream in(line);
-    std::string address, size, type;
-    if (!(in >> address >> size >> type) || type.size() != 1 || size.size() == 1) continue;
-    if (type != "T" && type != "t" && type != "W") continue;
-    NmSymbol symbol;
-    symbol.address = std::stoull(address, nullptr, 16);
-    symbol.size = std::stoull(size, nullptr, 16);
-    std::getline(in >> std::ws, symbol.name);
-    if (symbol.size > 0) symbols.push_back(symbol);
-  }
-  return symbols;
+  return ::ember::testing::NmSizedSymbols(path, "TtW", /*demangle=*/true);
 }
 
 // Names of every nm symbol covering `address`: aliases (several names for one function) are
@@ -113,7 +85,7 @@ void ExpectMatchesNm(const ElfModule& module, const std::string& nm_path) {
     for (uint64_t address : {s.address, s.address + s.size - 1}) {
       std::optional<SourceSymbol> symbol = module.Symbolize(ElfAddress{address});
       ASSERT_TRUE(symbol.has_value()) << s.name << " at 0x" << std::hex << address;
-      EXPECT_THAT(NamesCovering(symbols, address), testing::Contains(symbol->function))
+      EXPECT_THAT(NamesCovering(symbols, address), ::testing::Contains(symbol->function))
           << "at 0x" << std::hex << address;
     }
   }
@@ -136,7 +108,7 @@ TEST(ElfModuleTest, ReadsPathAndBuildId) {
   std::unique_ptr<ElfModule> module = OpenOrDie(kProgram);
   ASSERT_NE(module, nullptr);
   EXPECT_EQ(module->path(), kProgram);
-  std::string notes = RunCommand(std::string(EMBER_READELF) + " -n '" + kProgram + "'");
+  std::string notes = CommandOutput(std::string(EMBER_READELF) + " -n '" + kProgram + "'");
   size_t pos = notes.find("Build ID: ");
   ASSERT_NE(pos, std::string::npos);
   std::string expected = notes.substr(pos + 10, notes.find('\n', pos) - pos - 10);
@@ -226,7 +198,7 @@ TEST(ElfModuleTest, LinesMatchAddr2line) {
   // -a starts each address's group with a "0x..." line; -i lists inlined frames innermost first.
   std::map<uint64_t, std::string> outermost;
   uint64_t current = 0;
-  for (const std::string& line : Lines(RunCommand(command.str()))) {
+  for (const std::string& line : Lines(CommandOutput(command.str()))) {
     if (line.rfind("0x", 0) == 0) {
       current = std::stoull(line, nullptr, 16);
     } else {
@@ -381,7 +353,7 @@ TEST(ElfModuleTest, InlineChainsMatchAddr2line) {
   for (uint64_t a : addresses) command << " 0x" << a;
   std::map<uint64_t, std::vector<std::string>> chains;  // innermost first
   uint64_t current = 0;
-  for (const std::string& line : Lines(RunCommand(command.str()))) {
+  for (const std::string& line : Lines(CommandOutput(command.str()))) {
     if (line.rfind("0x", 0) == 0) {
       current = std::stoull(line, nullptr, 16);
     } else {
@@ -443,7 +415,7 @@ class DebugLinkUnderRootTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Each test its own root: ctest runs the tests of one fixture in parallel processes.
-    root_ = absl::StrCat(testing::TempDir(), "/ember_debuglink_root_",
+    root_ = absl::StrCat(::testing::TempDir(), "/ember_debuglink_root_",
                          ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
                          getpid());
     std::filesystem::remove_all(root_);
@@ -503,7 +475,7 @@ TEST_F(DebugLinkUnderRootTest, AFifoAtTheDebugLinkIsRefusedAtOnce) {
 
 TEST(ElfModuleTest, CorruptDebugFileCandidateIsIgnored) {
   // A debug root whose .build-id entry for the program is not its debug file.
-  std::string root = testing::TempDir() + "/ember_bad_debug_root";
+  std::string root = ::testing::TempDir() + "/ember_bad_debug_root";
   std::unique_ptr<ElfModule> original = OpenOrDie(kProgram);
   std::string id = original->build_id();
   std::filesystem::create_directories(root + "/.build-id/" + id.substr(0, 2));
@@ -525,7 +497,7 @@ struct LoadSegment {
 std::vector<LoadSegment> ReadelfLoads(const std::string& path) {
   std::vector<LoadSegment> loads;
   for (const std::string& line :
-       Lines(RunCommand(std::string(EMBER_READELF) + " -lW '" + path + "'"))) {
+       Lines(CommandOutput(std::string(EMBER_READELF) + " -lW '" + path + "'"))) {
     std::istringstream in(line);
     std::string type, offset, vaddr, paddr, file_size;
     if (!(in >> type >> offset >> vaddr >> paddr >> file_size) || type != "LOAD") continue;
@@ -573,7 +545,7 @@ TEST(ElfModuleTest, SymbolizesLibraryFunctionsFromFileOffsets) {
       std::optional<SourceSymbol> symbol = module->Symbolize(*address);
       ASSERT_TRUE(symbol.has_value()) << s.name;
       EXPECT_THAT(NamesCovering(NmFunctions(kLibrary), s.address),
-                  testing::Contains(symbol->function));
+                  ::testing::Contains(symbol->function));
       ++checked;
     }
   }
@@ -593,10 +565,10 @@ TEST(ElfModuleTest, AddressOutsideAnyFunctionIsNotSymbolized) {
   EXPECT_FALSE(module->Symbolize(ElfAddress{~uint64_t{0}}).has_value());
 }
 
-class ElfModuleErrorTest : public testing::Test {
+class ElfModuleErrorTest : public ::testing::Test {
  protected:
   std::string WriteFile(const std::string& name, const std::string& contents) {
-    std::string path = testing::TempDir() + "/" + name;
+    std::string path = ::testing::TempDir() + "/" + name;
     std::ofstream(path, std::ios::binary) << contents;
     return path;
   }
@@ -621,7 +593,7 @@ TEST_F(ElfModuleErrorTest, NotAnElfFile) {
   EXPECT_NE(module.status().message().find("not an ELF file"), absl::string_view::npos)
       << module.status();
   EXPECT_FALSE(ElfModule::Open(WriteFile("ember_empty", ""), "empty").ok());
-  EXPECT_FALSE(ElfModule::Open(testing::TempDir(), "a directory").ok());
+  EXPECT_FALSE(ElfModule::Open(::testing::TempDir(), "a directory").ok());
 }
 
 TEST_F(ElfModuleErrorTest, TruncatedElfFiles) {

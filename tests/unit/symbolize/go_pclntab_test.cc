@@ -8,19 +8,18 @@
 #include <gtest/gtest.h>
 #include <libelf.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "elf/elf_file.h"
+#include "support/nm_symbols.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
@@ -31,38 +30,11 @@ using ::testing::HasSubstr;
 const std::string kFixtureDir = EMBER_GO_FIXTURE_DIR;
 const std::string kSource = EMBER_GO_FIXTURE_SOURCE;  // tests/fixtures/go/gosym/main.go
 
-std::string RunCommand(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  EXPECT_EQ(pclose(pipe), 0) << command;
-  return output;
-}
-
-struct NmSymbol {
-  uint64_t address = 0;
-  uint64_t size = 0;
-  std::string name;
-};
+using ::ember::testing::NmSymbol;
 
 // Sized text symbols of `path`, as nm sees them (Go names need no demangling).
 std::vector<NmSymbol> NmFunctions(const std::string& path) {
-  std::vector<NmSymbol> symbols;
-  std::istringstream lines(RunCommand(std::string(EMBER_NM) + " --defined-only -S '" + path + "'"));
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream in(line);
-    std::string address, size, type;
-    if (!(in >> address >> size >> type) || (type != "T" && type != "t")) continue;
-    NmSymbol symbol;
-    symbol.address = std::stoull(address, nullptr, 16);
-    symbol.size = std::stoull(size, nullptr, 16);
-    std::getline(in >> std::ws, symbol.name);
-    if (symbol.size > 0) symbols.push_back(symbol);
-  }
-  return symbols;
+  return ::ember::testing::NmSizedSymbols(path, "Tt", /*demangle=*/false);
 }
 
 const NmSymbol& Named(const std::vector<NmSymbol>& symbols, const std::string& name) {

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "process/proc_maps.h"
+#include "support/elf_image_builder.h"
 #include "symbolize/elf_module.h"
 #include "unwind/dwarf_unwinder.h"
 #include "unwind/elf_image.h"
@@ -281,30 +282,14 @@ TEST_P(LldLayoutTest, FunctionsAreNamedAndStepByTheirCfi) {
 
 // An ELF file of `segments` (PT_LOAD, 4 KiB aligned) and nothing else, opened.
 std::shared_ptr<ElfImage> ImageOf(const std::string& name, std::vector<Elf64_Phdr> segments) {
-  constexpr uint64_t kSize = 0x4000;
-  std::vector<char> image(kSize);
-  Elf64_Ehdr ehdr{};
-  std::memcpy(ehdr.e_ident, ELFMAG, SELFMAG);
-  ehdr.e_ident[EI_CLASS] = ELFCLASS64;
-  ehdr.e_ident[EI_DATA] = ELFDATA2LSB;
-  ehdr.e_ident[EI_VERSION] = EV_CURRENT;
-  ehdr.e_type = ET_DYN;
-  ehdr.e_machine = EM_X86_64;
-  ehdr.e_version = EV_CURRENT;
-  ehdr.e_phoff = sizeof(Elf64_Ehdr);
-  ehdr.e_ehsize = sizeof(Elf64_Ehdr);
-  ehdr.e_phentsize = sizeof(Elf64_Phdr);
-  ehdr.e_phnum = static_cast<uint16_t>(segments.size());
-  std::memcpy(image.data(), &ehdr, sizeof(ehdr));
-  for (size_t i = 0; i < segments.size(); ++i) {
-    segments[i].p_type = PT_LOAD;
-    segments[i].p_paddr = segments[i].p_vaddr;
-    segments[i].p_align = 0x1000;
-    std::memcpy(image.data() + sizeof(ehdr) + i * sizeof(Elf64_Phdr), &segments[i],
-                sizeof(Elf64_Phdr));
+  for (Elf64_Phdr& segment : segments) {
+    segment.p_type = PT_LOAD;
+    segment.p_paddr = segment.p_vaddr;
+    segment.p_align = 0x1000;
   }
   const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary).write(image.data(), kSize);
+  EXPECT_TRUE(testing::WriteElfImage(
+      path, {.type = ET_DYN, .program_headers = std::move(segments), .size = 0x4000}));
   auto opened = ElfImage::Open(path);
   EXPECT_TRUE(opened.ok()) << opened.status();
   return opened.ok() ? *opened : nullptr;
