@@ -49,9 +49,6 @@ namespace {
 // interval ends is read before it is written.
 constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
-// How long after its first read a process's maps are read once more before its samples stop
-// waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
-constexpr uint64_t kProcessSettleTimeNs = 100'000'000;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
@@ -255,7 +252,21 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
+    agent->bpf_unwind_feed_ =
+        std::make_unique<BpfUnwindTablesFeed>(agent->processes_, *agent->bpf_unwind_);
+    agent->processes_.Subscribe(agent->bpf_unwind_feed_.get());
   }
+  agent->python_events_ = std::make_unique<ProcessEventCallbacks>(
+      [self](const Process& process) { self->UpdatePython(&process); },
+      [self](uint32_t pid) { self->ForgetPython(pid); });
+  agent->processes_.Subscribe(agent->python_events_.get());
+  agent->unwinder_events_ = std::make_unique<ProcessEventCallbacks>(
+      nullptr, [self](uint32_t pid) { self->unwinder_.ForgetProcess(pid); });
+  agent->processes_.Subscribe(agent->unwinder_events_.get());
+  // Subscribed last: the BPF side forgets a process once the rest has.
+  agent->known_processes_ = std::make_unique<KnownProcesses>(
+      agent->processes_, [self](uint32_t pid) { self->profiler_->MarkProcessKnown(pid); },
+      [self](uint32_t pid) { self->profiler_->ForgetProcess(pid); });
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
                agent->profiler_->attached_cpus(), MillisecondsSince(started_at),
                options.sampling_hz,
@@ -658,31 +669,13 @@ void Agent::OnSample(const SampleView& sample) {
   }
   // Kernel frames past the limit are missing between these and the user frames.
   if (header.kernel_depth >= EMBER_MAX_STACK_DEPTH) stack_.push_back(frames_.Marker("[truncated]"));
-  Process* process = processes_.Get(header.pid);
-  // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames
-  // and stop its unwinding. Reloading sets the name, so this happens once per rename.
-  bool renamed = false;
-  if (process != nullptr && header.tid == header.pid && thread != process->name) {
-    processes_.ReloadAfterExec(process);
-    renamed = true;
-  }
+  Process* process = known_processes_->OnSample(sample);
   // The container is looked up when a process is first seen in a cgroup, not per sample.
   if (process != nullptr && process->cgroup_id != header.cgroup_id) {
     process->cgroup_id = header.cgroup_id;
     process->container = cgroups_.ResolveProcess(header.cgroup_id, header.pid);
   }
   if (process != nullptr) {
-    ProcessSeen& seen = seen_[process->pid];
-    MarkKnownOnceSettled(process, sample, renamed, seen);
-    if (seen.maps_version != process->maps_version) {
-      if (seen.maps_version == 0) seen.settle_from_ns = header.timestamp_ns;
-      seen.maps_version = process->maps_version;
-      seen.start_time = process->start_time;
-      if (bpf_unwind_ != nullptr) {
-        bpf_unwind_->SetProcess(process->pid, UnwindMappingsOf(processes_, *process));
-      }
-      UpdatePython(process);
-    }
     const size_t user_begin = stack_.size();
     AppendUserFrames(process, sample);
     if (bpf_unwind_ != nullptr && !(header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
@@ -696,7 +689,6 @@ void Agent::OnSample(const SampleView& sample) {
     }
   } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
     stack_.push_back(frames_.Marker("[process exited]"));  // gone before we could read its maps
-    profiler_->MarkProcessKnown(header.pid);  // nothing more to read: its samples need not wake us
   }
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
@@ -706,42 +698,6 @@ void Agent::OnSample(const SampleView& sample) {
   if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
     ReleaseFilePages();
   }
-}
-
-void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
-                                 ProcessSeen& seen) {
-  const ember_sample& header = *sample.header;
-  if (renamed && seen.maps_version != 0) {
-    // A new program (its maps were just read again): its loader maps its libraries now, so it
-    // settles again.
-    seen.marked_known = false;
-    seen.settle_from_ns = header.timestamp_ns;
-    return;
-  }
-  // Marked, yet unknown to the BPF side in a sample taken after the mark: the process exec'd
-  // (which clears the mark there), or the mark was evicted. Its maps are another program's.
-  if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&
-      polls_ >= seen.marked_in_poll + 2) {
-    processes_.ReloadAfterExec(process);
-    seen.marked_known = false;
-    seen.settle_from_ns = header.timestamp_ns;
-    return;
-  }
-  if (seen.marked_known || seen.maps_version == 0) return;
-  if (header.timestamp_ns < seen.settle_from_ns + kProcessSettleTimeNs) {
-    // Settling: the loader may have mapped a library since the last read. A sample running where
-    // the maps show nothing reads them again now, not once RefreshMaps's 500 ms have passed
-    // (up to 10 samples of [unknown] frames at 99 Hz before the settling read).
-    if (!sample.user_regs.empty() &&
-        process->Find(ProcessAddress{sample.user_regs[EMBER_USER_REG_IP]}) == nullptr) {
-      processes_.ReloadMaps(process);
-    }
-    return;
-  }
-  processes_.ReloadMaps(process);
-  profiler_->MarkProcessKnown(process->pid);
-  seen.marked_known = true;
-  seen.marked_in_poll = polls_;
 }
 
 bool Agent::EndAtThreadStart(size_t user_begin) {
@@ -839,7 +795,7 @@ LogRateLimiter& ProcessLogLimiter() {
 
 }  // namespace
 
-void Agent::UpdatePython(Process* process) {
+void Agent::UpdatePython(const Process* process) {
   std::vector<python::MappedFile> files;
   files.reserve(process->mappings.size());
   for (const MemoryMapping& mapping : process->mappings) {
@@ -911,23 +867,12 @@ void Agent::SplicePython(const python::PythonProcess& python, const SampleView& 
   }
 }
 
-void Agent::DropExitedProcesses() {
-  for (auto it = seen_.begin(); it != seen_.end();) {
-    const uint32_t pid = it->first;
-    std::string stat = ReadWholeFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
-    if (!stat.empty() && ParseStatStartTime(stat) == it->second.start_time) {
-      ++it;
-      continue;
-    }
-    if (const python::PythonProcess* python = python_.Find(pid);
-        python != nullptr && python->bpf.has_value()) {
-      profiler_->RemovePythonProcess(pid);
-    }
-    python_.Forget(pid);
-    if (bpf_unwind_ != nullptr) bpf_unwind_->RemoveProcess(pid);
-    profiler_->ForgetProcess(pid);
-    it = seen_.erase(it);
+void Agent::ForgetPython(uint32_t pid) {
+  if (const python::PythonProcess* python = python_.Find(pid);
+      python != nullptr && python->bpf.has_value()) {
+    profiler_->RemovePythonProcess(pid);
   }
+  python_.Forget(pid);
 }
 
 ResourceContext Agent::MakeResourceContext() {
@@ -1104,7 +1049,6 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
   processes_.DropExited();
-  DropExitedProcesses();
   python_.NextGeneration();
   if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
@@ -1178,7 +1122,7 @@ void Agent::ReleaseFilePages(uint64_t min_reads) {
 }
 
 absl::Status Agent::PollSamples(int timeout_ms) {
-  ++polls_;
+  known_processes_->OnPoll();
   return profiler_->Poll(timeout_ms).status();
 }
 

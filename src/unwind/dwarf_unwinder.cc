@@ -173,6 +173,13 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
   }
 }
 
+void DwarfUnwinder::ForgetProcess(uint32_t pid) {
+  auto found = spaces_.find(pid);
+  if (found == spaces_.end()) return;
+  lru_.erase(found->second);
+  spaces_.erase(found);
+}
+
 void DwarfUnwinder::NextGeneration(int keep_generations) {
   ++generation_;
   for (auto it = lru_.begin(); it != lru_.end();) {

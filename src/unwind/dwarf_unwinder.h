@@ -97,6 +97,9 @@ class DwarfUnwinder {
   void Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings, const UserStack& stack,
               UnwindResult& result);
 
+  // Drops the address space of a process that exited (or whose pid was reused): NextGeneration
+  // would only after its generations, and a new process of the pid builds its own anyway.
+  void ForgetProcess(uint32_t pid);
   // Drops address spaces not used for keep_generations generations, and files no process maps
   // any more. Called once per export interval.
   void NextGeneration(int keep_generations = 2);
