@@ -796,21 +796,9 @@ LogRateLimiter& ProcessLogLimiter() {
 }  // namespace
 
 void Agent::UpdatePython(const Process* process) {
-  std::vector<python::MappedFile> files;
-  files.reserve(process->mappings.size());
-  for (const MemoryMapping& mapping : process->mappings) {
-    if (mapping.IsFileBacked()) {
-      files.push_back({.path = mapping.path,
-                       .start = mapping.start,
-                       .offset = mapping.offset,
-                       .file = mapping.file,
-                       .end = mapping.end,
-                       .executable = mapping.executable});
-    }
-  }
   bool changed = false;
-  const python::PythonProcess& python =
-      python_.Update(process->pid, files, absl::StrCat("/proc/", process->pid, "/root"), &changed);
+  const python::PythonProcess& python = python_.Update(
+      process->pid, process->mappings, absl::StrCat("/proc/", process->pid, "/root"), &changed);
   if (!changed) return;
   if (python.bpf.has_value()) {
     if (absl::Status status = profiler_->SetPythonProcess(process->pid, *python.bpf);

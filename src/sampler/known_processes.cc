@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
-#include "symbolize/address.h"
+#include "common/address.h"
 
 namespace ember {
 

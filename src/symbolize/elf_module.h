@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/profile.h"
 #include "common/untrusted_open.h"
-#include "symbolize/address.h"
+#include "common/address.h"
 #include "symbolize/debug_file_source.h"
 
 namespace ember {
