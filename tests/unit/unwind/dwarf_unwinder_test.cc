@@ -613,6 +613,26 @@ TEST_F(DwarfUnwinderSelfTest, KeepsAtMostMaxProcessesEvictingTheLeastRecentlyUse
   EXPECT_EQ(maps[3].calls, 2);
 }
 
+TEST_F(DwarfUnwinderSelfTest, AForgottenProcessGoesAtOnceAndOthersStay) {
+  DwarfUnwinder unwinder;
+  CountingMappings exited, other;
+  unwinder.Unwind(
+      1, 1, [&] { return exited.Get(); }, WholeStackOf(*chain_));
+  unwinder.Unwind(
+      2, 1, [&] { return other.Get(); }, WholeStackOf(*chain_));
+  unwinder.ForgetProcess(1);
+  unwinder.ForgetProcess(3);  // never seen: nothing to forget
+  EXPECT_EQ(unwinder.processes(), 1u);
+  UnwindResult result = unwinder.Unwind(
+      2, 1, [&] { return other.Get(); }, WholeStackOf(*chain_));
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  EXPECT_EQ(other.calls, 1);
+  unwinder.Unwind(
+      1, 1, [&] { return exited.Get(); }, WholeStackOf(*chain_));
+  EXPECT_EQ(exited.calls, 2) << "a new process of the pid builds its own";
+  EXPECT_EQ(unwinder.processes(), 2u);
+}
+
 TEST_F(DwarfUnwinderSelfTest, NextGenerationDropsProcessesUnusedForKeepGenerations) {
   DwarfUnwinder unwinder;
   CountingMappings busy, idle;
