@@ -32,4 +32,12 @@ struct MemoryMapping {
   bool IsVdso() const { return path == "[vdso]"; }
 };
 
+// A mapping as it is handed to a reader of its file (the unwinders), with where that file is
+// opened now: its map_files entry, its path under the process's root, or nothing once the process
+// has gone. Made when handed over, never kept in the process table: how a file is reached changes
+// as its process lives and exits, and three paths per mapping would double the table's bytes.
+struct ExecutableMapping : MemoryMapping {
+  FileLocation open_path;
+};
+
 }  // namespace ember

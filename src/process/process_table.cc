@@ -542,13 +542,7 @@ std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const
   std::vector<ExecutableMapping> mappings;
   mappings.reserve(process.mappings.size());
   for (const MemoryMapping& m : process.mappings) {
-    mappings.push_back(
-        {.start = m.start,
-         .end = m.end,
-         .offset = m.offset,
-         .file = m.file,
-         .name = m.path,
-         .open_path = m.IsFileBacked() ? table.OpenPath(process, m) : FileLocation()});
+    mappings.push_back({m, m.IsFileBacked() ? table.OpenPath(process, m) : FileLocation()});
   }
   return mappings;
 }

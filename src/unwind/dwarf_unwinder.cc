@@ -67,7 +67,7 @@ std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(
     std::shared_ptr<ModuleCfi> cfi;
     if (m.IsVdso()) {
       cfi = files_.Vdso();
-    } else if (m.IsFile()) {
+    } else if (m.IsFileBacked()) {
       cfi = files_.Get(m.file, m.open_path);
     }
     if (cfi == nullptr) continue;  // anonymous or unreadable: frame pointers only
