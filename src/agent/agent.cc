@@ -49,9 +49,6 @@ namespace {
 // interval ends is read before it is written.
 constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
-// How long after its first read a process's maps are read once more before its samples stop
-// waking the agent: the dynamic loader maps a program's libraries within its first milliseconds.
-constexpr uint64_t kProcessSettleTimeNs = 100'000'000;
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 // How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
@@ -258,7 +255,22 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
     agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());
+    agent->bpf_unwind_feed_ =
+        std::make_unique<BpfUnwindTablesFeed>(agent->processes_, *agent->bpf_unwind_);
+    agent->processes_.Subscribe(agent->bpf_unwind_feed_.get());
   }
+  StackBuilder* stacks = agent->stacks_.get();
+  agent->runtime_events_ = std::make_unique<ProcessEventCallbacks>(
+      [stacks](const Process& process) { stacks->runtimes().ProcessMapsChanged(process); },
+      [stacks](uint32_t pid) { stacks->runtimes().ProcessExited(pid); });
+  agent->processes_.Subscribe(agent->runtime_events_.get());
+  agent->unwinder_events_ = std::make_unique<ProcessEventCallbacks>(
+      nullptr, [self](uint32_t pid) { self->unwinder_.ForgetProcess(pid); });
+  agent->processes_.Subscribe(agent->unwinder_events_.get());
+  // Subscribed last: the BPF side forgets a process once the rest has.
+  agent->known_processes_ = std::make_unique<KnownProcesses>(
+      agent->processes_, [self](uint32_t pid) { self->profiler_->MarkProcessKnown(pid); },
+      [self](uint32_t pid) { self->profiler_->ForgetProcess(pid); });
   spdlog::info("attached to {} CPUs in {} ms (sampling at {} Hz{})",
                agent->profiler_->attached_cpus(), MillisecondsSince(started_at),
                options.sampling_hz,
@@ -655,33 +667,11 @@ void Agent::OnSample(const SampleView& sample) {
   const ember_sample& header = *sample.header;
   absl::string_view thread(header.comm, strnlen(header.comm, sizeof(header.comm)));
 
-  Process* process = processes_.Get(header.pid);
-  // The main thread renamed: an exec, or a reused pid. Its old maps would misname its frames
-  // and stop its unwinding. Reloading sets the name, so this happens once per rename.
-  bool renamed = false;
-  if (process != nullptr && header.tid == header.pid && thread != process->name) {
-    processes_.ReloadAfterExec(process);
-    renamed = true;
-  }
+  Process* process = known_processes_->OnSample(sample);
   // The container is looked up when a process is first seen in a cgroup, not per sample.
   if (process != nullptr && process->cgroup_id != header.cgroup_id) {
     process->cgroup_id = header.cgroup_id;
     process->container = cgroups_.ResolveProcess(header.cgroup_id, header.pid);
-  }
-  if (process != nullptr) {
-    ProcessSeen& seen = seen_[process->pid];
-    MarkKnownOnceSettled(process, sample, renamed, seen);
-    if (seen.maps_version != process->maps_version) {
-      if (seen.maps_version == 0) seen.settle_from_ns = header.timestamp_ns;
-      seen.maps_version = process->maps_version;
-      seen.start_time = process->start_time;
-      if (bpf_unwind_ != nullptr) {
-        bpf_unwind_->SetProcess(process->pid, UnwindMappingsOf(processes_, *process));
-      }
-      stacks_->runtimes().ProcessMapsChanged(*process);
-    }
-  } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
-    profiler_->MarkProcessKnown(header.pid);  // nothing more to read: its samples need not wake us
   }
   const std::vector<const Frame*>& stack = stacks_->Build(sample, process);
 
@@ -691,57 +681,6 @@ void Agent::OnSample(const SampleView& sample) {
   // files' symbols and DWARF at once: their pages go every so many reads, not only each second.
   if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
     ReleaseFilePages();
-  }
-}
-
-void Agent::MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
-                                 ProcessSeen& seen) {
-  const ember_sample& header = *sample.header;
-  if (renamed && seen.maps_version != 0) {
-    // A new program (its maps were just read again): its loader maps its libraries now, so it
-    // settles again.
-    seen.marked_known = false;
-    seen.settle_from_ns = header.timestamp_ns;
-    return;
-  }
-  // Marked, yet unknown to the BPF side in a sample taken after the mark: the process exec'd
-  // (which clears the mark there), or the mark was evicted. Its maps are another program's.
-  if (seen.marked_known && (header.flags & EMBER_SAMPLE_PROCESS_UNKNOWN) &&
-      polls_ >= seen.marked_in_poll + 2) {
-    processes_.ReloadAfterExec(process);
-    seen.marked_known = false;
-    seen.settle_from_ns = header.timestamp_ns;
-    return;
-  }
-  if (seen.marked_known || seen.maps_version == 0) return;
-  if (header.timestamp_ns < seen.settle_from_ns + kProcessSettleTimeNs) {
-    // Settling: the loader may have mapped a library since the last read. A sample running where
-    // the maps show nothing reads them again now, not once RefreshMaps's 500 ms have passed
-    // (up to 10 samples of [unknown] frames at 99 Hz before the settling read).
-    if (!sample.user_regs.empty() &&
-        process->Find(ProcessAddress{sample.user_regs[EMBER_USER_REG_IP]}) == nullptr) {
-      processes_.ReloadMaps(process);
-    }
-    return;
-  }
-  processes_.ReloadMaps(process);
-  profiler_->MarkProcessKnown(process->pid);
-  seen.marked_known = true;
-  seen.marked_in_poll = polls_;
-}
-
-void Agent::DropExitedProcesses() {
-  for (auto it = seen_.begin(); it != seen_.end();) {
-    const uint32_t pid = it->first;
-    std::string stat = ReadWholeFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
-    if (!stat.empty() && ParseStatStartTime(stat) == it->second.start_time) {
-      ++it;
-      continue;
-    }
-    stacks_->runtimes().ProcessExited(pid);
-    if (bpf_unwind_ != nullptr) bpf_unwind_->RemoveProcess(pid);
-    profiler_->ForgetProcess(pid);
-    it = seen_.erase(it);
   }
 }
 
@@ -915,7 +854,6 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   unwinder_.NextGeneration();
   cgroups_.NextGeneration();
   processes_.DropExited();
-  DropExitedProcesses();
   stacks_->runtimes().NextGeneration();
   if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
@@ -989,7 +927,7 @@ void Agent::ReleaseFilePages(uint64_t min_reads) {
 }
 
 absl::Status Agent::PollSamples(int timeout_ms) {
-  ++polls_;
+  known_processes_->OnPoll();
   return profiler_->Poll(timeout_ms).status();
 }
 

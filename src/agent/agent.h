@@ -25,10 +25,12 @@
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
+#include "process/process_events.h"
 #include "process/process_table.h"
 #include "runtimes/runtime.h"
 #include "sampler/bpf_profiler.h"
 #include "sampler/bpf_unwind_tables.h"
+#include "sampler/known_processes.h"
 #include "stacks/aggregator.h"
 #include "stacks/frame_resolver.h"
 #include "stacks/stack_builder.h"
@@ -55,15 +57,6 @@ class Agent {
  private:
   explicit Agent(const Options& options);
   void OnSample(const SampleView& sample);
-  struct ProcessSeen;
-  // Tells the BPF side the process is known once its maps have settled (ProcessSeen). It settles
-  // again after its main thread renamed (renamed: its maps were just read again) or when a
-  // sample shows it is not known there any more (an exec), whose maps are read again here.
-  void MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed,
-                            ProcessSeen& seen);
-  // Tells the runtimes and the BPF stack walk of processes that exited (or whose pid was
-  // reused).
-  void DropExitedProcesses();
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
@@ -86,7 +79,8 @@ class Agent {
   // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
   // was freed since the last trim, looking only after the agent grew or its caches shrank.
   void TrimHeap();
-  // Reads the queued samples, waiting up to timeout_ms for more; counts the poll (polls_).
+  // Reads the queued samples, waiting up to timeout_ms for more; counts the poll
+  // (KnownProcesses::OnPoll).
   absl::Status PollSamples(int timeout_ms);
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
@@ -164,23 +158,13 @@ class Agent {
   // Turns each sample into frames; holds the language runtimes. Made in the constructor, never
   // null.
   std::unique_ptr<StackBuilder> stacks_;
-  // Per process sampled: the maps_version its Python detection and BPF unwinding tables were
-  // last set up for, and its start time (a reused pid is another process).
-  struct ProcessSeen {
-    uint64_t maps_version = 0;
-    uint64_t start_time = 0;
-    // Whether the BPF side was told it is known (MarkProcessKnown), in which poll; until then its
-    // samples wake the agent. That waits for a read kProcessSettleTimeNs after its first (sample
-    // clock, settle_from_ns): a process read while its dynamic loader ran had not mapped its
-    // libraries yet, and if it lives shorter than a poll its later samples come after its exit.
-    bool marked_known = false;
-    uint64_t marked_in_poll = 0;
-    uint64_t settle_from_ns = 0;
-  };
-  // Polls of the ring buffer so far: a sample read two polls after a process was marked known was
-  // taken after the mark.
-  uint64_t polls_ = 0;
-  std::unordered_map<uint32_t, ProcessSeen> seen_;
+  // The process part of each sample: the table read, and the BPF side told which processes the
+  // agent knows. Made with profiler_, which it tells.
+  std::unique_ptr<KnownProcesses> known_processes_;
+  // The process table's other subscribers: the BPF walk's tables, the runtimes, the unwinder.
+  std::unique_ptr<BpfUnwindTablesFeed> bpf_unwind_feed_;
+  std::unique_ptr<ProcessEventCallbacks> runtime_events_;
+  std::unique_ptr<ProcessEventCallbacks> unwinder_events_;
   // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0.
   std::unique_ptr<BpfUnwindTables> bpf_unwind_;
 

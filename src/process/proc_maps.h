@@ -9,31 +9,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "symbolize/address.h"
+#include "common/mapping.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
-
-struct MemoryMapping {
-  uint64_t start = 0;  // process virtual addresses [start, end)
-  uint64_t end = 0;
-  uint64_t offset = 0;  // file offset of `start`
-  bool readable = false;
-  bool executable = false;
-  FileIdentity file;  // dev and inode; inode 0 for anonymous memory
-  // As the kernel shows it, without a " (deleted)" suffix; kLongPathMarker when it was longer
-  // than the parse's max_path_bytes.
-  std::string path;
-  bool deleted = false;
-
-  bool Contains(ProcessAddress addr) const { return addr.value >= start && addr.value < end; }
-  // The one place a process address becomes a file offset.
-  FileOffset ToFileOffset(ProcessAddress addr) const {
-    return FileOffset{addr.value - start + offset};
-  }
-  // Backed by a regular file, not [vdso], [heap], anonymous or memfd memory.
-  bool IsFileBacked() const { return file.inode != 0 && !path.empty() && path[0] == '/'; }
-};
 
 // Stands for a path longer than the limit. A path is what a workload chooses: at up to PATH_MAX
 // (4 KiB) on each of tens of thousands of mappings, whole paths would cost hundreds of MiB. A cut

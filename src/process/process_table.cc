@@ -116,6 +116,10 @@ ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_
 
 ProcessTable::~ProcessTable() = default;
 
+void ProcessTable::NotifyExited(uint32_t pid) {
+  for (ProcessEvents* events : subscribers_) events->OnExited(pid);
+}
+
 std::string ProcessTable::PidDir(uint32_t pid) const { return absl::StrCat(proc_root_, "/", pid); }
 
 Process* ProcessTable::Get(uint32_t pid) {
@@ -149,6 +153,7 @@ void ProcessTable::EvictLeastRecentlyUsed() {
     auto it = processes_.find(by_use[i].second);
     Untrack(it->second.get());
     processes_.erase(it);
+    NotifyExited(by_use[i].second);
   }
   stats_.evicted += excess;
 }
@@ -255,6 +260,7 @@ std::unique_ptr<Process> ProcessTable::Load(uint32_t pid) {
   auto process = std::make_unique<Process>();
   process->pid = pid;
   std::string text;
+  ++stats_.stat_reads;
   if (!ReadFile(absl::StrCat(PidDir(pid), "/stat"), &text)) {
     ++read_failures_.stat;
     return nullptr;
@@ -480,14 +486,17 @@ int ProcessTable::DropExited() {
   int dropped = 0;
   for (auto it = processes_.begin(); it != processes_.end();) {
     std::string stat;
+    ++stats_.stat_reads;
     bool alive = ReadFile(absl::StrCat(PidDir(it->first), "/stat"), &stat) &&
                  ParseStatStartTime(stat) == it->second->start_time;
     if (alive) {
       ++it;
     } else {
+      const uint32_t pid = it->first;
       Untrack(it->second.get());
       it = processes_.erase(it);
       ++dropped;
+      NotifyExited(pid);
     }
   }
   return dropped;
@@ -533,13 +542,7 @@ std::vector<ExecutableMapping> UnwindMappingsOf(const ProcessTable& table, const
   std::vector<ExecutableMapping> mappings;
   mappings.reserve(process.mappings.size());
   for (const MemoryMapping& m : process.mappings) {
-    mappings.push_back(
-        {.start = m.start,
-         .end = m.end,
-         .offset = m.offset,
-         .file = m.file,
-         .name = m.path,
-         .open_path = m.IsFileBacked() ? table.OpenPath(process, m) : FileLocation()});
+    mappings.push_back({m, m.IsFileBacked() ? table.OpenPath(process, m) : FileLocation()});
   }
   return mappings;
 }

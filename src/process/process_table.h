@@ -17,6 +17,7 @@
 #include "common/profile.h"
 #include "k8s/container_id.h"
 #include "process/proc_maps.h"
+#include "process/process_events.h"
 #include "symbolize/jitdump.h"
 #include "symbolize/perf_map.h"
 #include "symbolize/vdso.h"
@@ -74,6 +75,16 @@ struct Process {
   std::chrono::steady_clock::time_point vdso_read_at;
   // Execs seen: its executable changed at a read of its maps, or ReloadAfterExec was told.
   uint64_t execs = 0;
+  // The maps_version subscribers were last told of (ProcessTable::Publish); 0: none yet.
+  uint64_t published_maps_version = 0;
+  // What the BPF side was told of it (KnownProcesses, src/sampler): whether it is known there
+  // (MarkProcessKnown), since which poll, and the sample time its maps settle from. Until it is
+  // marked its samples wake the agent. Reset with the process: one read anew is new there too.
+  struct BpfMark {
+    bool marked = false;
+    uint64_t marked_in_poll = 0;
+    uint64_t settle_from_ns = 0;
+  } bpf_mark;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -113,6 +124,8 @@ struct ProcessTableStats {
   uint64_t mapping_long_paths = 0;  // mappings read whose path was over max_mapping_path_bytes
   uint64_t mappings_dropped = 0;  // executable mappings read but not kept: max_mappings_per_process
   uint64_t mapping_evictions = 0;  // processes whose mappings went to fit max_mapping_bytes
+  uint64_t stat_reads = 0;         // reads of /proc/PID/stat: one per process at first sight and
+                                   // at each DropExited
 };
 
 // /proc reads that failed for a sampled process, so its samples lost their user frames.
@@ -157,8 +170,21 @@ class ProcessTable {
   // Shorter than the maps' limit: a read costs three system calls plus the new lines, and until it
   // happens samples in fresh JIT code go unnamed.
   bool RefreshPerfMap(Process* process);
-  // Forgets processes that exited, or whose pid now belongs to another process. Returns how many.
+  // Forgets processes that exited, or whose pid now belongs to another process, and tells the
+  // subscribers (OnExited); one read of each process's stat. Returns how many.
   int DropExited();
+  // Adds a subscriber of the table's events (told in the order they subscribed); not owned, it
+  // must outlive the table's last event.
+  void Subscribe(ProcessEvents* events) { subscribers_.push_back(events); }
+  // Tells the subscribers of the maps read since the process was last published (OnMapsChanged),
+  // once however many reads there were: called when a sample's reads of its process are done, so
+  // that an exec's read and the settling read after it make one event. Its first publication is
+  // its first sight.
+  void Publish(Process* process) {
+    if (process->published_maps_version == process->maps_version) return;
+    process->published_maps_version = process->maps_version;
+    for (ProcessEvents* events : subscribers_) events->OnMapsChanged(*process);
+  }
   size_t size() const { return processes_.size(); }
   const ProcessTableStats& stats() const { return stats_; }
   // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
@@ -202,6 +228,8 @@ class ProcessTable {
   // max_perf_map_total_bytes.
   void ShedPerfMaps();
   std::string PidDir(uint32_t pid) const;
+  // After the process left the table: no pointer to it remains for a subscriber to follow.
+  void NotifyExited(uint32_t pid);
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
@@ -216,6 +244,7 @@ class ProcessTable {
   size_t mapping_bytes_ = 0;
   ProcessTableStats stats_;
   ProcReadFailures read_failures_;
+  std::vector<ProcessEvents*> subscribers_;
 };
 
 // A process's executable mappings as the unwinder takes them, each with the path to open it by.

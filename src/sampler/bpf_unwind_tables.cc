@@ -70,7 +70,7 @@ BpfUnwindTables::BpfUnwindTables(UnwindMaps& maps, uint32_t row_capacity, TableS
 void BpfUnwindTables::SetProcess(uint32_t pid, const std::vector<ExecutableMapping>& mappings) {
   Process process;
   for (const ExecutableMapping& m : mappings) {
-    if ((m.IsFile() || m.IsVdso()) && m.end > m.start) process.mappings.push_back(m);
+    if ((m.IsFileBacked() || m.IsVdso()) && m.end > m.start) process.mappings.push_back(m);
   }
   std::sort(
       process.mappings.begin(), process.mappings.end(),
@@ -245,7 +245,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<FileUnwindTable> table = source_(mapping);
   if (!table.ok()) {
-    spdlog::debug("{}: frames in it are unwound from snapshots: {}", LogSafe(mapping.name),
+    spdlog::debug("{}: frames in it are unwound from snapshots: {}", LogSafe(mapping.path),
                   LogSafe(table.status().message()));
     return;
   }
@@ -255,7 +255,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   if (count == 0 || count > EMBER_MAX_UNWIND_ROWS_PER_FILE ||
       !Allocate(static_cast<uint32_t>(count), &first)) {
     if (count > 0) ++out_of_room_;
-    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", LogSafe(mapping.name), count);
+    spdlog::debug("{}: {} CFI rows do not fit the BPF row map", LogSafe(mapping.path), count);
     return;
   }
   rows_used_ += count;
@@ -263,7 +263,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   absl::Status status = maps_.WriteRows(first, table->rows);
   if (status.ok()) status = maps_.WriteBuckets(first, buckets.first_rows);
   if (!status.ok()) {
-    LogLimited(Warnings(), spdlog::level::warn, "{}: {}", LogSafe(mapping.name),
+    LogLimited(Warnings(), spdlog::level::warn, "{}: {}", LogSafe(mapping.path),
                LogSafe(status.message()));
     Free(first, static_cast<uint32_t>(count));
     return;
@@ -276,7 +276,7 @@ void BpfUnwindTables::Build(const FileIdentity& key) {
   loaded.bucket_count = static_cast<uint32_t>(buckets.first_rows.size());
   loaded.bucket_shift = buckets.shift;
   loaded.layout = std::move(table->layout);
-  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", LogSafe(mapping.name), count,
+  spdlog::debug("{}: {} CFI rows for the BPF walk in {} µs", LogSafe(mapping.path), count,
                 std::chrono::duration_cast<std::chrono::microseconds>(
                     std::chrono::steady_clock::now() - started)
                     .count());

@@ -13,6 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "process/process_events.h"
+#include "process/process_table.h"
 #include "sampler/sample_record_layout.h"
 #include "sampler/unwind_maps.h"
 #include "symbolize/elf_module.h"
@@ -154,6 +156,22 @@ class BpfUnwindTables {
   uint64_t out_of_room_ = 0;
   uint64_t dropped_exited_ = 0;
   std::chrono::nanoseconds build_time_{0};
+};
+
+// Keeps the walk's processes those of the process table: their mappings set at each read of their
+// maps, removed when they exit (no liveness check of its own).
+class BpfUnwindTablesFeed final : public ProcessEvents {
+ public:
+  BpfUnwindTablesFeed(const ProcessTable& table, BpfUnwindTables& tables)
+      : table_(table), tables_(tables) {}
+  void OnMapsChanged(const Process& process) override {
+    tables_.SetProcess(process.pid, UnwindMappingsOf(table_, process));
+  }
+  void OnExited(uint32_t pid) override { tables_.RemoveProcess(pid); }
+
+ private:
+  const ProcessTable& table_;
+  BpfUnwindTables& tables_;
 };
 
 }  // namespace ember

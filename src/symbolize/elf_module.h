@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "common/profile.h"
 #include "common/untrusted_open.h"
+#include "common/address.h"
 #include "elf/load_segments.h"
-#include "symbolize/address.h"
 #include "symbolize/debug_file_source.h"
 
 namespace ember {

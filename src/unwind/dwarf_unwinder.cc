@@ -67,7 +67,7 @@ std::unique_ptr<DwarfUnwinder::AddressSpace> DwarfUnwinder::Build(
     std::shared_ptr<ModuleCfi> cfi;
     if (m.IsVdso()) {
       cfi = files_.Vdso();
-    } else if (m.IsFile()) {
+    } else if (m.IsFileBacked()) {
       cfi = files_.Get(m.file, m.open_path);
     }
     if (cfi == nullptr) continue;  // anonymous or unreadable: frame pointers only
@@ -171,6 +171,13 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
     result.frames.push_back(
         {.pc = stack.registers[kIp], .is_return_address = stack.first_is_return_address});
   }
+}
+
+void DwarfUnwinder::ForgetProcess(uint32_t pid) {
+  auto found = spaces_.find(pid);
+  if (found == spaces_.end()) return;
+  lru_.erase(found->second);
+  spaces_.erase(found);
 }
 
 void DwarfUnwinder::NextGeneration(int keep_generations) {

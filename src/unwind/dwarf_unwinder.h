@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "common/mapping.h"
 #include "symbolize/elf_module.h"
 #include "unwind/module_cfi.h"
 
@@ -34,20 +35,6 @@ struct UserStack {
   uint32_t known_registers = (1u << kUnwindRegisterCount) - 1;
   // The first frame's pc is a return address: the walk goes on from a caller's frame.
   bool first_is_return_address = false;
-};
-
-// One executable mapping of a process, as the unwinder needs it.
-struct ExecutableMapping {
-  uint64_t start = 0;
-  uint64_t end = 0;
-  uint64_t offset = 0;     // file offset of `start`
-  FileIdentity file;       // {0, 0} for memory that is not a file
-  std::string name;        // the path as the process mapped it, or "[vdso]"
-  FileLocation open_path;  // what to open it through (its map_files entry, path under its root)
-
-  // A file on disk (not anonymous memory, not the vDSO or another special mapping).
-  bool IsFile() const { return file.inode != 0 && !name.empty() && name[0] == '/'; }
-  bool IsVdso() const { return name == "[vdso]"; }
 };
 
 struct UnwoundFrame {
@@ -97,6 +84,9 @@ class DwarfUnwinder {
   void Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings, const UserStack& stack,
               UnwindResult& result);
 
+  // Drops the address space of a process that exited (or whose pid was reused): NextGeneration
+  // would only after its generations, and a new process of the pid builds its own anyway.
+  void ForgetProcess(uint32_t pid);
   // Drops address spaces not used for keep_generations generations, and files no process maps
   // any more. Called once per export interval.
   void NextGeneration(int keep_generations = 2);

@@ -37,20 +37,9 @@ CPythonRuntime::CPythonRuntime(RuntimeBpfConfig& bpf, MetricsRegistry& metrics,
 }
 
 void CPythonRuntime::ProcessMapsChanged(const Process& process) {
-  files_.clear();
-  for (const MemoryMapping& mapping : process.mappings) {
-    if (mapping.IsFileBacked()) {
-      files_.push_back({.path = mapping.path,
-                        .start = mapping.start,
-                        .offset = mapping.offset,
-                        .file = mapping.file,
-                        .end = mapping.end,
-                        .executable = mapping.executable});
-    }
-  }
   bool changed = false;
-  const PythonProcess& python =
-      namer_.Update(process.pid, files_, absl::StrCat("/proc/", process.pid, "/root"), &changed);
+  const PythonProcess& python = namer_.Update(
+      process.pid, process.mappings, absl::StrCat("/proc/", process.pid, "/root"), &changed);
   if (!changed) return;
   if (python.bpf.has_value()) {
     if (absl::Status status = bpf_.SetPythonProcess(process.pid, *python.bpf); !status.ok()) {

@@ -37,7 +37,6 @@ class CPythonRuntime : public Runtime {
   FrameNamer namer_;
   SpliceStats splice_stats_;
   // Per-sample scratch, reused: no allocation once they have grown to a stack's size.
-  std::vector<MappedFile> files_;
   std::vector<bool> native_is_eval_;
   std::vector<bool> python_entry_;
   std::vector<const Frame*> native_;

@@ -12,15 +12,15 @@ size_t FrameNamer::KeyHash::operator()(const Key& key) const {
   return absl::HashOf(key.pid, key.code, key.position);
 }
 
-const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile> mappings,
+const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MemoryMapping> mappings,
                                         const std::string& root, bool* changed) {
   std::string key;
   std::vector<std::string> paths;
   std::vector<std::optional<FileIdentity>> identities;
-  for (const MappedFile& mapping : mappings) {
+  for (const MemoryMapping& mapping : mappings) {
     if (!LooksLikeInterpreterPath(mapping.path)) continue;
     paths.push_back(mapping.path);
-    identities.push_back(mapping.file);
+    identities.push_back(mapping.file.inode != 0 ? std::optional(mapping.file) : std::nullopt);
     absl::StrAppend(&key, mapping.path, "@", mapping.start, "+", mapping.offset, ";");
   }
   auto [it, inserted] = processes_.try_emplace(pid);
@@ -41,7 +41,7 @@ const PythonProcess& FrameNamer::Update(uint32_t pid, std::span<const MappedFile
       std::string path = info->path.substr(root.size());
       result.interpreter = path;
       if (info->outcome == DetectOutcome::kSupported) {
-        for (const MappedFile& mapping : mappings) {
+        for (const MemoryMapping& mapping : mappings) {
           if (mapping.path != path) continue;
           std::optional<ProcessInterpreter> process =
               MakeProcessInterpreter(*info, {.start = mapping.start,

@@ -11,25 +11,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mapping.h"
 #include "common/profile.h"
 #include "runtimes/cpython/bpf_proc_config.h"
 #include "runtimes/cpython/interpreter_detect.h"
 #include "runtimes/cpython/process_memory.h"
 
 namespace ember::python {
-
-// One line of /proc/PID/maps, as much of it as detection needs.
-struct MappedFile {
-  std::string path;  // as the process sees it
-  uint64_t start = 0;
-  uint64_t offset = 0;
-  // Device and inode of the line, which the file opened at `path` must have; unchecked if unset.
-  std::optional<FileIdentity> file;
-  // Where the mapping ends (unknown when not past `start`) and whether it is code: they tell
-  // which segment it maps where two share a file page (load_segments.h).
-  uint64_t end = 0;
-  bool executable = false;
-};
 
 struct PythonProcess {
   DetectOutcome outcome = DetectOutcome::kNotPython;
@@ -51,10 +39,13 @@ struct FrameNamerStats {
 
 class FrameNamer {
  public:
-  // The interpreter of a process from its mapped files (under `root`, e.g. "/proc/PID/root").
+  // The interpreter of a process from its mapped files (under `root`, e.g. "/proc/PID/root"); a
+  // mapping's file identity, when set (inode not 0), is the one the file opened must have; its
+  // end and whether it is code tell which segment it maps where two share a file page
+  // (load_segments.h).
   // Detection runs again only when the interpreter's mapping changed (an exec). `*changed` says
   // whether the result differs from the previous call for this pid.
-  const PythonProcess& Update(uint32_t pid, std::span<const MappedFile> mappings,
+  const PythonProcess& Update(uint32_t pid, std::span<const MemoryMapping> mappings,
                               const std::string& root, bool* changed);
   const PythonProcess* Find(uint32_t pid) const;
   void Forget(uint32_t pid);

@@ -142,12 +142,12 @@ class FakeSource {
 
  private:
   absl::StatusOr<FileUnwindTable> Table(const ExecutableMapping& m) {
-    ++calls_[m.name];
+    ++calls_[m.path];
     if (sleep_.count() > 0) std::this_thread::sleep_for(sleep_);
-    if (std::find(failing_.begin(), failing_.end(), m.name) != failing_.end()) {
-      return absl::NotFoundError(absl::StrCat(m.name, ": no .eh_frame_hdr"));
+    if (std::find(failing_.begin(), failing_.end(), m.path) != failing_.end()) {
+      return absl::NotFoundError(absl::StrCat(m.path, ": no .eh_frame_hdr"));
     }
-    return FileUnwindTable{.rows = RowsOf(m.name), .layout = LayoutOf(m.name)};
+    return FileUnwindTable{.rows = RowsOf(m.path), .layout = LayoutOf(m.path)};
   }
 
   LoadLayout default_layout_;
@@ -169,12 +169,8 @@ std::vector<MemoryMapping> OwnMaps() {
 }
 
 ExecutableMapping ToExecutable(const MemoryMapping& m) {
-  return {.start = m.start,
-          .end = m.end,
-          .offset = m.offset,
-          .file = m.file,
-          .name = m.path,
-          .open_path = m.IsFileBacked() ? m.path : ""};
+  return {{.start = m.start, .end = m.end, .offset = m.offset, .file = m.file, .path = m.path},
+          m.IsFileBacked() ? m.path : ""};
 }
 
 // The executable mapping of this process that holds `address`, with the layout of its file.
@@ -190,9 +186,9 @@ RealText TextHolding(uint64_t address) {
       text.mapping = ToExecutable(m);
     }
   }
-  EXPECT_FALSE(text.mapping.name.empty()) << "no file-backed text holds 0x" << std::hex << address;
-  if (text.mapping.name.empty()) return text;
-  auto image = ElfImage::Open(text.mapping.name);
+  EXPECT_FALSE(text.mapping.path.empty()) << "no file-backed text holds 0x" << std::hex << address;
+  if (text.mapping.path.empty()) return text;
+  auto image = ElfImage::Open(text.mapping.path);
   EXPECT_TRUE(image.ok()) << image.status();
   if (image.ok()) text.layout = (*image)->layout();
   return text;
@@ -223,12 +219,12 @@ RealText NonPieExecutable() {
       path, {.type = ET_EXEC, .entry = 0x401000, .program_headers = phdrs, .size = 0x3000}));
 
   RealText text;
-  text.mapping = {.start = 0x401000,
-                  .end = 0x403000,
-                  .offset = 0x1000,
-                  .file = {.dev = 0xfd02, .inode = 77},
-                  .name = path,
-                  .open_path = path};
+  text.mapping = {{.start = 0x401000,
+                   .end = 0x403000,
+                   .offset = 0x1000,
+                   .file = {.dev = 0xfd02, .inode = 77},
+                   .path = path},
+                  path};
   auto opened = ElfImage::Open(path);
   EXPECT_TRUE(opened.ok()) << opened.status();
   if (opened.ok()) text.layout = (*opened)->layout();
@@ -248,12 +244,12 @@ const RealText& OwnText() {
 ExecutableMapping FakeFile(int n) {
   const ExecutableMapping& own = OwnText().mapping;
   const uint64_t start = 0x7e0000000000 + static_cast<uint64_t>(n) * 0x10000000;
-  return {.start = start,
-          .end = start + (own.end - own.start),
-          .offset = own.offset,
-          .file = {.dev = 0xfd01, .inode = 1000 + static_cast<uint64_t>(n)},
-          .name = absl::StrCat("/usr/lib/fake/lib", n, ".so"),
-          .open_path = absl::StrCat("/proc/1/map_files/lib", n)};
+  return {{.start = start,
+           .end = start + (own.end - own.start),
+           .offset = own.offset,
+           .file = {.dev = 0xfd01, .inode = 1000 + static_cast<uint64_t>(n)},
+           .path = absl::StrCat("/usr/lib/fake/lib", n, ".so")},
+          absl::StrCat("/proc/1/map_files/lib", n)};
 }
 
 const ember_unwind_mapping* EntryMapping(const ember_unwind_proc* entry, uint64_t start) {
@@ -276,15 +272,15 @@ std::vector<uint64_t> Starts(const ember_unwind_proc* entry) {
 // The entry places `mapping` and points at exactly its file's rows.
 void ExpectMapped(const FakeMaps& maps, FakeSource& source, uint32_t pid,
                   const ExecutableMapping& mapping) {
-  SCOPED_TRACE(absl::StrCat("pid ", pid, ", ", mapping.name));
+  SCOPED_TRACE(absl::StrCat("pid ", pid, ", ", mapping.path));
   const ember_unwind_mapping* entry = EntryMapping(maps.Entry(pid), mapping.start);
   ASSERT_NE(entry, nullptr) << "not in the entry";
   EXPECT_EQ(entry->end, mapping.end);
   std::optional<ModulePlacement> placement =
-      source.LayoutOf(mapping.name).Place(mapping.start, mapping.end, mapping.offset);
+      source.LayoutOf(mapping.path).Place(mapping.start, mapping.end, mapping.offset);
   ASSERT_TRUE(placement.has_value());
   EXPECT_EQ(entry->bias, placement->bias);
-  const std::vector<ember_unwind_row> rows = source.RowsOf(mapping.name);
+  const std::vector<ember_unwind_row> rows = source.RowsOf(mapping.path);
   EXPECT_EQ(Keys(maps.Rows(entry->first_row, entry->row_count)), Keys(rows));
   // The walk finds those rows through the file's buckets, at the same index.
   const UnwindBuckets buckets = BucketsOf(rows);
@@ -316,14 +312,14 @@ void FellShort(BpfUnwindTables& tables, uint32_t pid, const std::vector<uint64_t
 TEST(BpfUnwindTablesTest, EntryAppearsOnceItsFilesAreBuiltSortedWithTheirRowsAndBias) {
   const RealText& own = OwnText();
   const RealText libc = TextHolding(LibcFunction());
-  ASSERT_FALSE(libc.mapping.name.empty());
+  ASSERT_FALSE(libc.mapping.path.empty());
   const RealText non_pie = NonPieExecutable();
   FakeMaps maps(64);
   FakeSource source(own.layout);
-  source.SetLayout(libc.mapping.name, libc.layout);
-  source.SetLayout(non_pie.mapping.name, non_pie.layout);
-  source.SetRowCount(own.mapping.name, 5);
-  source.SetRowCount(libc.mapping.name, 7);
+  source.SetLayout(libc.mapping.path, libc.layout);
+  source.SetLayout(non_pie.mapping.path, non_pie.layout);
+  source.SetRowCount(own.mapping.path, 5);
+  source.SetRowCount(libc.mapping.path, 7);
   BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
 
   // Handed over in descending order of address.
@@ -367,13 +363,13 @@ TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
   // The other process maps the same file (same dev and inode) at another address.
   ExecutableMapping shared_elsewhere = FakeFile(3);
   shared_elsewhere.file = shared.file;
-  shared_elsewhere.name = shared.name;
+  shared_elsewhere.path = shared.path;
 
   tables.SetProcess(1, {shared, only_first});
   tables.SetProcess(2, {shared_elsewhere});
   EXPECT_EQ(tables.pending(), 2u);
   EXPECT_EQ(BuildAll(tables), 2);
-  EXPECT_EQ(source.calls(shared.name), 1);
+  EXPECT_EQ(source.calls(shared.path), 1);
   ExpectMapped(maps, source, 1, shared);
   ExpectMapped(maps, source, 1, only_first);
   ExpectMapped(maps, source, 2, shared_elsewhere);
@@ -390,7 +386,7 @@ TEST(BpfUnwindTablesTest, ProcessesMappingTheSameFileShareOneCopyOfItsRows) {
   tables.SetProcess(3, {shared});
   EXPECT_EQ(tables.pending(), 0u);
   ExpectMapped(maps, source, 3, shared);
-  EXPECT_EQ(source.calls(shared.name), 1);
+  EXPECT_EQ(source.calls(shared.path), 1);
   EXPECT_EQ(tables.stats().rows_used, 6u);
 }
 
@@ -401,7 +397,7 @@ TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
   const ExecutableMapping file = FakeFile(1);
   auto other = [&](int n, std::string name, uint64_t inode) {
     ExecutableMapping m = FakeFile(n);
-    m.name = std::move(name);
+    m.path = std::move(name);
     m.open_path = "";
     m.file = {.dev = inode == 0 ? uint64_t{0} : uint64_t{0xfd01}, .inode = inode};
     return m;
@@ -417,7 +413,7 @@ TEST(BpfUnwindTablesTest, LeavesOutMemoryThatIsNoFileButLoadsTheVdso) {
       1, {anonymous, file, named_anonymous, not_a_path, path_without_inode, vsyscall, vdso});
   EXPECT_EQ(tables.pending(), 2u);
   EXPECT_EQ(BuildAll(tables), 2);
-  EXPECT_EQ(source.calls(file.name), 1);
+  EXPECT_EQ(source.calls(file.path), 1);
   EXPECT_EQ(source.calls("[vdso]"), 1);
   EXPECT_EQ(source.total_calls(), 2);
   EXPECT_EQ(Starts(maps.Entry(1)), (std::vector<uint64_t>{file.start, vdso.start}));
@@ -431,7 +427,7 @@ TEST(BpfUnwindTablesTest, FileWithoutTableIsLeftOutAndNotRetried) {
   BpfUnwindTables tables(maps, 64, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping good = FakeFile(1);
   const ExecutableMapping bad = FakeFile(2);
-  source.Fail(bad.name);
+  source.Fail(bad.path);
 
   tables.SetProcess(1, {good, bad});
   EXPECT_EQ(BuildAll(tables), 2);
@@ -446,7 +442,7 @@ TEST(BpfUnwindTablesTest, FileWithoutTableIsLeftOutAndNotRetried) {
   tables.SetProcess(2, {bad});
   EXPECT_EQ(tables.pending(), 0u);
   EXPECT_EQ(BuildAll(tables), 0);
-  EXPECT_EQ(source.calls(bad.name), 1);
+  EXPECT_EQ(source.calls(bad.path), 1);
   EXPECT_EQ(maps.Entry(2), nullptr);
   EXPECT_EQ(Starts(maps.Entry(1)), std::vector<uint64_t>{good.start});
   EXPECT_EQ(tables.stats().files_without_rows, 1u);
@@ -464,7 +460,7 @@ TEST(BpfUnwindTablesTest, BuildsTablesWithinTheTimeShare) {
   EXPECT_EQ(tables.BuildPending(before), 1);
   const steady_clock::time_point after = steady_clock::now();
   // The oldest queued first.
-  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 1);
   EXPECT_EQ(Starts(maps.Entry(1)), std::vector<uint64_t>{FakeFile(1).start});
   const std::chrono::nanoseconds took = tables.stats().build_time;
   ASSERT_GE(took, std::chrono::milliseconds(20));
@@ -476,7 +472,7 @@ TEST(BpfUnwindTablesTest, BuildsTablesWithinTheTimeShare) {
   EXPECT_EQ(tables.pending(), 2u);
   EXPECT_EQ(source.total_calls(), 1);
   EXPECT_EQ(tables.BuildPending(after + took), 1);
-  EXPECT_EQ(source.calls(FakeFile(2).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(2).path), 1);
   EXPECT_EQ(tables.pending(), 1u);
 }
 
@@ -492,9 +488,9 @@ TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt)
   tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
   exited.insert(10);
   EXPECT_EQ(BuildAll(tables), 2);
-  EXPECT_EQ(source.calls(FakeFile(1).name), 0);
-  EXPECT_EQ(source.calls(FakeFile(2).name), 1);
-  EXPECT_EQ(source.calls(FakeFile(3).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 0);
+  EXPECT_EQ(source.calls(FakeFile(2).path), 1);
+  EXPECT_EQ(source.calls(FakeFile(3).path), 1);
   EXPECT_EQ(maps.Entry(10), nullptr);
   EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(2).start, FakeFile(3).start}));
   BpfUnwindTablesStats stats = tables.stats();
@@ -507,14 +503,14 @@ TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt)
   tables.SetProcess(12, {FakeFile(1)});
   EXPECT_EQ(tables.pending(), 1u);
   EXPECT_EQ(BuildAll(tables), 1);
-  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 1);
   ExpectMapped(maps, source, 12, FakeFile(1));
 
   // Every process gone before anything was built: nothing is.
   tables.SetProcess(13, {FakeFile(4), FakeFile(5)});
   exited.insert(13);
   EXPECT_EQ(BuildAll(tables), 0);
-  EXPECT_EQ(source.calls(FakeFile(4).name) + source.calls(FakeFile(5).name), 0);
+  EXPECT_EQ(source.calls(FakeFile(4).path) + source.calls(FakeFile(5).path), 0);
   EXPECT_EQ(tables.stats().dropped_exited, 3u);
   EXPECT_EQ(tables.pending(), 0u);
 }
@@ -525,8 +521,8 @@ TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) 
   BpfUnwindTables tables(maps, 8, source.Source(), 1.0, AllRunning, kBuildAtOnce);
   const ExecutableMapping old_file = FakeFile(1);
   const ExecutableMapping new_file = FakeFile(2);
-  source.SetRowCount(old_file.name, 8);
-  source.SetRowCount(new_file.name, 8);
+  source.SetRowCount(old_file.path, 8);
+  source.SetRowCount(new_file.path, 8);
 
   tables.SetProcess(1, {old_file});
   BuildAll(tables);
@@ -556,10 +552,10 @@ TEST(BpfUnwindTablesTest, FileALiveProcessMapsIsNeverFreed) {
   const ExecutableMapping gone = FakeFile(2);
   const ExecutableMapping later = FakeFile(3);
   const ExecutableMapping too_big = FakeFile(4);
-  source.SetRowCount(live.name, 4);
-  source.SetRowCount(gone.name, 4);
-  source.SetRowCount(later.name, 12);
-  source.SetRowCount(too_big.name, 1);
+  source.SetRowCount(live.path, 4);
+  source.SetRowCount(gone.path, 4);
+  source.SetRowCount(later.path, 12);
+  source.SetRowCount(too_big.path, 1);
 
   tables.SetProcess(1, {live});
   BuildAll(tables);
@@ -592,9 +588,9 @@ TEST(BpfUnwindTablesTest, TableThatDoesNotFitIsCountedAndNothingIsWrittenOutside
   const ExecutableMapping first = FakeFile(1);
   const ExecutableMapping second = FakeFile(2);
   const ExecutableMapping huge = FakeFile(3);
-  source.SetRowCount(first.name, 6);
-  source.SetRowCount(second.name, 6);
-  source.SetRowCount(huge.name, 11);
+  source.SetRowCount(first.path, 6);
+  source.SetRowCount(second.path, 6);
+  source.SetRowCount(huge.path, 11);
 
   tables.SetProcess(1, {first});
   BuildAll(tables);
@@ -614,9 +610,9 @@ TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsMakeRoomWhenTheMapIsFull) {
   const ExecutableMapping unmapped = FakeFile(1);
   const ExecutableMapping live = FakeFile(2);
   const ExecutableMapping next = FakeFile(3);
-  source.SetRowCount(unmapped.name, 4);
-  source.SetRowCount(live.name, 2);
-  source.SetRowCount(next.name, 8);
+  source.SetRowCount(unmapped.path, 4);
+  source.SetRowCount(live.path, 2);
+  source.SetRowCount(next.path, 8);
 
   // Rows [0, 2) for the live file, [2, 6) for the other: freed, they join the free rows after.
   tables.SetProcess(2, {live});
@@ -641,7 +637,7 @@ TEST(BpfUnwindTablesTest, EntryHoldsAtMostMaxMappingsTheLowestFirst) {
   std::vector<ExecutableMapping> mappings;
   for (int n = kFiles - 1; n >= 0; --n) {
     mappings.push_back(FakeFile(n));
-    source.SetRowCount(mappings.back().name, 2);
+    source.SetRowCount(mappings.back().path, 2);
   }
 
   tables.SetProcess(1, mappings);
@@ -725,11 +721,11 @@ TEST(BpfUnwindTablesTest, LoadsTheTablesOfThisProcessOwnFiles) {
 
   for (uint64_t pc : {OwnFunction(), LibcFunction()}) {
     const RealText text = TextHolding(pc);
-    SCOPED_TRACE(text.mapping.name);
+    SCOPED_TRACE(text.mapping.path);
     const ember_unwind_mapping* entry = EntryMapping(maps.Entry(7), text.mapping.start);
     ASSERT_NE(entry, nullptr);
     EXPECT_EQ(entry->end, text.mapping.end);
-    auto image = ElfImage::Open(text.mapping.name);
+    auto image = ElfImage::Open(text.mapping.path);
     ASSERT_TRUE(image.ok()) << image.status();
     auto expected = BuildUnwindTable(**image);
     ASSERT_TRUE(expected.ok()) << expected.status();
@@ -779,9 +775,9 @@ TEST(BpfUnwindTablesTest, FileIsBuiltOnlyOnceEnoughUnwalkedStacksRanThroughIt) {
   FellShort(tables, 10, {In(2)});
   EXPECT_EQ(BuildAll(tables), 1);
   EXPECT_EQ(Starts(maps.Entry(10)), (std::vector<uint64_t>{FakeFile(1).start, FakeFile(2).start}));
-  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
-  EXPECT_EQ(source.calls(FakeFile(2).name), 1);
-  EXPECT_EQ(source.calls(FakeFile(3).name), 0);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 1);
+  EXPECT_EQ(source.calls(FakeFile(2).path), 1);
+  EXPECT_EQ(source.calls(FakeFile(3).path), 0);
 }
 
 TEST(BpfUnwindTablesTest, ShortWalksOfEveryProcessMappingAFileAddUp) {
@@ -794,7 +790,7 @@ TEST(BpfUnwindTablesTest, ShortWalksOfEveryProcessMappingAFileAddUp) {
     FellShort(tables, pid, {In(1)});
     EXPECT_EQ(BuildAll(tables), pid == 22 ? 1 : 0) << "pid " << pid;
   }
-  EXPECT_EQ(source.calls(FakeFile(1).name), 1);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 1);
   for (uint32_t pid = 20; pid < 23; ++pid) {
     EXPECT_EQ(Starts(maps.Entry(pid)), (std::vector<uint64_t>{FakeFile(1).start})) << pid;
   }
@@ -819,7 +815,7 @@ TEST(BpfUnwindTablesTest, BiggerFilesWaitForMoreSamplesInThem) {
     ++big_walks;
   }
   EXPECT_EQ(BuildAll(tables), 1);
-  EXPECT_EQ(source.calls(small.name), 1);
+  EXPECT_EQ(source.calls(small.path), 1);
   while (big_walks < 11) {
     FellShort(tables, 10, {big.end - 1});
     ++big_walks;
@@ -827,7 +823,7 @@ TEST(BpfUnwindTablesTest, BiggerFilesWaitForMoreSamplesInThem) {
   EXPECT_EQ(BuildAll(tables), 0) << "queued after " << big_walks << " samples";
   FellShort(tables, 10, {big.end - 1});
   EXPECT_EQ(BuildAll(tables), 1);
-  EXPECT_EQ(source.calls(big.name), 1);
+  EXPECT_EQ(source.calls(big.path), 1);
 }
 
 }  // namespace

@@ -202,12 +202,9 @@ std::vector<ExecutableMapping> OwnExecutableMappings() {
   std::vector<ExecutableMapping> mappings;
   for (const MemoryMapping& m : OwnMaps()) {
     if (!m.executable) continue;
-    mappings.push_back({.start = m.start,
-                        .end = m.end,
-                        .offset = m.offset,
-                        .file = m.file,
-                        .name = m.path,
-                        .open_path = m.IsFileBacked() ? m.path : ""});
+    mappings.push_back(
+        {{.start = m.start, .end = m.end, .offset = m.offset, .file = m.file, .path = m.path},
+         m.IsFileBacked() ? m.path : ""});
   }
   return mappings;
 }
@@ -505,12 +502,8 @@ TEST_F(DwarfUnwinderSelfTest, UnreadableMappingsGiveTheLeafAndAnError) {
   const uint64_t rip = chain_->registers[kUnwindRegisterIp];
   const uint64_t page = rip & ~uint64_t{0xfff};
   auto covering_rip = [&](const std::string& path, FileIdentity file) {
-    return ExecutableMapping{.start = page,
-                             .end = page + 0x2000,
-                             .offset = 0,
-                             .file = file,
-                             .name = path,
-                             .open_path = path};
+    return ExecutableMapping{
+        {.start = page, .end = page + 0x2000, .offset = 0, .file = file, .path = path}, path};
   };
   const std::vector<std::vector<ExecutableMapping>> cases = {
       {},
@@ -545,8 +538,7 @@ TEST_F(DwarfUnwinderSelfTest, UnreadableMappingsDoNotSpoilTheOthers) {
       {"/nonexistent/ember/lib.so", {.dev = 1, .inode = 424242}}};
   uint64_t next = 0x10000;
   for (const auto& [path, file] : bad) {
-    mappings.push_back(
-        {.start = next, .end = next + 0x2000, .file = file, .name = path, .open_path = path});
+    mappings.push_back({{.start = next, .end = next + 0x2000, .file = file, .path = path}, path});
     next += 0x10000;
   }
   std::sort(mappings.begin(), mappings.end(),
@@ -613,6 +605,26 @@ TEST_F(DwarfUnwinderSelfTest, KeepsAtMostMaxProcessesEvictingTheLeastRecentlyUse
   EXPECT_EQ(maps[3].calls, 2);
 }
 
+TEST_F(DwarfUnwinderSelfTest, AForgottenProcessGoesAtOnceAndOthersStay) {
+  DwarfUnwinder unwinder;
+  CountingMappings exited, other;
+  unwinder.Unwind(
+      1, 1, [&] { return exited.Get(); }, WholeStackOf(*chain_));
+  unwinder.Unwind(
+      2, 1, [&] { return other.Get(); }, WholeStackOf(*chain_));
+  unwinder.ForgetProcess(1);
+  unwinder.ForgetProcess(3);  // never seen: nothing to forget
+  EXPECT_EQ(unwinder.processes(), 1u);
+  UnwindResult result = unwinder.Unwind(
+      2, 1, [&] { return other.Get(); }, WholeStackOf(*chain_));
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  EXPECT_EQ(other.calls, 1);
+  unwinder.Unwind(
+      1, 1, [&] { return exited.Get(); }, WholeStackOf(*chain_));
+  EXPECT_EQ(exited.calls, 2) << "a new process of the pid builds its own";
+  EXPECT_EQ(unwinder.processes(), 2u);
+}
+
 TEST_F(DwarfUnwinderSelfTest, NextGenerationDropsProcessesUnusedForKeepGenerations) {
   DwarfUnwinder unwinder;
   CountingMappings busy, idle;
@@ -638,7 +650,7 @@ TEST_F(DwarfUnwinderSelfTest, NextGenerationDropsProcessesUnusedForKeepGeneratio
 size_t DistinctFiles(const std::vector<ExecutableMapping>& mappings) {
   std::set<std::pair<uint64_t, uint64_t>> files;
   for (const ExecutableMapping& m : mappings) {
-    if (m.file.inode != 0 && !m.name.empty() && m.name[0] == '/') {
+    if (m.file.inode != 0 && !m.path.empty() && m.path[0] == '/') {
       files.insert({m.file.dev, m.file.inode});
     }
   }

@@ -135,12 +135,9 @@ std::vector<ExecutableMapping> ProgramText(pid_t pid, const std::string& path) {
   if (!maps.ok()) return text;
   for (const MemoryMapping& m : *maps) {
     if (!m.executable || m.path != path) continue;
-    text.push_back({.start = m.start,
-                    .end = m.end,
-                    .offset = m.offset,
-                    .file = m.file,
-                    .name = m.path,
-                    .open_path = m.path});
+    text.push_back(
+        {{.start = m.start, .end = m.end, .offset = m.offset, .file = m.file, .path = m.path},
+         m.path});
   }
   return text;
 }

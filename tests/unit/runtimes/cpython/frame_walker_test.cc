@@ -485,8 +485,10 @@ TEST(FrameNamerTest, DetectsAndNamesTheFramesOfALivePython) {
   StoppedPython process(EMBER_PYTHON311);
   ASSERT_TRUE(process.stopped());
   const uint32_t pid = static_cast<uint32_t>(process.pid());
-  std::vector<MappedFile> mappings;
-  for (const MapLine& m : ReadMaps(process.pid())) mappings.push_back({m.path, m.start, m.offset});
+  std::vector<MemoryMapping> mappings;
+  for (const MapLine& m : ReadMaps(process.pid())) {
+    mappings.push_back({.start = m.start, .offset = m.offset, .path = m.path});
+  }
 
   FrameNamer namer;
   bool changed = false;
