@@ -941,8 +941,6 @@ ResourceContext Agent::MakeResourceContext() {
     context.attributes = std::move(parsed.attributes);
   }
   context.scope_version = EMBER_VERSION;
-  // Runs while the interval is built, before exited processes are dropped.
-  context.process_metadata = [this](uint32_t pid) { return MetadataOf(pid); };
   return context;
 }
 
@@ -965,28 +963,13 @@ ProcessMetadata Agent::MetadataOf(uint32_t pid) {
       metadata.attributes.push_back({std::move(key), std::move(value)});
     }
   }();
-  // Both the pprof labels and the OTLP resource attributes come from here.
-  for (std::string* text : {&metadata.executable_name, &metadata.executable_path,
-                            &metadata.container_id, &metadata.service_name}) {
-    CapName(*text, NameKind::kLabel);
-  }
-  for (ResourceAttribute& attribute : metadata.attributes) {
-    CapName(attribute.key, NameKind::kLabel);
-    CapName(attribute.value, NameKind::kLabel);
-  }
   return metadata;
 }
 
-void Agent::LabelProcesses(IntervalProfile* profile) {
+void Agent::AttachProcessMetadata(IntervalProfile* profile) {
   for (const StackSample& sample : profile->samples) {
-    if (profile->process_labels.contains(sample.pid)) continue;
-    ProcessMetadata metadata = MetadataOf(sample.pid);
-    std::vector<ProcessLabel>& labels = profile->process_labels[sample.pid];
-    if (!metadata.container_id.empty()) labels.push_back({"container.id", metadata.container_id});
-    for (ResourceAttribute& attribute : metadata.attributes) {
-      labels.push_back({std::move(attribute.key), std::move(attribute.value)});
-    }
-    if (!metadata.service_name.empty()) labels.push_back({"service.name", metadata.service_name});
+    if (profile->process_metadata.contains(sample.pid)) continue;
+    profile->AttachProcessMetadata(sample.pid, MetadataOf(sample.pid));
   }
 }
 
@@ -1047,7 +1030,8 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile = aggregator_.TakeInterval(
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
-  if (write_local_) LabelProcesses(&profile);
+  // Before exited processes are dropped, and before any writer: each reads the same metadata.
+  AttachProcessMetadata(&profile);
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {

@@ -109,14 +109,13 @@ class Agent {
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
   // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
   void SyncFailureMetrics();
-  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
-  // process's MetadataOf.
+  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES.
   ResourceContext MakeResourceContext();
   // What is known of a process beyond its samples: its executable, its container and that
   // container's pod. Empty for a process no longer in the table.
   ProcessMetadata MetadataOf(uint32_t pid);
-  // The process labels of the interval's processes (container.id, k8s.*), for the pprof file.
-  void LabelProcesses(IntervalProfile* profile);
+  // Attaches the MetadataOf each of the interval's processes to the interval, for every writer.
+  void AttachProcessMetadata(IntervalProfile* profile);
   // Logs what the exporter dropped or failed since the last call.
   void ReportExporter();
   std::string NextPprofPath(absl::Time now) const;
