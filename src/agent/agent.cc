@@ -141,6 +141,7 @@ Agent::Agent(const Options& options)
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
       unwinder_(UnwinderLimits(options)) {
+  WireIntervalTurnover();
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
     return metrics_.AddCounter(name, help, std::move(labels)).value();
@@ -1082,19 +1083,33 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
     ring_buffer_full_reported_ = stats.ring_buffer_full;
   }
   // Only now, with the interval written, may cached frames and modules go.
-  frames_.NextGeneration();
-  RefreshKernelSymbols();
-  modules_.NextGeneration();
-  unwinder_.NextGeneration();
-  cgroups_.NextGeneration();
-  processes_.DropExited();
-  DropExitedProcesses();
-  python_.NextGeneration();
-  if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
+  for (const std::function<void()>& turn : interval_turnover_) turn();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
   ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
   TrimHeap();
+}
+
+void Agent::WireIntervalTurnover() {
+  // In this order. The frame cache turns first: the kernel symbols may be replaced only where its
+  // generation turns, as that drops every cached kernel frame. Exited processes go before the
+  // caches that hold entries for them (Python frame names, the BPF unwind tables), so that what
+  // only they used counts as unused in this turn rather than the next.
+  interval_turnover_ = {
+      [this] { frames_.NextGeneration(); },
+      [this] { RefreshKernelSymbols(); },
+      [this] { modules_.NextGeneration(); },
+      [this] { unwinder_.NextGeneration(); },
+      [this] { cgroups_.NextGeneration(); },
+      [this] {
+        processes_.DropExited();
+        DropExitedProcesses();
+      },
+      [this] { python_.NextGeneration(); },
+      [this] {
+        if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
+      },
+  };
 }
 
 void Agent::RefreshKernelSymbols() {

@@ -83,6 +83,8 @@ class Agent {
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
+  // Lists what turns over at the end of each interval, once it is written (interval_turnover_).
+  void WireIntervalTurnover();
   // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when at least
   // `min_reads` reads of them (frames symbolized, modules opened, CFI read; at least one) were
   // counted since the last time: in steady state next to nothing is read, and nothing need be
@@ -169,6 +171,9 @@ class Agent {
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
   bool write_local_ = true;                    // pprof files and the flame graph
   ExporterStats exporter_reported_;            // counters already logged
+  // The caches' turnover at the end of an interval, in order: generations end, exited processes
+  // are forgotten (WireIntervalTurnover).
+  std::vector<std::function<void()>> interval_turnover_;
 
   ClockReading interval_start_;  // when the first interval began
   bool seen_first_sample_ = false;
