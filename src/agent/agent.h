@@ -25,6 +25,7 @@
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
+#include "process/proc_read_metrics.h"
 #include "process/process_table.h"
 #include "runtimes/cpython/frame_namer.h"
 #include "runtimes/cpython/frame_splice.h"
@@ -32,6 +33,7 @@
 #include "sampler/bpf_unwind_tables.h"
 #include "stacks/aggregator.h"
 #include "stacks/frame_resolver.h"
+#include "stacks/symbolization_metrics.h"
 #include "status/metrics_registry.h"
 #include "status/status_server.h"
 #include "symbolize/elf_module.h"
@@ -221,15 +223,9 @@ class Agent {
   Gauge* flame_graph_nodes_metric_ = nullptr;
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
-  // Frames left unnamed by reason (SymbolizationFailures), and /proc reads that failed by file.
-  Counter* unmapped_metric_ = nullptr;
-  Counter* unreadable_file_metric_ = nullptr;
-  Counter* no_symbol_metric_ = nullptr;
-  Counter* vdso_unreadable_metric_ = nullptr;
-  Counter* file_changed_metric_ = nullptr;
-  Counter* stat_read_failures_metric_ = nullptr;
-  Counter* maps_read_failures_metric_ = nullptr;
-  Counter* cgroup_read_failures_metric_ = nullptr;
+  // Frames left unnamed by reason, and /proc reads that failed by file (SyncFailureMetrics).
+  std::unique_ptr<SymbolizationFailureMetrics> symbolization_failure_metrics_;
+  std::unique_ptr<ProcReadFailureMetrics> proc_read_failure_metrics_;
   // Python frames named from process memory, by result (FrameNamerStats).
   Counter* python_named_metric_ = nullptr;
   Counter* python_renamed_metric_ = nullptr;
