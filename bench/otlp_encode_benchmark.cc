@@ -62,6 +62,11 @@ Interval MakeInterval(int processes, int stacks, int pool) {
     const int64_t count = 1 + static_cast<int64_t>(random() % 4);
     interval.samples += count;
     interval.profile.AddSample(pid, process, thread, frames, count);
+    if (!interval.profile.process_metadata.contains(pid)) {
+      interval.profile.AttachProcessMetadata(
+          pid, {.executable_name = absl::StrCat("service-", pid),
+                .executable_path = absl::StrCat("/usr/bin/service-", pid)});
+    }
   }
   return interval;
 }
@@ -70,12 +75,6 @@ ResourceContext Context() {
   ResourceContext context;
   context.host_name = "node-1";
   context.scope_version = "bench";
-  context.process_metadata = [](uint32_t pid) {
-    ProcessMetadata metadata;
-    metadata.executable_name = absl::StrCat("service-", pid);
-    metadata.executable_path = absl::StrCat("/usr/bin/service-", pid);
-    return metadata;
-  };
   return context;
 }
 

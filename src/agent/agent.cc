@@ -23,15 +23,23 @@
 #include "common/read_file.h"
 #include "common/status_macros.h"
 #include "common/untrusted_open.h"
+#include "debuginfod/fetcher_metrics.h"
 #include "debuginfod/libdebuginfod_transport.h"
 #include "elf/elf_file.h"
+#include "k8s/kubernetes_metrics.h"
+#include "otlp/exporter_metrics.h"
 #include "output/pprof_writer.h"
 #include "runtimes/cpython/cpython_runtime.h"
+#include "process/proc_read_metrics.h"
+#include "sampler/sampler_metrics.h"
 #include "spdlog/spdlog.h"
+#include "stacks/symbolization_metrics.h"
+#include "status/common_metrics.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
 #include "symbolize/demangle.h"
 #include "symbolize/jitdump.h"
+#include "symbolize/symbolize_metrics.h"
 
 namespace ember {
 namespace {
@@ -154,6 +162,7 @@ Agent::Agent(const Options& options)
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
       unwinder_(UnwinderLimits(options)),
       runtime_bpf_(std::make_unique<ProfilerRuntimeConfig>(profiler_)) {
+  WireIntervalTurnover();
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
     return metrics_.AddCounter(name, help, std::move(labels)).value();
@@ -184,24 +193,8 @@ Agent::Agent(const Options& options)
                             "at most 5% of the agent's time.")
           .value();
   cache_metrics_ = std::make_unique<CacheMetrics>(metrics_);
-  constexpr absl::string_view kUnnamed = "ember_symbolization_failures_total";
-  constexpr absl::string_view kUnnamedHelp =
-      "User frames that could not be named, by reason: address in no mapping, file unreadable as "
-      "ELF, no symbol covering it, file truncated after it was opened, the process's vDSO "
-      "unreadable (once per process). Counted per location "
-      "symbolized (once per cache generation), unmapped addresses per frame.";
-  unmapped_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unmapped"}});
-  unreadable_file_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "unreadable_file"}});
-  no_symbol_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "no_symbol"}});
-  file_changed_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "file_changed"}});
-  vdso_unreadable_metric_ = counter(kUnnamed, kUnnamedHelp, {{"reason", "vdso_unreadable"}});
-  constexpr absl::string_view kProcFailures = "ember_proc_read_failures_total";
-  constexpr absl::string_view kProcFailuresHelp =
-      "Reads of /proc/PID files of sampled processes that failed: stat (the process exited or is "
-      "hidden; its samples get [process exited]), maps (its own and its threads'), cgroup.";
-  stat_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "stat"}});
-  maps_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "maps"}});
-  cgroup_read_failures_metric_ = counter(kProcFailures, kProcFailuresHelp, {{"file", "cgroup"}});
+  symbolization_failure_metrics_ = std::make_unique<SymbolizationFailureMetrics>(metrics_);
+  proc_read_failure_metrics_ = std::make_unique<ProcReadFailureMetrics>(metrics_);
   // The language runtimes whose frames are named (src/runtimes/): one line each.
   stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(*runtime_bpf_, metrics_));
 }
@@ -467,36 +460,11 @@ absl::Status Agent::SetUpKubernetes() {
 absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddProcessMetrics(metrics_));
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
-  for (size_t kind = 0; kind < kOpenRefusalKinds; ++kind) {
-    const auto refusal = static_cast<OpenRefusal>(kind);
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_file_open_refusals_total",
-        "Files a profiled process names (mapped files, perf maps, separate debug files, Python "
-        "interpreters) that the agent refused to read, by reason: not_regular (a FIFO, socket, "
-        "device or directory at the path), identity_mismatch (not the device and inode of its "
-        "maps line), magic_link, escapes_root, bad_debuglink (a .gnu_debuglink that is not a "
-        "plain file name).",
-        {{"reason", std::string(OpenRefusalName(refusal))}},
-        [refusal] { return static_cast<double>(OpenRefusalCount(refusal)); }));
-  }
-  for (JitDumpRefusal refusal :
-       {JitDumpRefusal::kBadMagic, JitDumpRefusal::kByteOrder, JitDumpRefusal::kVersion,
-        JitDumpRefusal::kBadHeader, JitDumpRefusal::kBadRecord}) {
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_jitdump_refusals_total",
-        "jitdump files (jit-PID.dump) the agent stopped reading, by reason: bad_magic, "
-        "byte_order (written by the other byte order), version (not 1), bad_header (its size), "
-        "bad_record (sizes that contradict each other or are absurd). What was read before stays.",
-        {{"reason", std::string(JitDumpRefusalName(refusal))}},
-        [refusal] { return static_cast<double>(JitDumpRefusalCount(refusal)); }));
-  }
+  RETURN_IF_ERROR(RegisterFileOpenMetrics(metrics_));
+  RETURN_IF_ERROR(RegisterJitDumpMetrics(metrics_));
   {
     // The BPF program's counters, read when scraped.
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_bpf_samples_total",
-        "Samples the BPF program wrote to the ring buffer, as they are taken; ember_samples_total "
-        "counts those the agent has read (every few seconds).",
-        {}, [this] { return static_cast<double>(BpfStatsForMetrics().samples); }));
+    RETURN_IF_ERROR(RegisterBpfSampleMetrics(metrics_, [this] { return BpfStatsForMetrics(); }));
     using Field = uint64_t BpfStats::*;
     const std::pair<const char*, Field> walks[] = {
         {"ok", &BpfStats::python_ok},
@@ -512,102 +480,13 @@ absl::Status Agent::SetUpStatusEndpoint() {
           [this, member = field] { return static_cast<double>(BpfStatsForMetrics().*member); }));
     }
   }
-  for (size_t kind = 0; kind < kNameKinds; ++kind) {
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_names_truncated_total",
-        absl::StrCat("Names and labels from the profiled programs cut to ", kMaxNameBytes,
-                     " bytes (ending in \"\u2026\"), by what they name; output: cut by a writer."),
-        {{"name", std::string(NameKindName(static_cast<NameKind>(kind)))}},
-        [kind] { return static_cast<double>(NamesTruncated(static_cast<NameKind>(kind))); }));
+  RETURN_IF_ERROR(RegisterNameMetrics(metrics_));
+  RETURN_IF_ERROR(RegisterDemangleMetrics(metrics_));
+  if (debug_files_ != nullptr) RETURN_IF_ERROR(RegisterDebuginfodMetrics(metrics_, *debug_files_));
+  if (pods_ != nullptr && pod_watcher_ != nullptr) {
+    RETURN_IF_ERROR(RegisterKubernetesMetrics(metrics_, *pods_, *pod_watcher_));
   }
-  RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-      "ember_demangle_over_budget_total",
-      absl::StrCat("Symbols whose demangled name would exceed ", kDemangleBudget,
-                   " bytes: the demangler was stopped there and the name kept mangled."),
-      {}, [] { return static_cast<double>(DemangleOverBudget()); }));
-  if (debug_files_ != nullptr) {
-    DebugFileFetcher* fetcher = debug_files_.get();
-    for (size_t result = 0; result < kFetchResults; ++result) {
-      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_debuginfod_fetches_total",
-          "Separate debug files asked of the debuginfod servers, by result: ok (kept in the "
-          "cache), not_found, error (a failed connection or server), timeout, refused (an answer "
-          "that is not the build id's debug file: ember_debuginfod_refusals_total).",
-          {{"result", std::string(FetchResultName(static_cast<FetchResult>(result)))}},
-          [fetcher, result] { return static_cast<double>(fetcher->stats().results[result]); }));
-    }
-    for (size_t reason = 0; reason < kFetchRefusals; ++reason) {
-      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_debuginfod_refusals_total",
-          "Debuginfod answers refused, by reason: too_big (over --debuginfod-cache-bytes), "
-          "not_elf, build_id_mismatch.",
-          {{"reason", std::string(FetchRefusalName(static_cast<FetchRefusal>(reason)))}},
-          [fetcher, reason] { return static_cast<double>(fetcher->stats().refusals[reason]); }));
-    }
-    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
-        "ember_debuginfod_cache_bytes",
-        "Bytes of fetched debug files in --debuginfod-cache-dir (at most "
-        "--debuginfod-cache-bytes).",
-        {}, [fetcher] { return static_cast<double>(fetcher->stats().cache_bytes); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_debuginfod_cache_evictions_total",
-        "Fetched debug files deleted, least recently used first, to stay within "
-        "--debuginfod-cache-bytes.",
-        {}, [fetcher] { return static_cast<double>(fetcher->stats().evictions); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_debuginfod_requests_dropped_total",
-        "Build ids not queued for a fetch because 1024 were waiting already (asked again at a "
-        "later export).",
-        {}, [fetcher] { return static_cast<double>(fetcher->stats().queue_full); }));
-  }
-  if (pods_ != nullptr) {
-    PodIndex* pods = pods_.get();
-    PodWatcher* watcher = pod_watcher_.get();
-    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
-        "ember_kubernetes_pods", "Pods of this node known from the Kubernetes API.", {},
-        [pods] { return static_cast<double>(pods->stats().pods); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_kubernetes_pods_evicted_total",
-        "Pods dropped from the agent's pod cache at --max-pods, least recently used first.", {},
-        [pods] { return static_cast<double>(pods->stats().pods_evicted); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
-        "ember_kubernetes_synced",
-        "1 once this node's pods have been listed from the Kubernetes API, else 0.", {},
-        [watcher] { return watcher->synced() ? 1.0 : 0.0; }));
-    for (size_t kind = 0; kind < kKubeWatchErrorKinds; ++kind) {
-      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_kubernetes_watch_errors_total",
-          "Failed requests and streams of the Kubernetes pod watch, by kind.",
-          {{"kind", KubeWatchErrorName(static_cast<KubeWatchError>(kind))}},
-          [watcher, kind] { return static_cast<double>(watcher->stats().errors[kind]); }));
-    }
-  }
-  if (exporter_ != nullptr) {
-    ProfileExporter* exporter = exporter_.get();
-    using Field = uint64_t ExporterStats::*;
-    const std::pair<const char*, Field> outcomes[] = {
-        {"sent", &ExporterStats::intervals_sent},
-        {"rejected", &ExporterStats::failed},
-        {"dropped_queue_full", &ExporterStats::dropped_queue_full},
-        {"dropped_at_shutdown", &ExporterStats::dropped_at_shutdown}};
-    for (const auto& [outcome, field] : outcomes) {
-      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_otlp_intervals_total",
-          "OTLP export requests (one an interval, more for one over --otlp-max-request-bytes), by "
-          "outcome.",
-          {{"outcome", outcome}},
-          [exporter, member = field] { return static_cast<double>(exporter->stats().*member); }));
-    }
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_otlp_retries_total", "OTLP export attempts that failed and were tried again.", {},
-        [exporter] { return static_cast<double>(exporter->stats().retries); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-        "ember_otlp_sent_bytes_total", "Serialized OTLP request bytes delivered (before gzip).", {},
-        [exporter] { return static_cast<double>(exporter->stats().bytes_sent); }));
-    RETURN_IF_ERROR(metrics_.AddCallbackGauge(
-        "ember_otlp_queue_bytes", "Serialized OTLP requests waiting to be sent.", {},
-        [exporter] { return static_cast<double>(exporter->stats().queued_bytes); }));
-  }
+  if (exporter_ != nullptr) RETURN_IF_ERROR(RegisterExporterMetrics(metrics_, *exporter_));
   loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   if (options_.metrics_address.empty()) return absl::OkStatus();
   StatusHandlers handlers{.metrics = [this] { return metrics_.Render(); },
@@ -695,8 +574,6 @@ ResourceContext Agent::MakeResourceContext() {
     context.attributes = std::move(parsed.attributes);
   }
   context.scope_version = EMBER_VERSION;
-  // Runs while the interval is built, before exited processes are dropped.
-  context.process_metadata = [this](uint32_t pid) { return MetadataOf(pid); };
   return context;
 }
 
@@ -719,28 +596,13 @@ ProcessMetadata Agent::MetadataOf(uint32_t pid) {
       metadata.attributes.push_back({std::move(key), std::move(value)});
     }
   }();
-  // Both the pprof labels and the OTLP resource attributes come from here.
-  for (std::string* text : {&metadata.executable_name, &metadata.executable_path,
-                            &metadata.container_id, &metadata.service_name}) {
-    CapName(*text, NameKind::kLabel);
-  }
-  for (ResourceAttribute& attribute : metadata.attributes) {
-    CapName(attribute.key, NameKind::kLabel);
-    CapName(attribute.value, NameKind::kLabel);
-  }
   return metadata;
 }
 
-void Agent::LabelProcesses(IntervalProfile* profile) {
+void Agent::AttachProcessMetadata(IntervalProfile* profile) {
   for (const StackSample& sample : profile->samples) {
-    if (profile->process_labels.contains(sample.pid)) continue;
-    ProcessMetadata metadata = MetadataOf(sample.pid);
-    std::vector<ProcessLabel>& labels = profile->process_labels[sample.pid];
-    if (!metadata.container_id.empty()) labels.push_back({"container.id", metadata.container_id});
-    for (ResourceAttribute& attribute : metadata.attributes) {
-      labels.push_back({std::move(attribute.key), std::move(attribute.value)});
-    }
-    if (!metadata.service_name.empty()) labels.push_back({"service.name", metadata.service_name});
+    if (profile->process_metadata.contains(sample.pid)) continue;
+    profile->AttachProcessMetadata(sample.pid, MetadataOf(sample.pid));
   }
 }
 
@@ -776,18 +638,8 @@ std::string Agent::NextPprofPath(absl::Time now) const {
 }
 
 void Agent::SyncFailureMetrics() {
-  const auto sync = [](Counter* counter, uint64_t total) {
-    if (total > counter->Value()) counter->Increment(total - counter->Value());
-  };
-  const SymbolizationFailures& frames = frames_.failures();
-  sync(unmapped_metric_, frames.unmapped);
-  sync(unreadable_file_metric_, frames.unreadable_file);
-  sync(no_symbol_metric_, frames.no_symbol);
-  sync(file_changed_metric_, frames.file_changed);
-  sync(vdso_unreadable_metric_, frames.vdso_unreadable);
-  sync(stat_read_failures_metric_, processes_.read_failures().stat);
-  sync(maps_read_failures_metric_, processes_.read_failures().maps);
-  sync(cgroup_read_failures_metric_, cgroups_.stats().read_failures);
+  symbolization_failure_metrics_->Sync(frames_.failures());
+  proc_read_failure_metrics_->Sync(processes_.read_failures(), cgroups_.stats().read_failures);
   stacks_->runtimes().SyncMetrics();
 }
 
@@ -797,7 +649,8 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile = aggregator_.TakeInterval(
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
-  if (write_local_) LabelProcesses(&profile);
+  // Before exited processes are dropped, and before any writer: each reads the same metadata.
+  AttachProcessMetadata(&profile);
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {
@@ -848,18 +701,30 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
     ring_buffer_full_reported_ = stats.ring_buffer_full;
   }
   // Only now, with the interval written, may cached frames and modules go.
-  frames_.NextGeneration();
-  RefreshKernelSymbols();
-  modules_.NextGeneration();
-  unwinder_.NextGeneration();
-  cgroups_.NextGeneration();
-  processes_.DropExited();
-  stacks_->runtimes().NextGeneration();
-  if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
+  for (const std::function<void()>& turn : interval_turnover_) turn();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
   ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
   TrimHeap();
+}
+
+void Agent::WireIntervalTurnover() {
+  // In this order. The frame cache turns first: the kernel symbols may be replaced only where its
+  // generation turns, as that drops every cached kernel frame. Exited processes go before the
+  // caches that hold entries for them (the runtimes' frame names, the BPF unwind tables), so that what
+  // only they used counts as unused in this turn rather than the next.
+  interval_turnover_ = {
+      [this] { frames_.NextGeneration(); },
+      [this] { RefreshKernelSymbols(); },
+      [this] { modules_.NextGeneration(); },
+      [this] { unwinder_.NextGeneration(); },
+      [this] { cgroups_.NextGeneration(); },
+      [this] { processes_.DropExited(); },  // tells the process table's subscribers
+      [this] { stacks_->runtimes().NextGeneration(); },
+      [this] {
+        if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
+      },
+  };
 }
 
 void Agent::RefreshKernelSymbols() {

@@ -26,6 +26,7 @@
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
 #include "process/process_events.h"
+#include "process/proc_read_metrics.h"
 #include "process/process_table.h"
 #include "runtimes/runtime.h"
 #include "sampler/bpf_profiler.h"
@@ -34,6 +35,7 @@
 #include "stacks/aggregator.h"
 #include "stacks/frame_resolver.h"
 #include "stacks/stack_builder.h"
+#include "stacks/symbolization_metrics.h"
 #include "status/metrics_registry.h"
 #include "status/status_server.h"
 #include "symbolize/elf_module.h"
@@ -60,6 +62,8 @@ class Agent {
   // Writes the interval's pprof file and the flame graph; a failed write is logged and counted.
   // `now` (wall clock) names the file; `last`: the final interval, at exit.
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
+  // Lists what turns over at the end of each interval, once it is written (interval_turnover_).
+  void WireIntervalTurnover();
   // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when at least
   // `min_reads` reads of them (frames symbolized, modules opened, CFI read; at least one) were
   // counted since the last time: in steady state next to nothing is read, and nothing need be
@@ -87,14 +91,13 @@ class Agent {
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
   // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
   void SyncFailureMetrics();
-  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, and each
-  // process's MetadataOf.
+  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES.
   ResourceContext MakeResourceContext();
   // What is known of a process beyond its samples: its executable, its container and that
   // container's pod. Empty for a process no longer in the table.
   ProcessMetadata MetadataOf(uint32_t pid);
-  // The process labels of the interval's processes (container.id, k8s.*), for the pprof file.
-  void LabelProcesses(IntervalProfile* profile);
+  // Attaches the MetadataOf each of the interval's processes to the interval, for every writer.
+  void AttachProcessMetadata(IntervalProfile* profile);
   // Logs what the exporter dropped or failed since the last call.
   void ReportExporter();
   std::string NextPprofPath(absl::Time now) const;
@@ -148,6 +151,9 @@ class Agent {
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
   bool write_local_ = true;                    // pprof files and the flame graph
   ExporterStats exporter_reported_;            // counters already logged
+  // The caches' turnover at the end of an interval, in order: generations end, exited processes
+  // are forgotten (WireIntervalTurnover).
+  std::vector<std::function<void()>> interval_turnover_;
 
   ClockReading interval_start_;  // when the first interval began
   bool seen_first_sample_ = false;
@@ -180,15 +186,9 @@ class Agent {
   Gauge* flame_graph_nodes_metric_ = nullptr;
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
-  // Frames left unnamed by reason (SymbolizationFailures), and /proc reads that failed by file.
-  Counter* unmapped_metric_ = nullptr;
-  Counter* unreadable_file_metric_ = nullptr;
-  Counter* no_symbol_metric_ = nullptr;
-  Counter* vdso_unreadable_metric_ = nullptr;
-  Counter* file_changed_metric_ = nullptr;
-  Counter* stat_read_failures_metric_ = nullptr;
-  Counter* maps_read_failures_metric_ = nullptr;
-  Counter* cgroup_read_failures_metric_ = nullptr;
+  // Frames left unnamed by reason, and /proc reads that failed by file (SyncFailureMetrics).
+  std::unique_ptr<SymbolizationFailureMetrics> symbolization_failure_metrics_;
+  std::unique_ptr<ProcReadFailureMetrics> proc_read_failure_metrics_;
   // When the profiling loop last went round (steady clock, ns): liveness and readiness.
   std::atomic<int64_t> loop_alive_ns_{0};
   // Whether the kernel refuses a thread without capabilities (the status endpoint's) to read the

@@ -1,5 +1,5 @@
 // The symbolized profile of one export interval: what the agent hands to every output writer
-// (pprof files, the flame graph, later OTLP).
+// (pprof files, the flame graph, OTLP export requests).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/names.h"
@@ -114,6 +115,30 @@ struct ProcessLabel {
   bool operator==(const ProcessLabel&) const = default;
 };
 
+// What is known of one process beyond its samples: its executable, its container and that
+// container's pod. Empty fields are unknown and left out by the writers.
+struct ProcessMetadata {
+  std::string executable_name;  // e.g. "nginx"; when empty, writers use the sampled process name
+  std::string executable_path;  // target of /proc/PID/exe
+  std::string container_id;
+  std::string service_name;  // derived from the workload (e.g. a Kubernetes deployment)
+  // Further attributes of the process's own (k8s.namespace.name, k8s.pod.name, ...), in order.
+  std::vector<ProcessLabel> attributes;
+  bool operator==(const ProcessMetadata&) const = default;
+};
+
+// Cuts each string of `metadata` to kMaxNameBytes (CapName), as label text.
+inline void CapMetadataNames(ProcessMetadata& metadata) {
+  for (std::string* text : {&metadata.executable_name, &metadata.executable_path,
+                            &metadata.container_id, &metadata.service_name}) {
+    CapName(*text, NameKind::kLabel);
+  }
+  for (ProcessLabel& attribute : metadata.attributes) {
+    CapName(attribute.key, NameKind::kLabel);
+    CapName(attribute.value, NameKind::kLabel);
+  }
+}
+
 struct IntervalProfile {
   int64_t start_unix_ns = 0;
   int64_t duration_ns = 0;
@@ -121,8 +146,21 @@ struct IntervalProfile {
   std::vector<StackSample> samples;
   // Holds the names and frame lists the samples view. Moving the profile moves no sample data.
   SampleArena arena;
-  // The labels of each process's samples (its container and pod), by pid; absent: none.
-  std::map<uint32_t, std::vector<ProcessLabel>> process_labels;
+  // What is known of each sampled process beyond its samples, by pid; absent: nothing. Attached
+  // once, before any writer runs, so that the pprof labels and the OTLP resources say the same.
+  std::map<uint32_t, ProcessMetadata> process_metadata;
+
+  // Attaches `metadata` to the samples of `pid`, its strings cut to kMaxNameBytes.
+  void AttachProcessMetadata(uint32_t pid, ProcessMetadata metadata) {
+    CapMetadataNames(metadata);
+    process_metadata.insert_or_assign(pid, std::move(metadata));
+  }
+
+  // The metadata of `pid`; nullptr when none was attached.
+  const ProcessMetadata* MetadataOf(uint32_t pid) const {
+    auto it = process_metadata.find(pid);
+    return it != process_metadata.end() ? &it->second : nullptr;
+  }
 
   // Appends a sample whose names (cut to kMaxNameBytes) and frames are copied into the arena.
   StackSample& AddSample(uint32_t pid, std::string_view process, std::string_view thread,

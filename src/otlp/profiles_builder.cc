@@ -197,10 +197,9 @@ constexpr std::array<absl::string_view, 6> kSetFromProcess = {"service.name",
                                                               "process.executable.path",
                                                               "container.id"};
 
-void FillResource(uint32_t pid, absl::string_view process_name, const ResourceContext& context,
+void FillResource(uint32_t pid, absl::string_view process_name, const ProcessMetadata& meta,
+                  const ResourceContext& context,
                   opentelemetry::proto::resource::v1::Resource* resource) {
-  ProcessMetadata meta;
-  if (context.process_metadata) meta = context.process_metadata(pid);
   const absl::string_view executable =
       meta.executable_name.empty() ? process_name : absl::string_view(meta.executable_name);
 
@@ -234,7 +233,7 @@ void FillResource(uint32_t pid, absl::string_view process_name, const ResourceCo
   }
   // The process's own attributes (its pod) come before the agent-wide ones, and win over them.
   std::vector<absl::string_view> own_keys;
-  for (const ResourceAttribute& a : meta.attributes) {
+  for (const ProcessLabel& a : meta.attributes) {
     if (a.value.empty() || absl::c_linear_search(kSetFromProcess, a.key) ||
         absl::c_linear_search(own_keys, a.key)) {
       continue;
@@ -282,7 +281,10 @@ collector_pb::ExportProfilesServiceRequest BuildRequest(const IntervalProfile& p
   for (const auto& [pid, pid_samples] : by_pid) {
     profiles_pb::ResourceProfiles* rp = request.add_resource_profiles();
     const std::string_view process = pid_samples.front()->process;
-    FillResource(pid, {process.data(), process.size()}, context, rp->mutable_resource());
+    const ProcessMetadata* metadata = profile.MetadataOf(pid);
+    FillResource(pid, {process.data(), process.size()},
+                 metadata != nullptr ? *metadata : ProcessMetadata{}, context,
+                 rp->mutable_resource());
     profiles_pb::ScopeProfiles* sp = rp->add_scope_profiles();
     sp->mutable_scope()->set_name(Utf8(context.scope_name));
     sp->mutable_scope()->set_version(Utf8(context.scope_version));

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,18 +13,8 @@
 
 namespace ember {
 
-// What is known of one process beyond its samples. Empty fields are unknown and left out.
-struct ProcessMetadata {
-  std::string executable_name;  // e.g. "nginx"; when empty, the sampled process name is used
-  std::string executable_path;  // target of /proc/PID/exe
-  std::string container_id;
-  std::string service_name;  // derived from the workload (e.g. a Kubernetes deployment)
-  // Further attributes of the process's own (k8s.namespace.name, k8s.pod.name, ...), in order.
-  // They win over OTEL_RESOURCE_ATTRIBUTES entries of the same key, which are the agent's.
-  std::vector<ResourceAttribute> attributes;
-};
-
-// Everything about the resources that does not come from the samples. Set up once at start-up.
+// Everything about the resources that does not come from the interval (its samples and its
+// process_metadata). Set up once at start-up.
 struct ResourceContext {
   std::string host_name;
   std::string service_name;  // OTEL_SERVICE_NAME; empty when unset
@@ -33,8 +22,6 @@ struct ResourceContext {
   std::vector<ResourceAttribute> attributes;
   std::string scope_name = "ember";
   std::string scope_version;
-  // Called once per process of the interval; may be empty (then nothing beyond the pid is known).
-  std::function<ProcessMetadata(uint32_t pid)> process_metadata;
 };
 
 // One request for the interval: a shared ProfilesDictionary (every string, mapping, location,
@@ -53,8 +40,10 @@ struct ResourceContext {
 //     workload's name, else "unknown_service:<executable name>";
 //   host.name: from context.attributes, else context.host_name;
 //   process.pid, process.executable.name, process.executable.path, container.id: from the process
-//     only (a fixed value from the environment would be wrong for every other process);
-//   then the process's own metadata.attributes (its pod), each key once;
+//     only (profile.process_metadata; a fixed value from the environment would be wrong for every
+//     other process);
+//   then the process's own metadata attributes (its pod), each key once, winning over
+//     OTEL_RESOURCE_ATTRIBUTES entries of the same key, which are the agent's;
 //   then the rest of context.attributes in their order, except keys already set.
 // Strings that are not valid UTF-8 (thread names, paths) have their bad bytes replaced by U+FFFD.
 opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest

@@ -53,9 +53,16 @@ class PprofBuilder {
       pid->set_num(s.pid);
       AddStrLabel(sample, process_key, {s.process.data(), s.process.size()});
       AddStrLabel(sample, thread_key, {s.thread.data(), s.thread.size()});
-      if (auto it = profile.process_labels.find(s.pid); it != profile.process_labels.end()) {
-        for (const ProcessLabel& label : it->second) {
+      if (const ProcessMetadata* metadata = profile.MetadataOf(s.pid)) {
+        // The process's container and pod, named as OTLP resource attributes are.
+        if (!metadata->container_id.empty()) {
+          AddStrLabel(sample, Intern("container.id"), metadata->container_id);
+        }
+        for (const ProcessLabel& label : metadata->attributes) {
           AddStrLabel(sample, Intern(label.key), label.value);
+        }
+        if (!metadata->service_name.empty()) {
+          AddStrLabel(sample, Intern("service.name"), metadata->service_name);
         }
       }
     }

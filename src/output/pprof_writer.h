@@ -13,8 +13,9 @@ namespace ember {
 
 // The pprof message for one interval: sample types samples/count and cpu/nanoseconds (values
 // count and count*period_ns), period_type cpu/nanoseconds, period, time_nanos, duration_nanos;
-// labels pid (num), process (str), thread (str) on each sample, then the process's
-// `process_labels` (str: container.id, k8s.pod.name, ...); one Location per distinct Frame
+// labels pid (num), process (str), thread (str) on each sample, then from the process's
+// `process_metadata` (str): container.id, its attributes in order (k8s.pod.name, ...) and
+// service.name, each when not empty; one Location per distinct Frame
 // (dedupe by kind+module+address+function) with one Line per function inlined there (innermost
 // first) and then one for the frame's own function, last as pprof expects the caller; one
 // Function per distinct (name, file), inlined or not; Line.line when known; one Mapping per

@@ -58,6 +58,22 @@ class Gauge {
   std::atomic<double> value_{0};
 };
 
+// A counter that follows a total kept elsewhere in plain integers (a cache's own statistics, kept
+// by the thread that owns it): Publish adds what the total grew by since the last call.
+class CounterMirror {
+ public:
+  CounterMirror() = default;
+  explicit CounterMirror(Counter* metric) : metric_(metric) {}
+  void Publish(uint64_t total) {
+    if (total > published_) metric_->Increment(total - published_);
+    published_ = total;
+  }
+
+ private:
+  Counter* metric_ = nullptr;
+  uint64_t published_ = 0;
+};
+
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<double>::is_always_lock_free);
 

@@ -189,12 +189,10 @@ TEST(BuildExportRequestTest, NoStringIsLongerThanTheNameCap) {
   profile.period_ns = kPeriodNs;
   AddSamples(profile, {{.pid = 7, .process = "app", .thread = "t", .frames = {&leaf}, .count = 1}});
   ResourceContext context;
-  context.process_metadata = [](uint32_t) {
-    ProcessMetadata metadata;
-    metadata.executable_path = "/" + std::string(9000, 'e');
-    metadata.attributes.push_back({"k8s.pod.name", std::string(9000, 'p')});
-    return metadata;
-  };
+  // Set as it is, not cut by AttachProcessMetadata.
+  ProcessMetadata& metadata = profile.process_metadata[7];
+  metadata.executable_path = "/" + std::string(9000, 'e');
+  metadata.attributes.push_back({"k8s.pod.name", std::string(9000, 'p')});
   const auto request = BuildExportRequest(profile, context);
   for (const std::string& text : request.dictionary().string_table()) {
     EXPECT_LE(text.size(), kMaxNameBytes);
@@ -350,15 +348,8 @@ TEST(BuildExportRequestTest, ProfileDescribesCpuSamples) {
 
 TEST(BuildExportRequestTest, ResourceAttributesOfAProcess) {
   Fixture f;
-  f.context.process_metadata = [](uint32_t pid) {
-    ProcessMetadata meta;
-    if (pid == 100) {
-      meta.executable_name = "app-server";
-      meta.executable_path = "/usr/bin/app";
-      meta.container_id = "3f2a9c";
-    }
-    return meta;
-  };
+  f.profile.process_metadata[100] = {
+      .executable_name = "app-server", .executable_path = "/usr/bin/app", .container_id = "3f2a9c"};
   const auto request = BuildExportRequest(f.profile, f.context);
   ASSERT_EQ(request.resource_profiles_size(), 3);
   const auto& app = request.resource_profiles(0);
@@ -387,11 +378,7 @@ TEST(BuildExportRequestTest, ServiceNameRules) {
   Fixture f;
   f.profile.samples.resize(2);  // pids 200 and 100
   f.profile.samples[0].process = "";
-  f.context.process_metadata = [](uint32_t pid) {
-    ProcessMetadata meta;
-    if (pid == 100) meta.executable_name = "app-server";
-    return meta;
-  };
+  f.profile.process_metadata[100] = {.executable_name = "app-server"};
   const auto service_names = [&] {
     std::vector<std::string> names;
     const auto request = BuildExportRequest(f.profile, f.context);
@@ -403,11 +390,7 @@ TEST(BuildExportRequestTest, ServiceNameRules) {
   // No name known at all for 200 (no executable, no process name).
   EXPECT_THAT(service_names(), ElementsAre("unknown_service:app-server", "unknown_service"));
 
-  f.context.process_metadata = [](uint32_t pid) {
-    ProcessMetadata meta;
-    meta.service_name = pid == 100 ? "checkout" : "";
-    return meta;
-  };
+  f.profile.process_metadata = {{100, {.service_name = "checkout"}}, {200, {}}};
   EXPECT_THAT(service_names(), ElementsAre("checkout", "unknown_service"));
 
   f.context.attributes = {{"service.name", "from-attributes"}};
@@ -443,19 +426,15 @@ TEST(BuildExportRequestTest, PodAttributesFollowTheProcessAndWinOverTheAgentsOwn
                              "k8s.cluster.name=prod-eu,k8s.pod.name=ember-agent-x7,"
                              "deployment.environment=prod")
                              .attributes;
-  f.context.process_metadata = [](uint32_t pid) {
-    ProcessMetadata meta;
-    if (pid == 100) {
-      meta.container_id = "3f2a9c";
-      meta.service_name = "checkout";
-      meta.attributes = {
-          {"k8s.namespace.name", "shop"},      {"k8s.pod.name", "checkout-5d9c7b-x2x9z"},
-          {"k8s.deployment.name", "checkout"}, {"k8s.node.name", ""},  // empty: left out
-          {"container.id", "other"},       // the process's own field wins
-          {"k8s.namespace.name", "dup"}};  // each key once
-    }
-    return meta;
-  };
+  f.profile.process_metadata[100] = {
+      .container_id = "3f2a9c",
+      .service_name = "checkout",
+      .attributes = {{"k8s.namespace.name", "shop"},
+                     {"k8s.pod.name", "checkout-5d9c7b-x2x9z"},
+                     {"k8s.deployment.name", "checkout"},
+                     {"k8s.node.name", ""},            // empty: left out
+                     {"container.id", "other"},        // the process's own field wins
+                     {"k8s.namespace.name", "dup"}}};  // each key once
   const auto request = BuildExportRequest(f.profile, f.context);
   ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
   const auto& pod_process = request.resource_profiles(0);

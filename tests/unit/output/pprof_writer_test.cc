@@ -185,8 +185,9 @@ TEST(PprofWriterLabelsTest, ProcessLabelsGoOnEveryOneOfItsSamples) {
   AddSamples(profile, {{.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 2},
                        {.pid = 8, .process = "host", .thread = "b", .frames = {&leaf}, .count = 1},
                        {.pid = 7, .process = "app", .thread = "c", .frames = {&leaf}, .count = 3}});
-  profile.process_labels[7] = {{"container.id", "3f2a9c"}, {"k8s.pod.name", "web-1"}};
-  profile.process_labels[9] = {{"container.id", "not-sampled"}};
+  profile.process_metadata[7] = {.container_id = "3f2a9c",
+                                 .attributes = {{"k8s.pod.name", "web-1"}}};
+  profile.process_metadata[9] = {.container_id = "not-sampled"};
   const pb::Profile p = BuildPprof(profile);
   ASSERT_EQ(p.sample_size(), 3);
   std::vector<std::map<std::string, std::string>> labels;
@@ -214,7 +215,8 @@ TEST(PprofWriterNamesTest, NoStringIsLongerThanTheNameCap) {
   IntervalProfile profile;
   profile.period_ns = kPeriodNs;
   AddSamples(profile, {{.pid = 7, .process = "app", .thread = "t", .frames = {&leaf}, .count = 1}});
-  profile.process_labels[7] = {{"k8s.pod.name", std::string(9000, 'p')}};
+  // Set as it is, not cut by AttachProcessMetadata.
+  profile.process_metadata[7] = {.attributes = {{"k8s.pod.name", std::string(9000, 'p')}}};
   const uint64_t before = NamesTruncated(NameKind::kOutput);
   const pb::Profile p = BuildPprof(profile);
   for (const std::string& text : p.string_table()) EXPECT_LE(text.size(), kMaxNameBytes);

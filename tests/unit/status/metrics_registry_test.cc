@@ -68,6 +68,23 @@ TEST(MetricsRegistryTest, RendersTheTextFormat) {
   EXPECT_EQ(parsed.samples["ember_unwind_stops_total{reason=\"no_cfi\"}"], 3);
 }
 
+TEST(CounterMirrorTest, AddsWhatTheTotalGrewBySinceTheLastPublish) {
+  MetricsRegistry registry;
+  Counter* counter = registry.AddCounter("ember_mirrored_total", "A total kept elsewhere.").value();
+  CounterMirror mirror(counter);
+  mirror.Publish(5);
+  EXPECT_EQ(counter->Value(), 5u);
+  mirror.Publish(5);  // nothing new
+  EXPECT_EQ(counter->Value(), 5u);
+  counter->Increment(2);  // the counter keeps what else was added to it
+  mirror.Publish(8);
+  EXPECT_EQ(counter->Value(), 10u);
+  mirror.Publish(3);  // the total was reset (its owner started over): a counter never goes down
+  EXPECT_EQ(counter->Value(), 10u);
+  mirror.Publish(4);
+  EXPECT_EQ(counter->Value(), 11u);
+}
+
 TEST(MetricsRegistryTest, EmptyRegistryRendersNothing) {
   MetricsRegistry registry;
   EXPECT_EQ(registry.Render(), "");
