@@ -19,26 +19,22 @@
 #include "agent/privileges.h"
 #include "agent/seccomp_filter.h"
 #include "common/log_safe.h"
-#include "common/names.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
-#include "common/untrusted_open.h"
 #include "debuginfod/fetcher_metrics.h"
 #include "debuginfod/libdebuginfod_transport.h"
 #include "elf/elf_file.h"
 #include "k8s/kubernetes_metrics.h"
 #include "otlp/exporter_metrics.h"
 #include "output/pprof_writer.h"
-#include "runtimes/cpython/cpython_runtime.h"
 #include "process/proc_read_metrics.h"
+#include "runtimes/cpython/cpython_runtime.h"
 #include "sampler/sampler_metrics.h"
 #include "spdlog/spdlog.h"
 #include "stacks/symbolization_metrics.h"
 #include "status/common_metrics.h"
 #include "status/heap_metrics.h"
 #include "status/process_metrics.h"
-#include "symbolize/demangle.h"
-#include "symbolize/jitdump.h"
 #include "symbolize/symbolize_metrics.h"
 
 namespace ember {
@@ -49,9 +45,8 @@ namespace {
 // yet (at most once per kNewProcessWakeupGap), so that it reads a short-lived process's maps
 // while it runs. Each wait is a wake-up, and under load a wake-up costs far more than a sample
 // (the context switch back in; on a host with shadow paging, 0.1 to 1.2 ms, growing with the
-// agent's resident memory): every 5 s, and at most 10 times a second more for new processes.
-// Every 2 s instead of every 1 s saved 0.8 ms per 1000 samples at 99 Hz on 2 busy CPUs, every 5 s
-// instead of 2 s about a fifth of the agent's CPU. A process that exec'd is new again
+// agent's resident memory): every 5 s, and at most 10 times a second more for new processes
+// (docs/benchmarks.md has what shorter waits cost). A process that exec'd is new again
 // to the BPF side, whether its stack is walked there or copied, so the wait does not keep stale
 // maps or unwind entries in use (docs/benchmarks.md). What is queued when an
 // interval ends is read before it is written.
@@ -124,21 +119,6 @@ DwarfUnwinder::Limits UnwinderLimits(const Options& options) {
           .max_row_cache_bytes = options.max_cfi_cache_bytes};
 }
 
-// The runtimes' BPF configuration goes to the profiler, made after the runtimes (Agent::Create);
-// no runtime configures a process before the first sample.
-class ProfilerRuntimeConfig final : public RuntimeBpfConfig {
- public:
-  explicit ProfilerRuntimeConfig(const std::unique_ptr<BpfProfiler>& profiler)
-      : profiler_(profiler) {}
-  absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config) override {
-    return profiler_->SetPythonProcess(pid, config);
-  }
-  void RemovePythonProcess(uint32_t pid) override { profiler_->RemovePythonProcess(pid); }
-
- private:
-  const std::unique_ptr<BpfProfiler>& profiler_;
-};
-
 ProcessTableLimits ProcessLimits(const Options& options) {
   ProcessTableLimits limits{.max_processes = options.max_processes};
   // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
@@ -160,8 +140,7 @@ Agent::Agent(const Options& options)
       cgroups_(CgroupResolverOptionsForHost()),
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
-      unwinder_(UnwinderLimits(options)),
-      runtime_bpf_(std::make_unique<ProfilerRuntimeConfig>(profiler_)) {
+      unwinder_(UnwinderLimits(options)) {
   WireIntervalTurnover();
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
@@ -195,8 +174,6 @@ Agent::Agent(const Options& options)
   cache_metrics_ = std::make_unique<CacheMetrics>(metrics_);
   symbolization_failure_metrics_ = std::make_unique<SymbolizationFailureMetrics>(metrics_);
   proc_read_failure_metrics_ = std::make_unique<ProcReadFailureMetrics>(metrics_);
-  // The language runtimes whose frames are named (src/runtimes/): one line each.
-  stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(*runtime_bpf_, metrics_));
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
@@ -245,6 +222,11 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   Agent* self = agent.get();
   ASSIGN_OR_RETURN(agent->profiler_,
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
+  // The language runtimes whose frames are named (src/runtimes/): one line each. They configure
+  // the BPF program's walks of their frames, so they come with it.
+  const auto bpf_stats = [self] { return self->BpfStatsForMetrics(); };
+  agent->stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(
+      *agent->profiler_, agent->metrics_, /*memory=*/nullptr, bpf_stats));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
     agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());
@@ -462,24 +444,8 @@ absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
   RETURN_IF_ERROR(RegisterFileOpenMetrics(metrics_));
   RETURN_IF_ERROR(RegisterJitDumpMetrics(metrics_));
-  {
-    // The BPF program's counters, read when scraped.
-    RETURN_IF_ERROR(RegisterBpfSampleMetrics(metrics_, [this] { return BpfStatsForMetrics(); }));
-    using Field = uint64_t BpfStats::*;
-    const std::pair<const char*, Field> walks[] = {
-        {"ok", &BpfStats::python_ok},
-        {"no_thread_state", &BpfStats::python_no_thread_state},
-        {"read_failed", &BpfStats::python_read_failed},
-        {"not_code", &BpfStats::python_not_code},
-        {"truncated", &BpfStats::python_truncated}};
-    for (const auto& [result, field] : walks) {
-      RETURN_IF_ERROR(metrics_.AddCallbackCounter(
-          "ember_python_walks_total",
-          "CPython frame walks done in BPF for samples of Python processes, by how they ended.",
-          {{"result", result}},
-          [this, member = field] { return static_cast<double>(BpfStatsForMetrics().*member); }));
-    }
-  }
+  // The BPF program's counters, read when scraped.
+  RETURN_IF_ERROR(RegisterBpfSampleMetrics(metrics_, [this] { return BpfStatsForMetrics(); }));
   RETURN_IF_ERROR(RegisterNameMetrics(metrics_));
   RETURN_IF_ERROR(RegisterDemangleMetrics(metrics_));
   if (debug_files_ != nullptr) RETURN_IF_ERROR(RegisterDebuginfodMetrics(metrics_, *debug_files_));
@@ -711,15 +677,16 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
 void Agent::WireIntervalTurnover() {
   // In this order. The frame cache turns first: the kernel symbols may be replaced only where its
   // generation turns, as that drops every cached kernel frame. Exited processes go before the
-  // caches that hold entries for them (the runtimes' frame names, the BPF unwind tables), so that what
-  // only they used counts as unused in this turn rather than the next.
+  // caches that hold entries for them (unwinder address spaces, the runtimes' frame names, the
+  // BPF unwind tables), so that what only they used counts as unused in this turn rather than
+  // the next.
   interval_turnover_ = {
       [this] { frames_.NextGeneration(); },
       [this] { RefreshKernelSymbols(); },
       [this] { modules_.NextGeneration(); },
-      [this] { unwinder_.NextGeneration(); },
       [this] { cgroups_.NextGeneration(); },
       [this] { processes_.DropExited(); },  // tells the process table's subscribers
+      [this] { unwinder_.NextGeneration(); },
       [this] { stacks_->runtimes().NextGeneration(); },
       [this] {
         if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();

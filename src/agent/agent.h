@@ -9,7 +9,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,8 +24,8 @@
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
 #include "output/flame_graph.h"
-#include "process/process_events.h"
 #include "process/proc_read_metrics.h"
+#include "process/process_events.h"
 #include "process/process_table.h"
 #include "runtimes/runtime.h"
 #include "sampler/bpf_profiler.h"
@@ -88,8 +87,9 @@ class Agent {
   absl::Status PollSamples(int timeout_ms);
   // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
   uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
-  // Brings the failure counters of /metrics up to the process table's, the frame resolver's and
-  // the cgroup resolver's own counts (kept as plain integers on the sampling thread).
+  // Brings the failure counters of /metrics up to the process table's, the frame resolver's, the
+  // cgroup resolver's and the runtimes' own counts (kept as plain integers on the sampling
+  // thread).
   void SyncFailureMetrics();
   // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES.
   ResourceContext MakeResourceContext();
@@ -118,6 +118,9 @@ class Agent {
 
   Options options_;
   std::chrono::steady_clock::time_point started_at_;
+  // Self-metrics, updated by the sampling thread and read by the status endpoint's. Before every
+  // part that registers its counters here, so that it outlives them.
+  MetricsRegistry metrics_;
   std::optional<KernelSymbols> kernel_symbols_;
   // Kept open to read the symbols again without CAP_SYSLOG; both set only when the first read
   // showed addresses.
@@ -158,9 +161,9 @@ class Agent {
   ClockReading interval_start_;  // when the first interval began
   bool seen_first_sample_ = false;
   uint64_t ring_buffer_full_reported_ = 0;
-  // Where runtimes configure the BPF program (BpfProfiler, once made): before stacks_, whose
-  // runtimes write to it.
-  std::unique_ptr<RuntimeBpfConfig> runtime_bpf_;
+  // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0. Before stacks_ and
+  // bpf_unwind_feed_, which hold it.
+  std::unique_ptr<BpfUnwindTables> bpf_unwind_;
   // Turns each sample into frames; holds the language runtimes. Made in the constructor, never
   // null.
   std::unique_ptr<StackBuilder> stacks_;
@@ -171,12 +174,8 @@ class Agent {
   std::unique_ptr<BpfUnwindTablesFeed> bpf_unwind_feed_;
   std::unique_ptr<ProcessEventCallbacks> runtime_events_;
   std::unique_ptr<ProcessEventCallbacks> unwinder_events_;
-  // The CFI rows of the BPF stack walk; null when --bpf-unwind-rows is 0.
-  std::unique_ptr<BpfUnwindTables> bpf_unwind_;
 
-  // Self-metrics, updated by the sampling thread and read by the status endpoint's (registered
-  // in the constructor, never null).
-  MetricsRegistry metrics_;
+  // The agent's own counters in metrics_ (registered in the constructor, never null).
   Counter* samples_metric_ = nullptr;
   Counter* samples_lost_metric_ = nullptr;
   Counter* profiles_written_metric_ = nullptr;

@@ -17,8 +17,8 @@ struct MemoryMapping {
   bool readable = false;
   bool executable = false;
   FileIdentity file;  // dev and inode; inode 0 for anonymous memory
-  // As the kernel shows it, without a " (deleted)" suffix; kLongPathMarker (proc_maps.h) when it
-  // was longer than the parse's max_path_bytes.
+  // As the kernel shows it, without a " (deleted)" suffix; the maps parser's long-path marker
+  // when it was longer than the parse's max_path_bytes.
   std::string path;
   bool deleted = false;
 

@@ -6,14 +6,6 @@
 #include "absl/strings/string_view.h"
 
 namespace ember {
-namespace {
-
-void SyncCounter(Counter* counter, uint64_t total) {
-  if (total > counter->Value()) counter->Increment(total - counter->Value());
-}
-
-}  // namespace
-
 ProcReadFailureMetrics::ProcReadFailureMetrics(MetricsRegistry& registry) {
   constexpr absl::string_view kName = "ember_proc_read_failures_total";
   constexpr absl::string_view kHelp =
@@ -21,7 +13,7 @@ ProcReadFailureMetrics::ProcReadFailureMetrics(MetricsRegistry& registry) {
       "hidden; its samples get [process exited]), maps (its own and its threads'), cgroup.";
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [&](absl::string_view file) {
-    return registry.AddCounter(kName, kHelp, {{"file", std::string(file)}}).value();
+    return CounterMirror(registry.AddCounter(kName, kHelp, {{"file", std::string(file)}}).value());
   };
   stat_ = counter("stat");
   maps_ = counter("maps");
@@ -29,9 +21,9 @@ ProcReadFailureMetrics::ProcReadFailureMetrics(MetricsRegistry& registry) {
 }
 
 void ProcReadFailureMetrics::Sync(const ProcReadFailures& failures, uint64_t cgroup_read_failures) {
-  SyncCounter(stat_, failures.stat);
-  SyncCounter(maps_, failures.maps);
-  SyncCounter(cgroup_, cgroup_read_failures);
+  stat_.Publish(failures.stat);
+  maps_.Publish(failures.maps);
+  cgroup_.Publish(cgroup_read_failures);
 }
 
 }  // namespace ember

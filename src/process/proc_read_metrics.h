@@ -20,9 +20,9 @@ class ProcReadFailureMetrics {
   void Sync(const ProcReadFailures& failures, uint64_t cgroup_read_failures);
 
  private:
-  Counter* stat_ = nullptr;
-  Counter* maps_ = nullptr;
-  Counter* cgroup_ = nullptr;
+  CounterMirror stat_;
+  CounterMirror maps_;
+  CounterMirror cgroup_;
 };
 
 }  // namespace ember

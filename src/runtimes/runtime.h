@@ -8,8 +8,9 @@
 //   gHotSpotVMStructs from its ELF file; V8 finds the v8dbg_* constants in node's (or
 //   libnode's) symbol table. What is read from a file is shared by every process mapping it
 //   (keyed by FileIdentity); addresses in one process are per process.
-// - BPF configuration (RuntimeBpfConfig): each runtime whose frames the BPF program walks gets a
-//   Set/Remove pair of its own for its own per-process map, beside the CPython pair.
+// - BPF configuration (RuntimeBpfConfig, src/sampler/runtime_bpf_config.h): each runtime whose
+//   frames the BPF program walks gets a Set/Remove pair of its own for its own per-process map,
+//   beside the CPython pair, which BpfProfiler implements.
 // - Naming and splicing (Splice): HotSpot replaces its interpreter and compiled-code frames, V8
 //   its JIT frames, by the frames named from the VM's own data in process memory, cached by
 //   address with a check that the address still holds the same object.
@@ -26,20 +27,10 @@
 #include "common/profile.h"
 #include "process/process_table.h"
 #include "sampler/bpf_profiler.h"
+#include "sampler/runtime_bpf_config.h"
 #include "sampler/sample_record_layout.h"
 
 namespace ember {
-
-// Where runtimes write the BPF program's per-process configuration: one map per runtime, keyed
-// by process id (tgid). The agent wires it to BpfProfiler; tests record the calls.
-class RuntimeBpfConfig {
- public:
-  virtual ~RuntimeBpfConfig() = default;
-  // Walks the CPython frames of `pid` with `config` from its next sample on.
-  virtual absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config) = 0;
-  // Stops walking them; no-op for a pid without an entry.
-  virtual void RemovePythonProcess(uint32_t pid) = 0;
-};
 
 // The user part of one sample's stack, as the stack builder made it, for a runtime to splice
 // its frames into.
@@ -48,7 +39,9 @@ struct UserFrames {
   std::vector<const Frame*>& stack;
   size_t begin = 0;
   // Per user frame: its pc, 0 for a marker ("[truncated]" ends a stack cut short). Describes
-  // stack[begin...] only while no runtime has spliced (one runtime per process for now).
+  // stack[begin...] only while no runtime has spliced: one runtime splices a given process's
+  // samples (a process runs one language runtime's interpreter or JIT; a second would need the
+  // pcs the first left).
   std::span<const uint64_t> pcs;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "sampler/runtime_bpf_config.h"
 #include "sampler/sample_record_layout.h"
 #include "sampler/unwind_maps.h"
 
@@ -62,7 +63,7 @@ struct BpfStats {
 // `index` (enum ember_stat); an index outside the enum adds to none.
 void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats);
 
-class BpfProfiler {
+class BpfProfiler final : public RuntimeBpfConfig {
  public:
   // Called for every record, inside Poll. Views are valid only during the call.
   using SampleHandler = std::function<void(const SampleView&)>;
@@ -85,9 +86,9 @@ class BpfProfiler {
   bool MapsAccessible() const;
   // Walks the CPython frames of process `pid` (tgid) with `config` from its next sample on; a
   // process may have one entry, replaced by the next call.
-  absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config);
+  absl::Status SetPythonProcess(uint32_t pid, const ember_python_proc& config) override;
   // Stops walking its Python frames; no-op for a pid without an entry.
-  void RemovePythonProcess(uint32_t pid);
+  void RemovePythonProcess(uint32_t pid) override;
   // Whether samples of process `pid` (tgid) wake the agent at once (new_process_wakeup_gap_ns)
   // and carry EMBER_SAMPLE_PROCESS_UNKNOWN: they do until it is marked known, and again after it
   // execs (the BPF side then forgets it, and its CFI rows' placement). A failed update only costs

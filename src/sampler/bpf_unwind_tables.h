@@ -159,7 +159,9 @@ class BpfUnwindTables {
 };
 
 // Keeps the walk's processes those of the process table: their mappings set at each read of their
-// maps, removed when they exit (no liveness check of its own).
+// maps, removed when the table says they exited (at an export). BpfUnwindTables still asks
+// whether a file's processes live before it builds the file's rows, as they may have exited since
+// the last export and a build costs milliseconds.
 class BpfUnwindTablesFeed final : public ProcessEvents {
  public:
   BpfUnwindTablesFeed(const ProcessTable& table, BpfUnwindTables& tables)

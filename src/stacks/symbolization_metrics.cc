@@ -6,14 +6,6 @@
 #include "absl/strings/string_view.h"
 
 namespace ember {
-namespace {
-
-void SyncCounter(Counter* counter, uint64_t total) {
-  if (total > counter->Value()) counter->Increment(total - counter->Value());
-}
-
-}  // namespace
-
 SymbolizationFailureMetrics::SymbolizationFailureMetrics(MetricsRegistry& registry) {
   constexpr absl::string_view kName = "ember_symbolization_failures_total";
   constexpr absl::string_view kHelp =
@@ -23,7 +15,8 @@ SymbolizationFailureMetrics::SymbolizationFailureMetrics(MetricsRegistry& regist
       "symbolized (once per cache generation), unmapped addresses per frame.";
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [&](absl::string_view reason) {
-    return registry.AddCounter(kName, kHelp, {{"reason", std::string(reason)}}).value();
+    return CounterMirror(
+        registry.AddCounter(kName, kHelp, {{"reason", std::string(reason)}}).value());
   };
   unmapped_ = counter("unmapped");
   unreadable_file_ = counter("unreadable_file");
@@ -33,11 +26,11 @@ SymbolizationFailureMetrics::SymbolizationFailureMetrics(MetricsRegistry& regist
 }
 
 void SymbolizationFailureMetrics::Sync(const SymbolizationFailures& failures) {
-  SyncCounter(unmapped_, failures.unmapped);
-  SyncCounter(unreadable_file_, failures.unreadable_file);
-  SyncCounter(no_symbol_, failures.no_symbol);
-  SyncCounter(file_changed_, failures.file_changed);
-  SyncCounter(vdso_unreadable_, failures.vdso_unreadable);
+  unmapped_.Publish(failures.unmapped);
+  unreadable_file_.Publish(failures.unreadable_file);
+  no_symbol_.Publish(failures.no_symbol);
+  file_changed_.Publish(failures.file_changed);
+  vdso_unreadable_.Publish(failures.vdso_unreadable);
 }
 
 }  // namespace ember

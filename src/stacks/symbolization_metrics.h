@@ -19,11 +19,11 @@ class SymbolizationFailureMetrics {
   void Sync(const SymbolizationFailures& failures);
 
  private:
-  Counter* unmapped_ = nullptr;
-  Counter* unreadable_file_ = nullptr;
-  Counter* no_symbol_ = nullptr;
-  Counter* file_changed_ = nullptr;
-  Counter* vdso_unreadable_ = nullptr;
+  CounterMirror unmapped_;
+  CounterMirror unreadable_file_;
+  CounterMirror no_symbol_;
+  CounterMirror file_changed_;
+  CounterMirror vdso_unreadable_;
 };
 
 }  // namespace ember

@@ -1,6 +1,9 @@
 // CPython's detection, BPF configuration and splice, for the stack builder (runtime.h).
 #include "runtimes/cpython/cpython_runtime.h"
 
+#include <cstdlib>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/log_safe.h"
 #include "spdlog/spdlog.h"
@@ -17,7 +20,7 @@ LogRateLimiter& ProcessLogLimiter() {
 }  // namespace
 
 CPythonRuntime::CPythonRuntime(RuntimeBpfConfig& bpf, MetricsRegistry& metrics,
-                               MemoryReader* memory)
+                               MemoryReader* memory, std::function<BpfStats()> bpf_stats)
     : bpf_(bpf), memory_(memory) {
   // Registration fails only on a programming error (a bad or duplicate name).
   constexpr absl::string_view kPythonNames = "ember_python_frame_names_total";
@@ -27,13 +30,33 @@ CPythonRuntime::CPythonRuntime(RuntimeBpfConfig& bpf, MetricsRegistry& metrics,
       "process could not be read: [python]), implausible (a size, kind, count or pointer out of "
       "bounds, or a chain that loops: refused before use, named as far as it was checked).";
   auto counter = [&](absl::string_view result) {
-    return metrics.AddCounter(kPythonNames, kPythonNamesHelp, {{"result", std::string(result)}})
-        .value();
+    return CounterMirror(
+        metrics.AddCounter(kPythonNames, kPythonNamesHelp, {{"result", std::string(result)}})
+            .value());
   };
   named_metric_ = counter("named");
   renamed_metric_ = counter("named_again");
   unreadable_metric_ = counter("unreadable");
   implausible_metric_ = counter("implausible");
+  if (bpf_stats == nullptr) return;
+  using Field = uint64_t BpfStats::*;
+  const std::pair<const char*, Field> walks[] = {
+      {"ok", &BpfStats::python_ok},
+      {"no_thread_state", &BpfStats::python_no_thread_state},
+      {"read_failed", &BpfStats::python_read_failed},
+      {"not_code", &BpfStats::python_not_code},
+      {"truncated", &BpfStats::python_truncated}};
+  for (const auto& [result, field] : walks) {
+    const absl::Status status = metrics.AddCallbackCounter(
+        "ember_python_walks_total",
+        "CPython frame walks done in BPF for samples of Python processes, by how they ended.",
+        {{"result", result}},
+        [bpf_stats, member = field] { return static_cast<double>(bpf_stats().*member); });
+    if (!status.ok()) {
+      spdlog::critical("ember_python_walks_total: {}", std::string(status.message()));
+      std::abort();
+    }
+  }
 }
 
 void CPythonRuntime::ProcessMapsChanged(const Process& process) {
@@ -93,11 +116,11 @@ void CPythonRuntime::Splice(const Process& process, const SampleView& sample, Us
   // missing outer groups would otherwise take the innermost eval frames' places.
   const bool native_truncated = native_count > 0 && frames.pcs.back() == 0;
   const bool python_complete = sample.header->python_status == EMBER_PYTHON_OK;
-  std::vector<SplicedFrame> spliced = SpliceStacks(
-      native_is_eval_, python_entry_, native_truncated || !python_complete, &splice_stats_);
+  SpliceStacksInto(native_is_eval_, python_entry_, native_truncated || !python_complete,
+                   &splice_stats_, splice_scratch_, spliced_);
   native_.assign(stack.begin() + static_cast<ptrdiff_t>(user_begin), stack.end());
   stack.resize(user_begin);
-  for (const SplicedFrame& frame : spliced) {
+  for (const SplicedFrame& frame : spliced_) {
     if (frame.kind == SplicedFrame::Kind::kNative) {
       stack.push_back(native_[frame.index]);
     } else if (memory_ != nullptr) {
@@ -110,14 +133,11 @@ void CPythonRuntime::Splice(const Process& process, const SampleView& sample, Us
 }
 
 void CPythonRuntime::SyncMetrics() {
-  const auto sync = [](Counter* counter, uint64_t total) {
-    if (total > counter->Value()) counter->Increment(total - counter->Value());
-  };
   const FrameNamerStats& stats = namer_.stats();
-  sync(named_metric_, stats.named);
-  sync(renamed_metric_, stats.renamed);
-  sync(unreadable_metric_, stats.unreadable);
-  sync(implausible_metric_, stats.implausible);
+  named_metric_.Publish(stats.named);
+  renamed_metric_.Publish(stats.renamed);
+  unreadable_metric_.Publish(stats.unreadable);
+  implausible_metric_.Publish(stats.implausible);
 }
 
 void CPythonRuntime::LogSummary(const BpfStats& bpf) const {

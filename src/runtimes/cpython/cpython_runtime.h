@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtimes/cpython/frame_namer.h"
@@ -17,9 +18,12 @@ namespace ember::python {
 
 class CPythonRuntime : public Runtime {
  public:
-  // Registers ember_python_frame_names_total in `metrics`. `memory`: where code objects are read
-  // (tests stand in for a process); null reads each process with process_vm_readv.
-  CPythonRuntime(RuntimeBpfConfig& bpf, MetricsRegistry& metrics, MemoryReader* memory = nullptr);
+  // Registers ember_python_frame_names_total in `metrics`, and ember_python_walks_total when
+  // given `bpf_stats`, the BPF program's counters as read on the scraping thread. `memory`: where
+  // code objects are read (tests stand in for a process); null reads each process with
+  // process_vm_readv.
+  CPythonRuntime(RuntimeBpfConfig& bpf, MetricsRegistry& metrics, MemoryReader* memory = nullptr,
+                 std::function<BpfStats()> bpf_stats = nullptr);
 
   void ProcessMapsChanged(const Process& process) override;
   void ProcessExited(uint32_t pid) override;
@@ -40,11 +44,13 @@ class CPythonRuntime : public Runtime {
   std::vector<bool> native_is_eval_;
   std::vector<bool> python_entry_;
   std::vector<const Frame*> native_;
+  SpliceScratch splice_scratch_;
+  std::vector<SplicedFrame> spliced_;
   // Python frames named from process memory, by result (FrameNamerStats).
-  Counter* named_metric_ = nullptr;
-  Counter* renamed_metric_ = nullptr;
-  Counter* unreadable_metric_ = nullptr;
-  Counter* implausible_metric_ = nullptr;
+  CounterMirror named_metric_;
+  CounterMirror renamed_metric_;
+  CounterMirror unreadable_metric_;
+  CounterMirror implausible_metric_;
 };
 
 }  // namespace ember::python

@@ -6,13 +6,10 @@
 namespace ember::python {
 namespace {
 
-struct Group {
-  uint32_t begin = 0;  // Python frame indexes [begin, end), leaf first
-  uint32_t end = 0;
-};
+using Group = SpliceScratch::Group;
 
-std::vector<Group> Groups(const std::vector<bool>& python_entry) {
-  std::vector<Group> groups;
+void Groups(const std::vector<bool>& python_entry, std::vector<Group>& groups) {
+  groups.clear();
   uint32_t begin = 0;
   for (uint32_t i = 0; i < python_entry.size(); ++i) {
     if (python_entry[i]) {
@@ -22,7 +19,6 @@ std::vector<Group> Groups(const std::vector<bool>& python_entry) {
   }
   if (begin < python_entry.size())
     groups.push_back({begin, static_cast<uint32_t>(python_entry.size())});
-  return groups;
 }
 
 void AppendGroup(const Group& group, std::vector<SplicedFrame>* out) {
@@ -36,14 +32,26 @@ void AppendGroup(const Group& group, std::vector<SplicedFrame>* out) {
 std::vector<SplicedFrame> SpliceStacks(const std::vector<bool>& native_is_eval,
                                        const std::vector<bool>& python_entry, bool native_truncated,
                                        SpliceStats* stats) {
-  std::vector<Group> groups = Groups(python_entry);
-  std::vector<uint32_t> evals;
+  SpliceScratch scratch;
+  std::vector<SplicedFrame> out;
+  SpliceStacksInto(native_is_eval, python_entry, native_truncated, stats, scratch, out);
+  return out;
+}
+
+void SpliceStacksInto(const std::vector<bool>& native_is_eval,
+                      const std::vector<bool>& python_entry, bool native_truncated,
+                      SpliceStats* stats, SpliceScratch& scratch, std::vector<SplicedFrame>& out) {
+  std::vector<Group>& groups = scratch.groups;
+  Groups(python_entry, groups);
+  std::vector<uint32_t>& evals = scratch.evals;
+  evals.clear();
   for (uint32_t i = 0; i < native_is_eval.size(); ++i) {
     if (native_is_eval[i]) evals.push_back(i);
   }
   const size_t pairs = std::min(groups.size(), evals.size());
   // group_for_eval[k]: the group replacing eval frame k, or -1.
-  std::vector<int> group_for_eval(evals.size(), -1);
+  std::vector<int>& group_for_eval = scratch.group_for_eval;
+  group_for_eval.assign(evals.size(), -1);
   size_t first_paired_eval = 0, first_paired_group = 0;  // leaf-most paired, in each list
   if (native_truncated) {
     for (size_t k = 0; k < pairs; ++k) group_for_eval[k] = static_cast<int>(k);
@@ -59,8 +67,7 @@ std::vector<SplicedFrame> SpliceStacks(const std::vector<bool>& native_is_eval,
     stats->python_groups_unplaced += static_cast<uint32_t>(groups.size() - pairs);
   }
 
-  std::vector<SplicedFrame> out;
-  out.reserve(native_is_eval.size() + python_entry.size());
+  out.clear();
   size_t next_eval = 0;
   for (uint32_t i = 0; i < native_is_eval.size(); ++i) {
     if (!native_is_eval[i]) {
@@ -83,7 +90,6 @@ std::vector<SplicedFrame> SpliceStacks(const std::vector<bool>& native_is_eval,
     size_t from = native_truncated ? pairs : 0;
     for (size_t g = from; g < groups.size(); ++g) AppendGroup(groups[g], &out);
   }
-  return out;
 }
 
 }  // namespace ember::python

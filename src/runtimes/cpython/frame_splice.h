@@ -36,4 +36,21 @@ std::vector<SplicedFrame> SpliceStacks(const std::vector<bool>& native_is_eval,
                                        const std::vector<bool>& python_entry, bool native_truncated,
                                        SpliceStats* stats);
 
+// The working vectors of a splice, kept by a caller that splices every sample: once grown to a
+// stack's size, splicing allocates nothing.
+struct SpliceScratch {
+  struct Group {
+    uint32_t begin = 0;  // Python frame indexes [begin, end), leaf first
+    uint32_t end = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<uint32_t> evals;
+  std::vector<int> group_for_eval;
+};
+
+// SpliceStacks into `out` (cleared first), with the working vectors of `scratch`.
+void SpliceStacksInto(const std::vector<bool>& native_is_eval,
+                      const std::vector<bool>& python_entry, bool native_truncated,
+                      SpliceStats* stats, SpliceScratch& scratch, std::vector<SplicedFrame>& out);
+
 }  // namespace ember::python
