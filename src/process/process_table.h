@@ -78,14 +78,6 @@ struct Process {
   // The maps_version subscribers were last told of (ProcessTable::Publish); 0: none yet, so a
   // process read again after its eviction is published again, its maps as they are now.
   uint64_t published_maps_version = 0;
-  // What the BPF side was told of it (KnownProcesses, src/sampler): whether it is known there
-  // (MarkProcessKnown), since which poll, and the sample time its maps settle from. Until it is
-  // marked its samples wake the agent. Reset with the process: one read anew is new there too.
-  struct BpfMark {
-    bool marked = false;
-    uint64_t marked_in_poll = 0;
-    uint64_t settle_from_ns = 0;
-  } bpf_mark;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
