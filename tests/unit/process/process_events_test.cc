@@ -197,7 +197,7 @@ TEST_F(EvictionTest, AProcessEvictedToMakeRoomIsNotAnExit) {
 }
 
 TEST_F(EvictionTest, AnEvictedProcessReadAgainIsPublishedWithNoExit) {
-  recorder_.Take();
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
   table_.Publish(table_.Get(100));  // evicts 101
   EXPECT_EQ(recorder_.Take(), (Events{"maps 100 p100"})) << "its maps may have changed meanwhile";
   EXPECT_EQ(table_.evicted_size(), 1u);
@@ -207,7 +207,7 @@ TEST_F(EvictionTest, AnEvictedProcessReadAgainIsPublishedWithNoExit) {
 }
 
 TEST_F(EvictionTest, AnEvictedProcessThatExitsIsOneExitAtTheNextDrop) {
-  recorder_.Take();
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
   tree_.Exit(100);
   EXPECT_EQ(table_.DropExited(), 1);
   EXPECT_EQ(recorder_.Take(), Events{"exited 100"});
@@ -219,7 +219,7 @@ TEST_F(EvictionTest, AnEvictedProcessThatExitsIsOneExitAtTheNextDrop) {
 }
 
 TEST_F(EvictionTest, APidReusedAfterEvictionIsAnExitThenANewProcess) {
-  recorder_.Take();
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
   tree_.Start(100, 5);
   Process* process = table_.Get(100);
   ASSERT_NE(process, nullptr);

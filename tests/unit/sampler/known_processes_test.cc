@@ -141,6 +141,22 @@ TEST_F(KnownProcessesTest, AnExitedProcessIsForgottenOnceAtTheDrop) {
   EXPECT_EQ(forgets_, std::vector<uint32_t>{4242});
 }
 
+TEST_F(KnownProcessesTest, APidReusedAfterAnExitSettlesAnew) {
+  Sample(kT0);
+  Sample(kT0 + kProcessSettleTimeNs);
+  ASSERT_EQ(marks_, std::vector<uint32_t>{4242});
+  std::ofstream(root_ + "/4242/stat")
+      << "4242 (phases) R 1 4242 4242 0 -1 4194304 100 0 0 0 50 3 0 0 20 0 1 0 999999 1 2\n";
+  table_.DropExited();
+  ASSERT_EQ(forgets_, std::vector<uint32_t>{4242});
+  EXPECT_FALSE(known_.IsMarked(4242));
+  Sample(kT0 + 2 * kProcessSettleTimeNs);
+  Sample(kT0 + 2 * kProcessSettleTimeNs + kMs);
+  EXPECT_EQ(marks_.size(), 1u) << "the new process settles";
+  Sample(kT0 + 3 * kProcessSettleTimeNs);
+  EXPECT_EQ(marks_, (std::vector<uint32_t>{4242, 4242}));
+}
+
 TEST_F(KnownProcessesTest, AProcessEvictedAndReadAgainKeepsItsMark) {
   std::filesystem::copy(
       root_ + "/4242", root_ + "/4243",
