@@ -63,9 +63,9 @@ std::string ReadExecutablePath(const std::string& pid_dir) {
   return path;
 }
 
-// Evicted processes remembered per place in the table. Each costs the table a few bytes, but
-// its subscribers keep their state of it (unwind entries, address spaces) until it is told
-// exited: the bound caps that.
+// Evicted processes remembered per place in the table. Each costs the table a few bytes and a
+// stat read per DropExited, but its subscribers keep their state of it (unwind entries, address
+// spaces) until it is told exited: the bound caps that.
 constexpr size_t kEvictedPerProcess = 4;
 
 }  // namespace
