@@ -546,7 +546,7 @@ ResourceContext Agent::MakeResourceContext() {
 ProcessMetadata Agent::MetadataOf(uint32_t pid) {
   ProcessMetadata metadata;
   [&] {
-    Process* process = processes_.Get(pid);
+    const Process* process = processes_.Find(pid);
     if (process == nullptr) return;
     metadata.executable_path = process->executable_path;
     std::string_view path = metadata.executable_path;

@@ -19,8 +19,10 @@ class ProcessEvents {
   // found code the old maps lacked (dlopen, a loader still settling). Once per sample at most,
   // however many reads the sample caused (ProcessTable::Publish).
   virtual void OnMapsChanged(const Process& process) = 0;
-  // The process exited, its pid names another process now, or the table let it go to stay within
-  // max_processes (read again, it is new). Its state is to be forgotten.
+  // The process exited, or its pid names another process now: its state is to be forgotten.
+  // Once per process. A process the table evicted to stay within max_processes is not exited: it
+  // is told when it really exits (or when too many evicted processes are remembered, the oldest
+  // of them); read again before, it is published again (OnMapsChanged) with no exit between.
   virtual void OnExited(uint32_t pid) = 0;
 };
 

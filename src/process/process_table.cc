@@ -63,6 +63,11 @@ std::string ReadExecutablePath(const std::string& pid_dir) {
   return path;
 }
 
+// Evicted processes remembered per place in the table. Each costs the table a few bytes and a
+// stat read per DropExited, but its subscribers keep their state of it (unwind entries, address
+// spaces) until it is told exited: the bound caps that.
+constexpr size_t kEvictedPerProcess = 4;
+
 }  // namespace
 
 const MemoryMapping* Process::Find(ProcessAddress addr) const {
@@ -134,7 +139,9 @@ Process* ProcessTable::Get(uint32_t pid) {
     return process;
   }
   std::unique_ptr<Process> process = Load(pid);
+  // An evicted process that cannot be read now stays remembered: DropExited tells of its exit.
   if (process == nullptr) return nullptr;
+  ForgetEvicted(pid, process->start_time);
   if (processes_.size() >= limits_.max_processes) EvictLeastRecentlyUsed();
   process->last_used = ++tick_;
   return processes_.emplace(pid, std::move(process)).first->second.get();
@@ -151,11 +158,37 @@ void ProcessTable::EvictLeastRecentlyUsed() {
                    by_use.end());
   for (size_t i = 0; i < excess; ++i) {
     auto it = processes_.find(by_use[i].second);
+    const uint64_t start_time = it->second->start_time;
     Untrack(it->second.get());
     processes_.erase(it);
-    NotifyExited(by_use[i].second);
+    RememberEvicted(by_use[i].second, start_time);
   }
   stats_.evicted += excess;
+  // Past the bound the longest evicted are told exited, running or not, as every evicted process
+  // once was: its subscribers forget it, and if it samples again it is read, settles and is
+  // published as a new process.
+  const size_t bound = kEvictedPerProcess * limits_.max_processes;
+  if (evicted_.size() <= bound) return;
+  std::vector<std::pair<uint64_t, uint32_t>> by_age;  // (evicted_in, pid)
+  by_age.reserve(evicted_.size());
+  for (const auto& [pid, evicted] : evicted_) by_age.emplace_back(evicted.evicted_in, pid);
+  const size_t over = evicted_.size() - bound;
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<ptrdiff_t>(over - 1), by_age.end());
+  by_age.resize(over);
+  for (const auto& [evicted_in, pid] : by_age) evicted_.erase(pid);
+  for (const auto& [evicted_in, pid] : by_age) NotifyExited(pid);
+}
+
+void ProcessTable::RememberEvicted(uint32_t pid, uint64_t start_time) {
+  evicted_[pid] = Evicted{.start_time = start_time, .evicted_in = ++evictions_};
+}
+
+void ProcessTable::ForgetEvicted(uint32_t pid, uint64_t start_time) {
+  auto it = evicted_.find(pid);
+  if (it == evicted_.end()) return;
+  const bool same = it->second.start_time == start_time;
+  evicted_.erase(it);
+  if (!same) NotifyExited(pid);
 }
 
 void ProcessTable::DropJitDump(Process* process) {
@@ -483,13 +516,15 @@ bool ProcessTable::RefreshJitDump(Process* process) {
 int ProcessTable::DropExited() {
   // Maps whose file was replaced stay filed under the old one until their processes go.
   std::erase_if(perf_maps_by_file_, [](const auto& item) { return item.second.expired(); });
-  int dropped = 0;
-  for (auto it = processes_.begin(); it != processes_.end();) {
+  const auto runs = [this](uint32_t pid, uint64_t start_time) {
     std::string stat;
     ++stats_.stat_reads;
-    bool alive = ReadFile(absl::StrCat(PidDir(it->first), "/stat"), &stat) &&
-                 ParseStatStartTime(stat) == it->second->start_time;
-    if (alive) {
+    return ReadFile(absl::StrCat(PidDir(pid), "/stat"), &stat) &&
+           ParseStatStartTime(stat) == start_time;
+  };
+  int dropped = 0;
+  for (auto it = processes_.begin(); it != processes_.end();) {
+    if (runs(it->first, it->second->start_time)) {
       ++it;
     } else {
       const uint32_t pid = it->first;
@@ -499,7 +534,17 @@ int ProcessTable::DropExited() {
       NotifyExited(pid);
     }
   }
-  return dropped;
+  std::vector<uint32_t> gone;
+  for (auto it = evicted_.begin(); it != evicted_.end();) {
+    if (runs(it->first, it->second.start_time)) {
+      ++it;
+    } else {
+      gone.push_back(it->first);
+      it = evicted_.erase(it);
+    }
+  }
+  for (uint32_t pid : gone) NotifyExited(pid);
+  return dropped + static_cast<int>(gone.size());
 }
 
 std::optional<std::string> ProcessTable::ReadMemory(const Process& process,

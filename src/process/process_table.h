@@ -75,16 +75,9 @@ struct Process {
   std::chrono::steady_clock::time_point vdso_read_at;
   // Execs seen: its executable changed at a read of its maps, or ReloadAfterExec was told.
   uint64_t execs = 0;
-  // The maps_version subscribers were last told of (ProcessTable::Publish); 0: none yet.
+  // The maps_version subscribers were last told of (ProcessTable::Publish); 0: none yet, so a
+  // process read again after its eviction is published again, its maps as they are now.
   uint64_t published_maps_version = 0;
-  // What the BPF side was told of it (KnownProcesses, src/sampler): whether it is known there
-  // (MarkProcessKnown), since which poll, and the sample time its maps settle from. Until it is
-  // marked its samples wake the agent. Reset with the process: one read anew is new there too.
-  struct BpfMark {
-    bool marked = false;
-    uint64_t marked_in_poll = 0;
-    uint64_t settle_from_ns = 0;
-  } bpf_mark;
 
   const MemoryMapping* Find(ProcessAddress addr) const;
 };
@@ -125,7 +118,7 @@ struct ProcessTableStats {
   uint64_t mappings_dropped = 0;  // executable mappings read but not kept: max_mappings_per_process
   uint64_t mapping_evictions = 0;  // processes whose mappings went to fit max_mapping_bytes
   uint64_t stat_reads = 0;         // reads of /proc/PID/stat: one per process at first sight and
-                                   // at each DropExited
+                                   // one per process or evicted process at each DropExited
 };
 
 // /proc reads that failed for a sampled process, so its samples lost their user frames.
@@ -149,8 +142,13 @@ class ProcessTable {
   // Reading a new one into a full table first evicts the least recently returned processes (a
   // sixty-fourth of the table at a time, so that the scan is rare): a pointer returned before
   // may dangle after the next Get of another pid. An evicted process that samples again is read
-  // again.
+  // again; eviction is not an exit (see DropExited).
   Process* Get(uint32_t pid);
+  // The process if the table holds it now: no /proc read, no LRU touch, no eviction.
+  const Process* Find(uint32_t pid) const {
+    auto it = processes_.find(pid);
+    return it == processes_.end() ? nullptr : it->second.get();
+  }
   // Re-reads the maps (and name) of a process that ran code at an address it does not know, at
   // most once per min_refresh so a stray address cannot turn every sample into a /proc read.
   bool RefreshMaps(Process* process);
@@ -171,7 +169,11 @@ class ProcessTable {
   // happens samples in fresh JIT code go unnamed.
   bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process, and tells the
-  // subscribers (OnExited); one read of each process's stat. Returns how many.
+  // subscribers (OnExited); one read of each process's stat, held or evicted. Returns how many.
+  // An evicted process is remembered by its start time alone, so that its subscribers' state
+  // (the BPF side's mark and unwind entry, a runtime's config, the unwinder's address space)
+  // lasts as long as the process, not as long as its place in the table: forgetting it would make
+  // its samples wake the agent and settle again, and lose its runtime frames, at every eviction.
   int DropExited();
   // Adds a subscriber of the table's events (told in the order they subscribed); not owned, it
   // must outlive the table's last event.
@@ -186,6 +188,8 @@ class ProcessTable {
     for (ProcessEvents* events : subscribers_) events->OnMapsChanged(*process);
   }
   size_t size() const { return processes_.size(); }
+  // Evicted processes not yet known to have exited.
+  size_t evicted_size() const { return evicted_.size(); }
   const ProcessTableStats& stats() const { return stats_; }
   // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
   size_t perf_map_bytes() const { return perf_map_bytes_; }
@@ -230,12 +234,23 @@ class ProcessTable {
   std::string PidDir(uint32_t pid) const;
   // After the process left the table: no pointer to it remains for a subscriber to follow.
   void NotifyExited(uint32_t pid);
+  // Remembers an evicted process until DropExited finds it gone, within the bound.
+  void RememberEvicted(uint32_t pid, uint64_t start_time);
+  // A process read anew: if it is the evicted one, it is forgotten as evicted with no event; if
+  // its pid names another process now, the evicted one exited, which is told first.
+  void ForgetEvicted(uint32_t pid, uint64_t start_time);
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
   std::chrono::milliseconds perf_map_min_refresh_;
   ProcessTableLimits limits_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
+  struct Evicted {
+    uint64_t start_time = 0;
+    uint64_t evicted_in = 0;  // evictions_ when it was evicted: the oldest go first past the bound
+  };
+  std::unordered_map<uint32_t, Evicted> evicted_;
+  uint64_t evictions_ = 0;
   uint64_t maps_versions_ = 0;
   uint64_t tick_ = 0;
   size_t perf_map_bytes_ = 0;

@@ -31,18 +31,20 @@ Process* KnownProcesses::OnSample(const SampleView& sample) {
     table_.ReloadAfterExec(process);
     renamed = true;
   }
-  MarkKnownOnceSettled(process, sample, renamed);
-  if (process->published_maps_version == 0) process->bpf_mark.settle_from_ns = header.timestamp_ns;
+  auto [it, first_sample] = marks_.try_emplace(header.pid);
+  if (first_sample) {
+    it->second.settle_from_ns = header.timestamp_ns;
+  } else {
+    MarkKnownOnceSettled(process, it->second, sample, renamed);
+  }
   table_.Publish(process);
   return process;
 }
 
-void KnownProcesses::MarkKnownOnceSettled(Process* process, const SampleView& sample,
+void KnownProcesses::MarkKnownOnceSettled(Process* process, Mark& mark, const SampleView& sample,
                                           bool renamed) {
   const ember_sample& header = *sample.header;
-  Process::BpfMark& mark = process->bpf_mark;
-  const bool published = process->published_maps_version != 0;
-  if (renamed && published) {
+  if (renamed) {
     // A new program (its maps were just read again): its loader maps its libraries now, so it
     // settles again.
     mark.marked = false;
@@ -58,7 +60,7 @@ void KnownProcesses::MarkKnownOnceSettled(Process* process, const SampleView& sa
     mark.settle_from_ns = header.timestamp_ns;
     return;
   }
-  if (mark.marked || !published) return;
+  if (mark.marked) return;
   if (header.timestamp_ns < mark.settle_from_ns + kProcessSettleTimeNs) {
     // Settling: the loader may have mapped a library since the last read. A sample running where
     // the maps show nothing reads them again now, not once RefreshMaps's 500 ms have passed

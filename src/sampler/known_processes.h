@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/container/flat_hash_map.h"
 #include "process/process_events.h"
 #include "process/process_table.h"
 #include "sampler/sample_record_layout.h"
@@ -33,19 +34,39 @@ class KnownProcesses final : public ProcessEvents {
   // was taken after the mark.
   void OnPoll() { ++polls_; }
 
+  // Whether the BPF side was told the process is known, and not since told otherwise.
+  bool IsMarked(uint32_t pid) const {
+    auto it = marks_.find(pid);
+    return it != marks_.end() && it->second.marked;
+  }
+
   void OnMapsChanged(const Process&) override {}
-  void OnExited(uint32_t pid) override { forget_(pid); }
+  void OnExited(uint32_t pid) override {
+    marks_.erase(pid);
+    forget_(pid);
+  }
 
  private:
+  // What the BPF side was told of a process: whether it is known there (MarkProcessKnown), since
+  // which poll, and the sample time its maps settle from. Until it is marked its samples wake the
+  // agent. Kept from its first sample until the table says it exited, not only while the table
+  // holds it: an evicted process the BPF side still knows is read again, but not settled again.
+  struct Mark {
+    bool marked = false;
+    uint64_t marked_in_poll = 0;
+    uint64_t settle_from_ns = 0;
+  };
+
   // Marks the process known once its maps have settled. It settles again after its main thread
   // renamed (`renamed`: its maps were just read again) or when a sample shows it is not known
   // there any more (an exec), whose maps are read again here.
-  void MarkKnownOnceSettled(Process* process, const SampleView& sample, bool renamed);
+  void MarkKnownOnceSettled(Process* process, Mark& mark, const SampleView& sample, bool renamed);
 
   ProcessTable& table_;
   std::function<void(uint32_t pid)> mark_;
   std::function<void(uint32_t pid)> forget_;
   uint64_t polls_ = 0;
+  absl::flat_hash_map<uint32_t, Mark> marks_;  // by pid, from a process's first sample
 };
 
 }  // namespace ember

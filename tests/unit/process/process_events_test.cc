@@ -167,19 +167,89 @@ TEST(ProcessEventsTest, AReusedPidIsAnExitThenANewProcess) {
   EXPECT_EQ(recorder.Take(), Events{});
 }
 
-TEST(ProcessEventsTest, AProcessEvictedToMakeRoomIsForgottenAndNewWhenReadAgain) {
-  ProcTree tree("ember-events-evict", {100, 101, 102});
+// A table of two places: 100 and 101 read and published, then 102 evicts 100.
+class EvictionTest : public ::testing::Test {
+ protected:
+  EvictionTest()
+      : tree_(absl::StrCat("ember-events-",
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name()),
+              {100, 101, 102}),
+        table_(tree_.root(), std::chrono::hours(1), std::chrono::hours(1),
+               ProcessTableLimits{.max_processes = 2}) {
+    table_.Subscribe(&recorder_);
+    table_.Publish(table_.Get(100));
+    table_.Publish(table_.Get(101));
+    recorder_.Take();
+    table_.Publish(table_.Get(102));
+  }
+
+  ProcTree tree_;
+  ProcessTable table_;
+  Recorder recorder_;
+};
+
+TEST_F(EvictionTest, AProcessEvictedToMakeRoomIsNotAnExit) {
+  EXPECT_EQ(recorder_.Take(), (Events{"maps 102 p102"}));
+  EXPECT_EQ(table_.size(), 2u);
+  EXPECT_EQ(table_.evicted_size(), 1u);
+  EXPECT_EQ(table_.DropExited(), 0);
+  EXPECT_EQ(recorder_.Take(), Events{}) << "it still runs";
+}
+
+TEST_F(EvictionTest, AnEvictedProcessReadAgainIsPublishedWithNoExit) {
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
+  table_.Publish(table_.Get(100));  // evicts 101
+  EXPECT_EQ(recorder_.Take(), (Events{"maps 100 p100"})) << "its maps may have changed meanwhile";
+  EXPECT_EQ(table_.evicted_size(), 1u);
+  tree_.Exit(101);
+  EXPECT_EQ(table_.DropExited(), 1);
+  EXPECT_EQ(recorder_.Take(), (Events{"exited 101"})) << "100 is no longer remembered as evicted";
+}
+
+TEST_F(EvictionTest, AnEvictedProcessThatExitsIsOneExitAtTheNextDrop) {
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
+  tree_.Exit(100);
+  EXPECT_EQ(table_.DropExited(), 1);
+  EXPECT_EQ(recorder_.Take(), Events{"exited 100"});
+  EXPECT_EQ(table_.evicted_size(), 0u);
+  EXPECT_EQ(table_.DropExited(), 0);
+  EXPECT_EQ(recorder_.Take(), Events{}) << "told once";
+  EXPECT_EQ(table_.Get(100), nullptr);
+  EXPECT_EQ(recorder_.Take(), Events{});
+}
+
+TEST_F(EvictionTest, APidReusedAfterEvictionIsAnExitThenANewProcess) {
+  ASSERT_EQ(recorder_.Take(), (Events{"maps 102 p102"})) << "100 evicted, not exited";
+  tree_.Start(100, 5);
+  Process* process = table_.Get(100);
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->start_time, 5u);
+  table_.Publish(process);
+  EXPECT_EQ(recorder_.Take(), (Events{"exited 100", "maps 100 p100"}));
+  EXPECT_EQ(table_.DropExited(), 0);
+  EXPECT_EQ(recorder_.Take(), Events{});
+
+  tree_.Start(101, 6);  // 101 was evicted by that read of 100, and its pid reused since
+  EXPECT_EQ(table_.DropExited(), 1);
+  EXPECT_EQ(recorder_.Take(), Events{"exited 101"});
+}
+
+TEST(ProcessEventsTest, PastTheBoundTheLongestEvictedAreToldExited) {
+  std::vector<uint32_t> pids;
+  for (uint32_t pid = 100; pid < 112; ++pid) pids.push_back(pid);
+  ProcTree tree("ember-events-evict-bound", pids);
   ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
                      ProcessTableLimits{.max_processes = 2});
   Recorder recorder;
   table.Subscribe(&recorder);
-  table.Publish(table.Get(100));
-  table.Publish(table.Get(101));
-  recorder.Take();
-  table.Publish(table.Get(102));
-  EXPECT_EQ(recorder.Take(), (Events{"exited 100", "maps 102 p102"}));
-  table.Publish(table.Get(100));
-  EXPECT_EQ(recorder.Take(), (Events{"exited 101", "maps 100 p100"}));
+  for (uint32_t pid : pids) table.Publish(table.Get(pid));
+  // Ten evicted, eight remembered (four per place): the first two evicted are forgotten.
+  EXPECT_EQ(table.evicted_size(), 8u);
+  Events exits;
+  for (const std::string& event : recorder.Take()) {
+    if (event.starts_with("exited")) exits.push_back(event);
+  }
+  EXPECT_EQ(exits, (Events{"exited 100", "exited 101"}));
 }
 
 TEST(ProcessEventsTest, StatIsReadOncePerProcessPerDrop) {
@@ -196,6 +266,35 @@ TEST(ProcessEventsTest, StatIsReadOncePerProcessPerDrop) {
   EXPECT_EQ(table.stats().stat_reads, 9u);
   table.DropExited();
   EXPECT_EQ(table.stats().stat_reads, 11u);
+}
+
+TEST(ProcessEventsTest, StatIsReadOncePerEvictedProcessPerDrop) {
+  ProcTree tree("ember-events-stat-evicted", {100, 101, 102});
+  ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
+                     ProcessTableLimits{.max_processes = 2});
+  for (uint32_t pid : {100, 101, 102}) ASSERT_NE(table.Get(pid), nullptr);
+  EXPECT_EQ(table.stats().stat_reads, 3u);
+  table.DropExited();
+  EXPECT_EQ(table.stats().stat_reads, 6u);
+  ASSERT_NE(table.Get(100), nullptr);  // read again: evicts 101
+  EXPECT_EQ(table.stats().stat_reads, 7u);
+  table.DropExited();
+  EXPECT_EQ(table.stats().stat_reads, 10u);
+}
+
+TEST(ProcessEventsTest, FindNeitherReadsNorTouchesNorEvicts) {
+  ProcTree tree("ember-events-find", {100, 101, 102});
+  ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
+                     ProcessTableLimits{.max_processes = 2});
+  const Process* first = table.Get(100);
+  ASSERT_NE(table.Get(101), nullptr);
+  EXPECT_EQ(table.Find(100), first);
+  EXPECT_EQ(table.Find(102), nullptr);
+  EXPECT_EQ(table.stats().stat_reads, 2u);
+  EXPECT_EQ(table.size(), 2u);
+  ASSERT_NE(table.Get(102), nullptr);
+  EXPECT_EQ(table.Find(100), nullptr) << "Find did not make 100 the most recently used";
+  EXPECT_NE(table.Find(101), nullptr);
 }
 
 }  // namespace

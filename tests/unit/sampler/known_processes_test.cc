@@ -54,7 +54,7 @@ class KnownProcessesTest : public ::testing::Test {
     SampleView view;
     view.header = &header_;
     view.user_regs = regs_;
-    return known_.OnSample(view);
+    return sampler_->OnSample(view);
   }
 
   std::string root_;
@@ -63,6 +63,7 @@ class KnownProcessesTest : public ::testing::Test {
   std::vector<uint32_t> forgets_;
   std::vector<std::string> maps_events_;
   KnownProcesses known_;
+  KnownProcesses* sampler_ = &known_;  // whom Sample gives its samples to
   ProcessEventCallbacks events_;
   ember_sample header_{};
   std::vector<uint64_t> regs_ = std::vector<uint64_t>(EMBER_USER_REG_COUNT, 0);
@@ -98,7 +99,7 @@ TEST_F(KnownProcessesTest, ARenamedMainThreadIsOneExecAndSettlesAgain) {
   Sample(kT0 + 2 * kProcessSettleTimeNs, "next");
   EXPECT_EQ(maps_events_, Names{"next"});
   EXPECT_EQ(process->execs, execs + 1);
-  EXPECT_FALSE(process->bpf_mark.marked);
+  EXPECT_FALSE(known_.IsMarked(4242));
   Sample(kT0 + 2 * kProcessSettleTimeNs + kMs, "next");
   EXPECT_EQ(maps_events_.size(), 1u) << "once per rename";
   EXPECT_EQ(marks_.size(), 1u);
@@ -119,12 +120,12 @@ TEST_F(KnownProcessesTest, UnknownToTheBpfSideTwoPollsAfterTheMarkIsAnExec) {
   known_.OnPoll();
   Sample(kT0 + kProcessSettleTimeNs + 2 * kMs, "phases", EMBER_SAMPLE_PROCESS_UNKNOWN);
   EXPECT_EQ(maps_events_, Names{});
-  EXPECT_TRUE(process->bpf_mark.marked);
+  EXPECT_TRUE(known_.IsMarked(4242));
   known_.OnPoll();
   Sample(kT0 + kProcessSettleTimeNs + 3 * kMs, "phases", EMBER_SAMPLE_PROCESS_UNKNOWN);
   EXPECT_EQ(maps_events_, Names{"phases"});
   EXPECT_EQ(process->execs, execs + 1);
-  EXPECT_FALSE(process->bpf_mark.marked);
+  EXPECT_FALSE(known_.IsMarked(4242));
   Sample(kT0 + 2 * kProcessSettleTimeNs + 3 * kMs);
   EXPECT_EQ(marks_.size(), 2u);
 }
@@ -138,6 +139,48 @@ TEST_F(KnownProcessesTest, AnExitedProcessIsForgottenOnceAtTheDrop) {
   table_.DropExited();
   table_.DropExited();
   EXPECT_EQ(forgets_, std::vector<uint32_t>{4242});
+}
+
+TEST_F(KnownProcessesTest, APidReusedAfterAnExitSettlesAnew) {
+  Sample(kT0);
+  Sample(kT0 + kProcessSettleTimeNs);
+  ASSERT_EQ(marks_, std::vector<uint32_t>{4242});
+  std::ofstream(root_ + "/4242/stat")
+      << "4242 (phases) R 1 4242 4242 0 -1 4194304 100 0 0 0 50 3 0 0 20 0 1 0 999999 1 2\n";
+  table_.DropExited();
+  ASSERT_EQ(forgets_, std::vector<uint32_t>{4242});
+  EXPECT_FALSE(known_.IsMarked(4242));
+  Sample(kT0 + 2 * kProcessSettleTimeNs);
+  Sample(kT0 + 2 * kProcessSettleTimeNs + kMs);
+  EXPECT_EQ(marks_.size(), 1u) << "the new process settles";
+  Sample(kT0 + 3 * kProcessSettleTimeNs);
+  EXPECT_EQ(marks_, (std::vector<uint32_t>{4242, 4242}));
+}
+
+TEST_F(KnownProcessesTest, AProcessEvictedAndReadAgainKeepsItsMark) {
+  std::filesystem::copy(
+      root_ + "/4242", root_ + "/4243",
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  ProcessTable table(root_, std::chrono::hours(1), std::chrono::hours(1),
+                     ProcessTableLimits{.max_processes = 1});
+  std::vector<uint32_t> marks, forgets;
+  KnownProcesses known(
+      table, [&](uint32_t pid) { marks.push_back(pid); },
+      [&](uint32_t pid) { forgets.push_back(pid); });
+  sampler_ = &known;
+  ASSERT_NE(Sample(kT0), nullptr);
+  Sample(kT0 + kProcessSettleTimeNs);
+  ASSERT_EQ(marks, std::vector<uint32_t>{4242});
+
+  ASSERT_NE(Sample(kT0 + kProcessSettleTimeNs + kMs, "phases", 0, kPhasesPc, 4243), nullptr);
+  ASSERT_EQ(table.evicted_size(), 1u) << "4243 took 4242's place";
+  EXPECT_EQ(forgets, std::vector<uint32_t>{}) << "4242 still runs";
+  ASSERT_NE(Sample(kT0 + kProcessSettleTimeNs + 2 * kMs), nullptr);  // read again
+  EXPECT_TRUE(known.IsMarked(4242));
+  Sample(kT0 + 3 * kProcessSettleTimeNs);
+  EXPECT_EQ(marks, (std::vector<uint32_t>{4242})) << "no second settle, no second mark";
+  EXPECT_EQ(forgets, std::vector<uint32_t>{});
+  sampler_ = &known_;
 }
 
 TEST_F(KnownProcessesTest, AProcessGoneBeforeItsFirstReadIsMarkedKnown) {
