@@ -547,6 +547,8 @@ ProcessMetadata Agent::MetadataOf(uint32_t pid) {
   ProcessMetadata metadata;
   [&] {
     const Process* process = processes_.Find(pid);
+    // A process let go past --max-processes is read again, as its next sample would read it.
+    if (process == nullptr && processes_.WasEvicted(pid)) process = processes_.Get(pid);
     if (process == nullptr) return;
     metadata.executable_path = process->executable_path;
     std::string_view path = metadata.executable_path;

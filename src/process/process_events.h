@@ -15,7 +15,7 @@ class ProcessEvents {
  public:
   virtual ~ProcessEvents() = default;
   // The process's maps were read since the last event of it: its first sight, an exec (its main
-  // thread renamed, or the BPF side forgot it: Process::execs says which), or a re-read that
+  // thread renamed, or the BPF side forgot it; Process::execs counts them), or a re-read that
   // found code the old maps lacked (dlopen, a loader still settling). Once per sample at most,
   // however many reads the sample caused (ProcessTable::Publish).
   virtual void OnMapsChanged(const Process& process) = 0;

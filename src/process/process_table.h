@@ -190,6 +190,8 @@ class ProcessTable {
   size_t size() const { return processes_.size(); }
   // Evicted processes not yet known to have exited.
   size_t evicted_size() const { return evicted_.size(); }
+  // Whether `pid` was let go to stay within max_processes and is not known to have exited.
+  bool WasEvicted(uint32_t pid) const { return evicted_.contains(pid); }
   const ProcessTableStats& stats() const { return stats_; }
   // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
   size_t perf_map_bytes() const { return perf_map_bytes_; }

@@ -192,6 +192,8 @@ TEST_F(EvictionTest, AProcessEvictedToMakeRoomIsNotAnExit) {
   EXPECT_EQ(recorder_.Take(), (Events{"maps 102 p102"}));
   EXPECT_EQ(table_.size(), 2u);
   EXPECT_EQ(table_.evicted_size(), 1u);
+  EXPECT_TRUE(table_.WasEvicted(100));
+  EXPECT_FALSE(table_.WasEvicted(101));
   EXPECT_EQ(table_.DropExited(), 0);
   EXPECT_EQ(recorder_.Take(), Events{}) << "it still runs";
 }
@@ -212,6 +214,7 @@ TEST_F(EvictionTest, AnEvictedProcessThatExitsIsOneExitAtTheNextDrop) {
   EXPECT_EQ(table_.DropExited(), 1);
   EXPECT_EQ(recorder_.Take(), Events{"exited 100"});
   EXPECT_EQ(table_.evicted_size(), 0u);
+  EXPECT_FALSE(table_.WasEvicted(100)) << "an exited process is no longer evicted";
   EXPECT_EQ(table_.DropExited(), 0);
   EXPECT_EQ(recorder_.Take(), Events{}) << "told once";
   EXPECT_EQ(table_.Get(100), nullptr);
