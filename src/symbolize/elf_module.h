@@ -12,9 +12,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/address.h"
 #include "common/profile.h"
 #include "common/untrusted_open.h"
-#include "common/address.h"
 #include "elf/load_segments.h"
 #include "symbolize/debug_file_source.h"
 
