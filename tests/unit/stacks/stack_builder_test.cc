@@ -4,9 +4,7 @@
 #include "stacks/stack_builder.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "runtimes/cpython/cpython_runtime.h"
 #include "runtimes/cpython/frame_walker.h"
+#include "support/subprocess.h"
 
 namespace ember {
 namespace {
@@ -205,7 +204,7 @@ class FakeRuntime : public Runtime {
   const Frame* frame_;
 };
 
-class StackBuilderTest : public testing::Test {
+class StackBuilderTest : public ::testing::Test {
  protected:
   Process* Self() {
     Process* process = processes_.Get(static_cast<uint32_t>(getpid()));
@@ -236,7 +235,7 @@ TEST_F(StackBuilderTest, KernelThenUserFramesOfAFramePointerWalk) {
   record.user = WalkedPcs();
   record.flags = EMBER_SAMPLE_USER_REGS;
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
-  ASSERT_EQ(stack.size(), 5u) << testing::PrintToString(Names(stack));
+  ASSERT_EQ(stack.size(), 5u) << ::testing::PrintToString(Names(stack));
   EXPECT_EQ(stack[0]->kind, FrameKind::kKernel);
   EXPECT_EQ(stack[0]->address, 0xffffffff81000010u);  // the leaf's own address
   EXPECT_EQ(stack[1]->kind, FrameKind::kKernel);
@@ -297,7 +296,7 @@ TEST_F(StackBuilderTest, ABpfWalkStoppedShortWithoutASnapshotEndsTruncated) {
   record.flags = EMBER_SAMPLE_USER_REGS | EMBER_SAMPLE_UNWOUND_IN_BPF | EMBER_SAMPLE_CONTINUE_REGS;
   record.regs[EMBER_USER_REG_IP] = WalkedPcs()[2];
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
-  ASSERT_EQ(stack.size(), 4u) << testing::PrintToString(Names(stack));
+  ASSERT_EQ(stack.size(), 4u) << ::testing::PrintToString(Names(stack));
   EXPECT_THAT(stack[0]->function, HasSubstr("WalkedLeaf"));
   EXPECT_THAT(stack[1]->function, HasSubstr("WalkedMiddle"));
   EXPECT_THAT(stack[2]->function, HasSubstr("WalkedRoot"));
@@ -329,16 +328,17 @@ TEST_F(StackBuilderTest, UnwindsARealSnapshotWithDwarfCfi) {
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
   const std::vector<std::string> names = Names(stack);
   // The leaf is where Capture returns to in SnapshotCallerB (the registers are the caller's).
-  ASSERT_GE(stack.size(), 5u) << testing::PrintToString(names);
+  ASSERT_GE(stack.size(), 5u) << ::testing::PrintToString(names);
   EXPECT_EQ(stack[0]->kind, FrameKind::kKernel);
   EXPECT_THAT(stack[1]->function, HasSubstr("SnapshotCallerB"));
   EXPECT_THAT(stack[2]->function, HasSubstr("SnapshotCallerA"));
   EXPECT_THAT(stack[3]->function, HasSubstr("TakeSnapshot"));
-  EXPECT_GT(IndexOf(stack, "UnwindsARealSnapshotWithDwarfCfi"), 3) << testing::PrintToString(names);
+  EXPECT_GT(IndexOf(stack, "UnwindsARealSnapshotWithDwarfCfi"), 3)
+      << ::testing::PrintToString(names);
   EXPECT_GT(IndexOf(stack, "main"), IndexOf(stack, "UnwindsARealSnapshotWithDwarfCfi"))
-      << testing::PrintToString(names);
+      << ::testing::PrintToString(names);
   // The thread's first frame (glibc's _start has no caller in its CFI): nothing is missing.
-  EXPECT_EQ(stack.back()->function, "_start") << testing::PrintToString(names);
+  EXPECT_EQ(stack.back()->function, "_start") << ::testing::PrintToString(names);
   EXPECT_EQ(builder_.ends().complete, 1u);
   EXPECT_EQ(builder_.ends().truncated + builder_.ends().failed, 0u);
 }
@@ -353,10 +353,10 @@ TEST_F(StackBuilderTest, AClampedSnapshotEndsTruncated) {
   record.snapshot = snapshot.stack;
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
   const std::vector<std::string> names = Names(stack);
-  ASSERT_GE(stack.size(), 3u) << testing::PrintToString(names);
+  ASSERT_GE(stack.size(), 3u) << ::testing::PrintToString(names);
   EXPECT_THAT(stack[0]->function, HasSubstr("SnapshotCallerB"));
-  EXPECT_EQ(stack.back()->function, "[truncated]") << testing::PrintToString(names);
-  EXPECT_EQ(IndexOf(stack, "main"), -1) << testing::PrintToString(names);
+  EXPECT_EQ(stack.back()->function, "[truncated]") << ::testing::PrintToString(names);
+  EXPECT_EQ(IndexOf(stack, "main"), -1) << ::testing::PrintToString(names);
   EXPECT_EQ(builder_.ends().truncated, 1u);
   EXPECT_EQ(builder_.ends().complete + builder_.ends().failed, 0u);
   EXPECT_EQ(UnwoundLine("truncated"), "ember_user_stacks_unwound_total{result=\"truncated\"} 1");
@@ -377,14 +377,14 @@ TEST_F(StackBuilderTest, ContinuesAShortBpfWalkThroughTheSnapshot) {
   record.snapshot = snapshot.stack;
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
   const std::vector<std::string> names = Names(stack);
-  ASSERT_GE(stack.size(), 5u) << testing::PrintToString(names);
+  ASSERT_GE(stack.size(), 5u) << ::testing::PrintToString(names);
   EXPECT_THAT(stack[0]->function, HasSubstr("Capture"));          // walked in BPF
   EXPECT_THAT(stack[1]->function, HasSubstr("SnapshotCallerB"));  // the agent's from here
   // Named as a return address: the line of the call, not the line after it.
   EXPECT_EQ(stack[1]->line, kCaptureCallLine);
   EXPECT_THAT(stack[2]->function, HasSubstr("SnapshotCallerA"));
   EXPECT_THAT(stack[3]->function, HasSubstr("TakeSnapshot"));
-  EXPECT_GT(IndexOf(stack, "main"), 3) << testing::PrintToString(names);
+  EXPECT_GT(IndexOf(stack, "main"), 3) << ::testing::PrintToString(names);
   EXPECT_NE(stack.back()->function, "[truncated]");
   EXPECT_EQ(builder_.ends().complete, 1u);
 }
@@ -435,7 +435,7 @@ TEST_F(StackBuilderTest, AProcessThatExitedBeforeItsFirstReadGetsAMarker) {
   record.kernel = {0xffffffff81000010, 0xffffffff81000020};
   record.user = WalkedPcs();
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), nullptr);
-  ASSERT_EQ(stack.size(), 3u) << testing::PrintToString(Names(stack));
+  ASSERT_EQ(stack.size(), 3u) << ::testing::PrintToString(Names(stack));
   EXPECT_EQ(stack[0]->kind, FrameKind::kKernel);
   EXPECT_EQ(stack[1]->kind, FrameKind::kKernel);
   EXPECT_EQ(stack[2]->function, "[process exited]");
@@ -520,51 +520,25 @@ namespace fs = std::filesystem;
 
 class StoppedPython {
  public:
-  StoppedPython() {
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      dup2(out[1], 1);
-      close(out[0]);
-      close(out[1]);
-      const std::string script = std::string(EMBER_PYTHON_SCRIPTS_DIR) + "/walk_target.py";
-      execl(EMBER_PYTHON311, EMBER_PYTHON311, "-u", script.c_str(), nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    std::string text;
-    char buf[256];
-    while (text.find('\n') == std::string::npos) {
-      struct pollfd pfd = {out[0], POLLIN, 0};
-      if (poll(&pfd, 1, 20000) <= 0) break;
-      ssize_t n = read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      text.append(buf, static_cast<size_t>(n));
-    }
-    close(out[0]);
-    std::istringstream words(text);
+  StoppedPython()
+      : python_(
+            {EMBER_PYTHON311, "-u", std::string(EMBER_PYTHON_SCRIPTS_DIR) + "/walk_target.py"}) {
+    if (!python_.WaitForOutput("\n", std::chrono::seconds(20))) return;
+    std::istringstream words(python_.output());
     std::string ready;
     words >> ready >> main_ident_;
     if (ready != "ready") return;
     usleep(200 * 1000);  // into the spin loops
-    kill(pid_, SIGSTOP);
+    kill(python_.pid(), SIGSTOP);
     int status = 0;
-    stopped_ = waitpid(pid_, &status, WUNTRACED) == pid_ && WIFSTOPPED(status);
-  }
-  ~StoppedPython() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
+    stopped_ = waitpid(python_.pid(), &status, WUNTRACED) == python_.pid() && WIFSTOPPED(status);
   }
   bool stopped() const { return stopped_; }
-  uint32_t pid() const { return static_cast<uint32_t>(pid_); }
+  uint32_t pid() const { return static_cast<uint32_t>(python_.pid()); }
   uint64_t main_ident_ = 0;
 
  private:
-  pid_t pid_ = -1;
+  ember::testing::Subprocess python_;  // killed when the test ends
   bool stopped_ = false;
 };
 
@@ -599,7 +573,7 @@ TEST_F(StackBuilderTest, CPythonLeavesOtherProcessesNative) {
   record.user = WalkedPcs();
   record.python = {{.code = 0x1000, .position = 0x2000, .flags = EMBER_PYTHON_FRAME_ENTRY}};
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), self);
-  ASSERT_EQ(stack.size(), 3u) << testing::PrintToString(Names(stack));
+  ASSERT_EQ(stack.size(), 3u) << ::testing::PrintToString(Names(stack));
   for (const Frame* frame : stack) EXPECT_EQ(frame->kind, FrameKind::kNative);
   EXPECT_EQ(runtime->namer().stats().named + runtime->namer().stats().unreadable, 0u);
 }
@@ -657,7 +631,7 @@ TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), process);
   const std::vector<std::string> names = Names(stack);
   // Kernel, the native leaf, every Python frame in the walk's order, the native root.
-  ASSERT_EQ(stack.size(), 1 + 1 + raw.size() + 1) << testing::PrintToString(names);
+  ASSERT_EQ(stack.size(), 1 + 1 + raw.size() + 1) << ::testing::PrintToString(names);
   EXPECT_EQ(stack[0]->kind, FrameKind::kKernel);
   EXPECT_EQ(stack[1]->kind, FrameKind::kNative);
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -665,7 +639,7 @@ TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
     EXPECT_EQ(stack[2 + i]->function, expected[i].qualname) << i;
     EXPECT_EQ(static_cast<int>(stack[2 + i]->line), expected[i].line) << i;
   }
-  EXPECT_NE(IndexOf(stack, "Outer.run"), -1) << testing::PrintToString(names);
+  EXPECT_NE(IndexOf(stack, "Outer.run"), -1) << ::testing::PrintToString(names);
   EXPECT_EQ(stack.back()->kind, FrameKind::kNative);
   EXPECT_EQ(runtime->splice_stats().eval_frames_left_native, 0u);
   EXPECT_EQ(runtime->splice_stats().python_groups_unplaced, 0u);
