@@ -1,17 +1,13 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
-#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <system_error>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -19,14 +15,12 @@
 #include "agent/privileges.h"
 #include "agent/seccomp_filter.h"
 #include "common/log_safe.h"
-#include "common/read_file.h"
 #include "common/status_macros.h"
+#include "debuginfod/debuginfod_setup.h"
 #include "debuginfod/fetcher_metrics.h"
-#include "debuginfod/libdebuginfod_transport.h"
-#include "elf/elf_file.h"
 #include "k8s/kubernetes_metrics.h"
+#include "k8s/pod_watch_setup.h"
 #include "otlp/exporter_metrics.h"
-#include "output/pprof_writer.h"
 #include "process/proc_read_metrics.h"
 #include "runtimes/cpython/cpython_runtime.h"
 #include "sampler/sampler_metrics.h"
@@ -54,29 +48,6 @@ constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
-// How often flamegraph.html is rewritten while the agent runs (it is also written at the end).
-constexpr std::chrono::seconds kFlameGraphRewrite{60};
-constexpr char kModulesPath[] = "/proc/modules";
-// How often the loop drops the pages of mapped ELF files read since (Agent::ReleaseFilePages),
-// when at least kFileReadsPerLoopRelease were read: the few reads of steady state (CFI rows for
-// the stacks the BPF walk left over) wait for the interval's end, as a release reads
-// /proc/self/maps, hundreds of lines.
-constexpr std::chrono::seconds kFilePagesReleasePeriod{1};
-constexpr uint64_t kFileReadsPerLoopRelease = 256;
-// ... and after this many frames symbolized or modules opened since (a few ms of reading).
-constexpr uint64_t kSymbolizationReadsPerRelease = 128;
-// Free heap goes back to the system at an interval's end once more than this was freed since
-// the last trim (TrimHeap). Each interval needs about as much again as the last: trimming at every
-// export made the next one fault its pages back in (8% of the agent's CPU at 99 Hz on 2 CPUs).
-constexpr size_t kFreeHeapKept = size_t{8} << 20;
-
-// This process's resident bytes, as process_resident_memory_bytes reads them; 0 when they cannot
-// be read.
-size_t ResidentBytes() {
-  const std::optional<ProcStat> stat = ParseProcStat(ReadWholeFile("/proc/self/stat").value_or(""));
-  return stat ? stat->rss_pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
-
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
   std::ifstream status(absl::StrCat("/proc/", id, "/status"));
@@ -99,6 +70,24 @@ uint32_t OwnTgidInInitialPidNamespace() {
     return 0;
   }
   return static_cast<uint32_t>(getpid());
+}
+
+// A variable of the environment; nullopt when it is not set.
+std::optional<std::string> FromEnvironment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+}
+
+KubernetesMode KubernetesModeOf(Options::Kubernetes flag) {
+  switch (flag) {
+    case Options::Kubernetes::kOn:
+      return KubernetesMode::kOn;
+    case Options::Kubernetes::kOff:
+      return KubernetesMode::kOff;
+    case Options::Kubernetes::kAuto:
+      break;
+  }
+  return KubernetesMode::kAuto;
 }
 
 int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -140,7 +129,8 @@ Agent::Agent(const Options& options)
       cgroups_(CgroupResolverOptionsForHost()),
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
-      unwinder_(UnwinderLimits(options)) {
+      unwinder_(UnwinderLimits(options)),
+      memory_(modules_, frames_, unwinder_) {
   WireIntervalTurnover();
   // Registration fails only on a programming error (a bad or duplicate name).
   auto counter = [this](absl::string_view name, absl::string_view help, MetricLabels labels = {}) {
@@ -150,20 +140,8 @@ Agent::Agent(const Options& options)
   samples_lost_metric_ = counter("ember_samples_lost_total",
                                  "Samples the kernel dropped because the ring buffer was full.");
   stacks_ = std::make_unique<StackBuilder>(&frames_, &processes_, &unwinder_, metrics_);
-  profiles_written_metric_ =
-      counter("ember_pprof_files_written_total", "Interval profiles written as pprof files.");
-  write_failures_metric_ = counter("ember_output_write_failures_total",
-                                   "Failed writes of pprof files or the flame graph.");
-  kernel_symbols_reads_metric_ =
-      counter("ember_kernel_symbols_reads_total",
-              "Reads of /proc/kallsyms after the first (modules listed differently, or kernel "
-              "frames above the kernel image: at most every 5 minutes), changed or not.");
-  flame_graph_nodes_metric_ =
-      metrics_
-          .AddGauge("ember_flame_graph_nodes",
-                    "Call-tree nodes of flamegraph.html, which holds every interval of the run "
-                    "(bounded at 200,000).")
-          .value();
+  local_output_ = std::make_unique<LocalOutput>(options.output_dir, metrics_);
+  kernel_symbols_ = std::make_unique<KernelSymbolsSource>(metrics_);
   table_build_seconds_metric_ =
       metrics_
           .AddDoubleCounter("ember_bpf_unwind_table_build_seconds_total",
@@ -182,22 +160,29 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   agent->started_at_ = started_at;
 
   // The exporter's settings are flags too: their errors come before anything is loaded.
-  auto exporter_config = ResolveExporterConfig(options.otlp, [](const char* name) {
-    const char* value = std::getenv(name);
-    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-  });
+  auto exporter_config = ResolveExporterConfig(options.otlp, FromEnvironment);
   if (!exporter_config.ok()) return exporter_config.status();
   agent->write_local_ = !exporter_config->has_value() || options.output_dir_given;
-  if (agent->write_local_) {
-    std::error_code error;
-    std::filesystem::create_directories(options.output_dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--output-dir: cannot create '", options.output_dir, "': ", error.message()));
-    }
+  if (agent->write_local_) RETURN_IF_ERROR(agent->local_output_->CreateDir());
+  // Before any thread exists: libdebuginfod reads its settings from the environment. Its workers
+  // start later, without capabilities.
+  ASSIGN_OR_RETURN(agent->debug_files_,
+                   SetUpDebuginfod({.urls = options.debuginfod_urls,
+                                    .cache_dir = options.debuginfod_cache_dir,
+                                    .cache_bytes = options.debuginfod_cache_bytes,
+                                    .timeout = options.debuginfod_timeout,
+                                    .max_fetches = options.debuginfod_max_fetches}));
+  if (agent->debug_files_ != nullptr) {
+    agent->late_debug_files_ = std::make_unique<LateDebugFiles>(
+        *agent->debug_files_, agent->modules_, agent->frames_, agent->metrics_);
   }
-  RETURN_IF_ERROR(agent->SetUpDebuginfod());
-  RETURN_IF_ERROR(agent->SetUpKubernetes());
+  // Pod metadata: this node's pods are watched when --kubernetes says so (or, by default, when
+  // the agent runs in a pod).
+  ASSIGN_OR_RETURN(PodWatch pod_watch,
+                   SetUpPodWatch(KubernetesModeOf(options.kubernetes), options.kube,
+                                 options.max_pods, FromEnvironment));
+  agent->pods_ = std::move(pod_watch.pods);
+  agent->pod_watcher_ = std::move(pod_watch.watcher);
 
   std::vector<uint32_t> pids;
   for (uint32_t pid : options.pids) {
@@ -255,19 +240,13 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   // Samples queue in the ring buffer meanwhile, so loading symbols does not lose any. Read after
   // the BPF load rather than beside it: the first sample is taken as early either way, and the
   // two loads' memory (libbpf holds the kernel's 5 MB of BTF) does not add up in the peak RSS.
-  absl::StatusOr<KallsymsFile> kallsyms = KallsymsFile::Open();
-  absl::StatusOr<KernelSymbols> symbols =
-      kallsyms.ok() ? kallsyms->Read() : absl::StatusOr<KernelSymbols>(kallsyms.status());
-  if (symbols.ok()) {
-    agent->kernel_symbols_ = std::move(symbols).value();
-    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_, &*agent->kernel_symbols_,
-                                   FrameBudget(options));
-    agent->kallsyms_file_ = std::move(kallsyms).value();
-    agent->kernel_symbols_refresh_.emplace(
-        ReadWholeFile(kModulesPath), std::chrono::steady_clock::now(),
-        absl::ToChronoNanoseconds(options.kernel_symbols_recheck));
+  if (absl::Status symbols =
+          agent->kernel_symbols_->Load(absl::ToChronoNanoseconds(options.kernel_symbols_recheck));
+      symbols.ok()) {
+    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_,
+                                   agent->kernel_symbols_->symbols(), FrameBudget(options));
   } else {
-    spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.status().message()));
+    spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.message()));
   }
   // Capabilities belong to each thread: the process keeps only what reading other processes
   // needs while it has one thread, and the seccomp filter every later thread inherits goes on
@@ -327,116 +306,6 @@ BpfStats Agent::BpfStatsForMetrics() {
 void Agent::OffTheSamplingThread(const std::function<void()>& work) {
   // Only when even emptying a thread's capabilities failed, which the start-up already did once.
   if (!RunWithoutCapabilities(work).ok()) work();
-}
-
-absl::Status Agent::SetUpDebuginfod() {
-  std::string urls;
-  if (options_.debuginfod_urls.has_value()) {
-    urls = *options_.debuginfod_urls;
-  } else if (const char* from_env = std::getenv("DEBUGINFOD_URLS")) {
-    urls = from_env;
-  }
-  if (absl::StripAsciiWhitespace(urls).empty()) {
-    // libdebuginfod's own users in this process (none today) must not ask either.
-    unsetenv("DEBUGINFOD_URLS");
-    return absl::OkStatus();
-  }
-  const std::string& dir = options_.debuginfod_cache_dir;
-  const auto fail = [&dir](absl::string_view what) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--debuginfod-cache-dir: ", what,
-                     " (give a writable directory, or --debuginfod-urls \"\" for no debuginfod)"));
-  };
-  std::error_code error;
-  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), error);
-  if (error) return fail(absl::StrCat("cannot create '", dir, "': ", error.message()));
-  const LibdebuginfodConfig config{.urls = urls,
-                                   .staging_dir = dir + "/client",
-                                   .timeout = std::chrono::seconds(std::max<int64_t>(
-                                       1, absl::ToInt64Seconds(options_.debuginfod_timeout))),
-                                   .max_file_bytes = options_.debuginfod_cache_bytes};
-  DebugFileFetcherOptions fetcher_options{.cache_dir = dir,
-                                          .max_cache_bytes = options_.debuginfod_cache_bytes,
-                                          .max_file_bytes = options_.debuginfod_cache_bytes,
-                                          .max_concurrent = options_.debuginfod_max_fetches};
-  auto fetcher = DebugFileFetcher::Create(std::move(fetcher_options), [config] {
-    absl::StatusOr<std::unique_ptr<LibdebuginfodTransport>> transport =
-        LibdebuginfodTransport::Create(config);
-    if (!transport.ok()) {
-      spdlog::warn("debuginfod: {}", std::string(transport.status().message()));
-      return std::unique_ptr<DebuginfodTransport>();
-    }
-    return std::unique_ptr<DebuginfodTransport>(std::move(transport).value());
-  });
-  if (!fetcher.ok()) return fail(fetcher.status().message());
-  if (absl::Status status = ConfigureLibdebuginfod(config); !status.ok()) {
-    return fail(status.message());
-  }
-  debug_files_ = std::move(fetcher).value();
-  modules_.SetDebugFileSource(debug_files_.get());
-  debuginfod_frames_named_metric_ =
-      metrics_
-          .AddCounter("ember_debuginfod_frames_named_total",
-                      "Cached frames named again once the debug file of their binary arrived "
-                      "from a debuginfod server.")
-          .value();
-  const DebugFileFetcherStats cached = debug_files_->stats();
-  spdlog::info("debuginfod: asking {} for missing debug files; cache {} ({} files, {} bytes)",
-               LogSafe(urls), dir, cached.cache_files, cached.cache_bytes);
-  return absl::OkStatus();
-}
-
-void Agent::CollectDebugFiles(bool ask_again) {
-  if (debug_files_ == nullptr) return;
-  std::vector<std::string> arrived;
-  if (debug_files_->HasArrived()) arrived = debug_files_->TakeArrived();
-  if (ask_again) {
-    for (std::string& build_id : modules_.AwaitedBuildIds()) {
-      if (debug_files_->Find(build_id).has_value()) arrived.push_back(std::move(build_id));
-    }
-  }
-  // One pass over the cached frames for every file that arrived: a burst of arrivals (every
-  // library of the host, at start) must not walk them once per file.
-  std::vector<FileIdentity> files;
-  for (const std::string& build_id : arrived) {
-    std::vector<FileIdentity> reloaded = modules_.DebugFileArrived(build_id);
-    files.insert(files.end(), reloaded.begin(), reloaded.end());
-  }
-  if (files.empty()) return;
-  const size_t named = frames_.Rename(files);
-  debuginfod_frames_named_metric_->Increment(named);
-  spdlog::debug("debuginfod: {} debug file(s) arrived for {} file(s) in use; {} frame(s) named",
-                arrived.size(), files.size(), named);
-}
-
-absl::Status Agent::SetUpKubernetes() {
-  const char* service_host = std::getenv("KUBERNETES_SERVICE_HOST");
-  const KubeApiFlags& flags = options_.kube;
-  const bool flags_given = flags.server || flags.token_file || flags.ca_file || flags.node_name;
-  bool enabled = false;
-  switch (options_.kubernetes) {
-    case Options::Kubernetes::kOn:
-      enabled = true;
-      break;
-    case Options::Kubernetes::kOff:
-      enabled = false;
-      break;
-    case Options::Kubernetes::kAuto:  // in a pod, or pointed at an API server
-      enabled = (service_host != nullptr && *service_host != '\0') || flags_given;
-      break;
-  }
-  if (!enabled) return absl::OkStatus();
-  auto config = ResolveKubeApiConfig(flags, [](const char* name) {
-    const char* value = std::getenv(name);
-    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-  });
-  if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
-  pods_ = std::make_unique<PodIndex>(PodIndexLimits{.max_pods = options_.max_pods});
-  auto watcher = PodWatcher::Create(*config, pods_.get());
-  if (!watcher.ok()) return absl::InvalidArgumentError(watcher.status().message());
-  pod_watcher_ = std::move(watcher).value();
-  spdlog::info("watching the pods of node {} at {}", config->node_name, config->server);
-  return absl::OkStatus();
 }
 
 absl::Status Agent::SetUpStatusEndpoint() {
@@ -522,11 +391,7 @@ void Agent::OnSample(const SampleView& sample) {
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
   aggregator_.Add(header.pid, process_name, thread, stack);
-  // A burst of new binaries (the start-up's first samples name every running one) reads many
-  // files' symbols and DWARF at once: their pages go every so many reads, not only each second.
-  if (SymbolizationReads() - symbolization_reads_released_ >= kSymbolizationReadsPerRelease) {
-    ReleaseFilePages();
-  }
+  memory_.AfterSample();
 }
 
 ResourceContext Agent::MakeResourceContext() {
@@ -592,19 +457,6 @@ void Agent::ReportExporter() {
   was = now;
 }
 
-std::string Agent::NextPprofPath(absl::Time now) const {
-  std::string stem = absl::StrCat(options_.output_dir, "/cpu-",
-                                  absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()));
-  std::string path = stem + ".pb.gz";
-  std::error_code error;
-  // A second interval written within the same second (the loop catching up after a slow write):
-  // "_2" sorts after ".pb.gz", so the files list in the order they were written.
-  for (int n = 2; std::filesystem::exists(path, error); ++n) {
-    path = absl::StrCat(stem, "_", n, ".pb.gz");
-  }
-  return path;
-}
-
 void Agent::SyncFailureMetrics() {
   symbolization_failure_metrics_->Sync(frames_.failures());
   proc_read_failure_metrics_->Sync(processes_.read_failures(), cgroups_.stats().read_failures);
@@ -613,7 +465,7 @@ void Agent::SyncFailureMetrics() {
 
 void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   // Frames whose debug file arrived during the interval go out named.
-  CollectDebugFiles(/*ask_again=*/true);
+  if (late_debug_files_ != nullptr) late_debug_files_->Collect(/*ask_again=*/true);
   const int64_t period_ns = 1'000'000'000LL / options_.sampling_hz;
   IntervalProfile profile = aggregator_.TakeInterval(
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
@@ -628,38 +480,8 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
       exporter_->Enqueue(request);
     }
   }
-  if (samples > 0 && write_local_) {
-    // A full or read-only disk loses this interval, not the agent: it keeps sampling.
-    std::string path = NextPprofPath(now);
-    if (absl::Status status = WritePprofFile(profile, path); status.ok()) {
-      profiles_written_metric_->Increment();
-      spdlog::info("wrote {} ({} samples, {} stacks)", path, samples, profile.samples.size());
-    } else {
-      write_failures_metric_->Increment();
-      spdlog::error("interval of {} samples lost: {}", samples, std::string(status.message()));
-    }
-    flame_graph_.Add(profile);
-    flame_graph_changed_ = true;
-    flame_graph_nodes_metric_->Set(static_cast<double>(flame_graph_.nodes()));
-  }
-  // The page holds every interval so far, so writing it costs the whole graph (up to 200,000
-  // nodes), not this interval: it is rewritten at most once a minute, and at the end.
-  // Timed on the steady clock, like the export schedule: a wall clock step must not stop it.
-  const auto started = std::chrono::steady_clock::now();
-  if (flame_graph_changed_ && (last || !flame_graph_written_at_.has_value() ||
-                               started - *flame_graph_written_at_ >= kFlameGraphRewrite)) {
-    if (absl::Status status =
-            flame_graph_.WriteHtml(options_.output_dir + "/flamegraph.html", "Ember CPU profile");
-        !status.ok()) {
-      write_failures_metric_->Increment();
-      spdlog::error("flame graph not updated: {}", std::string(status.message()));
-    } else {
-      spdlog::debug("flame graph written ({} nodes) in {} ms", flame_graph_.nodes(),
-                    MillisecondsSince(started));
-    }
-    flame_graph_changed_ = false;
-    flame_graph_written_at_ = started;
-  }
+  if (samples > 0 && write_local_) local_output_->Write(profile, samples, now);
+  local_output_->UpdateFlameGraph(last);
   ReportExporter();
   BpfStats stats = profiler_->ReadStats();
   if (stats.ring_buffer_full > ring_buffer_full_reported_) {
@@ -671,9 +493,10 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   // Only now, with the interval written, may cached frames and modules go.
   for (const std::function<void()>& turn : interval_turnover_) turn();
   cache_metrics_->Publish(processes_, modules_, frames_, unwinder_);
-  ReleaseFilePages();
+  memory_.ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
-  TrimHeap();
+  memory_.TrimHeap(modules_.bytes() + frames_.bytes() + unwinder_.row_cache_bytes() +
+                   processes_.perf_map_bytes() + processes_.mapping_bytes());
 }
 
 void Agent::WireIntervalTurnover() {
@@ -684,7 +507,7 @@ void Agent::WireIntervalTurnover() {
   // the next.
   interval_turnover_ = {
       [this] { frames_.NextGeneration(); },
-      [this] { RefreshKernelSymbols(); },
+      [this] { kernel_symbols_->Refresh(frames_); },
       [this] { modules_.NextGeneration(); },
       [this] { cgroups_.NextGeneration(); },
       [this] { processes_.DropExited(); },  // tells the process table's subscribers
@@ -694,70 +517,6 @@ void Agent::WireIntervalTurnover() {
         if (bpf_unwind_ != nullptr) bpf_unwind_->NextGeneration();
       },
   };
-}
-
-void Agent::RefreshKernelSymbols() {
-  if (!kallsyms_file_ || !kernel_symbols_refresh_) return;
-  const std::optional<std::string> modules = ReadWholeFile(kModulesPath);
-  const std::optional<absl::string_view> modules_text =
-      modules ? std::optional<absl::string_view>(*modules) : std::nullopt;
-  const uint64_t misses = frames_.stats().kernel_misses_past_image;
-  const auto now = std::chrono::steady_clock::now();
-  if (!kernel_symbols_refresh_->Check(modules_text, misses, now)) return;
-  kernel_symbols_reads_metric_->Increment();
-  absl::StatusOr<KernelSymbols> symbols = kallsyms_file_->Read();
-  if (!symbols.ok()) {
-    spdlog::warn("kernel symbols not read again (the table read before is kept): {}",
-                 std::string(symbols.status().message()));
-    return;
-  }
-  if (*symbols == *kernel_symbols_) return;
-  spdlog::info("kernel symbols read again: {} text symbols ({} before), in {} ms", symbols->size(),
-               kernel_symbols_->size(), MillisecondsSince(now));
-  kernel_symbols_ = std::move(symbols).value();
-  frames_.ReplaceKernelSymbols(&*kernel_symbols_);
-}
-
-void Agent::TrimHeap() {
-  // mallinfo2 walks every free chunk of the heap under its lock (0.2 to 0.3 ms a call here, 3% of
-  // the agent's CPU at an export every 10 s), so it is asked only when something may have left
-  // much memory free: the agent grew by kFreeHeapKept since the last look (an interval's burst,
-  // freed at its export), or its caches shrank by that much from their peak since then.
-  const size_t resident = ResidentBytes();
-  const size_t cache_bytes = modules_.bytes() + frames_.bytes() + unwinder_.row_cache_bytes() +
-                             processes_.perf_map_bytes() + processes_.mapping_bytes();
-  cache_bytes_peak_ = std::max(cache_bytes_peak_, cache_bytes);
-  const bool grew = resident == 0 || resident > resident_at_heap_check_ + kFreeHeapKept;
-  const bool caches_shrank = cache_bytes + kFreeHeapKept < cache_bytes_peak_;
-  if (!grew && !caches_shrank) return;
-  cache_bytes_peak_ = cache_bytes;
-  // malloc's free bytes count trimmed pages too, so they are compared with what was free after
-  // the last trim: comparing them with a fixed amount trimmed again at every export once a cache
-  // had dropped that much (6 ms each, a third of an export, with every page handed back faulted
-  // in again by the next). Free bytes taken into use since lower the mark: what is freed again
-  // above it is resident.
-  const size_t free_bytes = mallinfo2().fordblks;
-  free_heap_after_trim_ = std::min(free_heap_after_trim_, free_bytes);
-  if (free_bytes - free_heap_after_trim_ > kFreeHeapKept) {
-    malloc_trim(0);
-    free_heap_after_trim_ = mallinfo2().fordblks;
-  }
-  resident_at_heap_check_ = ResidentBytes();
-}
-
-void Agent::ReleaseFilePages(uint64_t min_reads) {
-  // The mapped ELF files' pages: resident only while read, so RSS shows the agent's own memory
-  // and what it reads now (the pages stay in the page cache for the next read).
-  const ModuleCfi::RowStats rows = unwinder_.row_stats();
-  const uint64_t symbolization_reads = SymbolizationReads();
-  const uint64_t reads = symbolization_reads + rows.rows_read + rows.libdwfl_steps;
-  file_pages_released_at_ = std::chrono::steady_clock::now();
-  if (reads - file_reads_released_ < std::max<uint64_t>(min_reads, 1)) return;
-  symbolization_reads_released_ = symbolization_reads;
-  file_reads_released_ = reads;
-  internal::FileMappingCheck file_mappings;  // reads /proc/self/maps only for files new since
-  modules_.ReleasePages(file_mappings);
-  unwinder_.ReleasePages(file_mappings);
 }
 
 absl::Status Agent::PollSamples(int timeout_ms) {
@@ -771,7 +530,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     loop_alive_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     SyncFailureMetrics();
-    CollectDebugFiles(/*ask_again=*/false);
+    if (late_debug_files_ != nullptr) late_debug_files_->Collect(/*ask_again=*/false);
     if (bpf_stats_from_loop_) {
       BpfStats stats = profiler_->ReadStats();
       std::lock_guard lock(bpf_stats_mu_);
@@ -786,11 +545,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
       ExportInterval(clock.EndInterval(now), now.wall, /*last=*/false);
       continue;
     }
-    // Within an interval too, so that symbolizing many new binaries at once (at start-up, or a
-    // burst of new processes) does not keep all their pages resident until its end.
-    if (now.steady - file_pages_released_at_ >= kFilePagesReleasePeriod) {
-      ReleaseFilePages(kFileReadsPerLoopRelease);
-    }
+    memory_.InLoop(now.steady);
     auto limit = std::chrono::milliseconds(kMaxPollMs);
     if (bpf_unwind_ != nullptr) {
       const std::chrono::nanoseconds built_before = bpf_unwind_->build_time();
@@ -817,59 +572,23 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
   BpfStats stats = profiler_->ReadStats();
   spdlog::info("done: {} samples, {} lost, {} malformed, {} profile(s) in {}, {} write failure(s)",
                samples_metric_->Value(), stats.ring_buffer_full, profiler_->malformed_records(),
-               profiles_written_metric_->Value(), options_.output_dir,
-               write_failures_metric_->Value());
-  spdlog::info(
-      "user stacks unwound with CFI: {} complete, {} truncated, {} failed; {} snapshot "
-      "errors ({} with no stack mapping found)",
-      stacks_->ends().complete, stacks_->ends().truncated, stacks_->ends().failed,
-      stats.snapshot_errors, stats.snapshot_no_mapping);
-  if (bpf_unwind_ != nullptr) {
-    const BpfUnwindTablesStats tables = bpf_unwind_->stats();
-    spdlog::info(
-        "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
-        "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
-        "did not fit, {} queued, {} sampled too rarely to build yet); {} tables built in {} ms, "
-        "{} not built as their processes had exited",
-        stats.unwind_complete, stats.unwind_stopped, stats.unwind_no_tables, tables.rows_used,
-        tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room,
-        tables.files_queued, tables.files_unwanted, tables.tables_built,
-        std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count(),
-        tables.dropped_exited);
-  }
+               local_output_->files_written(), options_.output_dir,
+               local_output_->write_failures());
+  stacks_->LogSummary(stats);
+  if (bpf_unwind_ != nullptr) bpf_unwind_->LogSummary(stats);
   stacks_->runtimes().LogSummary(stats);
-  if (debug_files_ != nullptr) {
-    const DebugFileFetcherStats fetched = debug_files_->stats();
-    const auto count = [&fetched](FetchResult result) {
-      return fetched.results[static_cast<size_t>(result)];
-    };
-    spdlog::info(
-        "debuginfod: {} debug file(s) fetched, {} not found, {} error(s), {} timeout(s), {} "
-        "refused; {} frame(s) named late; cache {} bytes in {} file(s), {} evicted",
-        count(FetchResult::kOk), count(FetchResult::kNotFound), count(FetchResult::kError),
-        count(FetchResult::kTimeout), count(FetchResult::kRefused),
-        debuginfod_frames_named_metric_->Value(), fetched.cache_bytes, fetched.cache_files,
-        fetched.evictions);
-  }
+  if (late_debug_files_ != nullptr) late_debug_files_->LogSummary();
   if (exporter_ != nullptr) {
     // What is still queued gets a last chance; cancelling the attempt in flight is gRPC's or
     // curl's work, kept off this thread's capabilities.
     OffTheSamplingThread([this] { exporter_->Shutdown(kExporterDrainTime); });
     ReportExporter();
-    ExporterStats sent = exporter_->stats();
-    spdlog::info(
-        "OTLP: {} interval(s) sent ({} bytes), {} retried attempt(s), {} dropped with a full "
-        "queue, {} rejected, {} unsent at exit",
-        sent.intervals_sent, sent.bytes_sent, sent.retries, sent.dropped_queue_full, sent.failed,
-        sent.dropped_at_shutdown);
+    exporter_->LogSummary();
   }
   if (samples_metric_->Value() == 0) {
     spdlog::warn("no samples were taken: nothing ran on the CPU for the selected processes");
-  } else if (write_local_ && flame_graph_.total_samples() > 0) {
-    std::error_code error;
-    auto page = std::filesystem::absolute(options_.output_dir + "/flamegraph.html", error)
-                    .lexically_normal();
-    spdlog::info("flame graph: {}", page.string());
+  } else if (write_local_) {
+    local_output_->LogSummary();
   }
   return absl::OkStatus();
 }

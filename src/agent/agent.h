@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "agent/cache_metrics.h"
 #include "agent/interval_clock.h"
-#include "agent/kernel_symbols_refresh.h"
+#include "agent/memory_upkeep.h"
 #include "agent/options.h"
 #include "debuginfod/debug_file_fetcher.h"
 #include "k8s/cgroup_resolver.h"
@@ -23,7 +23,7 @@
 #include "k8s/pod_watcher.h"
 #include "otlp/profile_exporter.h"
 #include "otlp/profiles_builder.h"
-#include "output/flame_graph.h"
+#include "output/local_output.h"
 #include "process/proc_read_metrics.h"
 #include "process/process_events.h"
 #include "process/process_table.h"
@@ -33,12 +33,13 @@
 #include "sampler/known_processes.h"
 #include "stacks/aggregator.h"
 #include "stacks/frame_resolver.h"
+#include "stacks/kernel_symbols_source.h"
+#include "stacks/late_debug_files.h"
 #include "stacks/stack_builder.h"
 #include "stacks/symbolization_metrics.h"
 #include "status/metrics_registry.h"
 #include "status/status_server.h"
 #include "symbolize/elf_module.h"
-#include "symbolize/kallsyms.h"
 #include "unwind/dwarf_unwinder.h"
 
 namespace ember {
@@ -63,30 +64,9 @@ class Agent {
   void ExportInterval(IntervalSpan span, absl::Time now, bool last);
   // Lists what turns over at the end of each interval, once it is written (interval_turnover_).
   void WireIntervalTurnover();
-  // Drops the agent's pages of the mapped ELF files (ElfFile::ReleasePages) when at least
-  // `min_reads` reads of them (frames symbolized, modules opened, CFI read; at least one) were
-  // counted since the last time: in steady state next to nothing is read, and nothing need be
-  // dropped and read again.
-  void ReleaseFilePages(uint64_t min_reads = 1);
-  // Reads the kernel's symbols again when modules or BPF programs may have come since (see
-  // KernelSymbolsRefresh); kernel frames are named anew only if the table changed.
-  void RefreshKernelSymbols();
-  // Separate debug files from debuginfod servers (--debuginfod-urls, else $DEBUGINFOD_URLS): the
-  // fetcher and its cache, set up before any thread exists (libdebuginfod reads its settings
-  // from the environment). Its workers start later, without capabilities.
-  absl::Status SetUpDebuginfod();
-  // Names again the frames of the files whose debug files arrived since the last call; at an
-  // export (`ask_again`), also asks again for those still awaited (the fetcher asks its servers
-  // only once the last miss is old enough).
-  void CollectDebugFiles(bool ask_again);
-  // Hands the heap's free pages back to the system (malloc_trim) once more than kFreeHeapKept
-  // was freed since the last trim, looking only after the agent grew or its caches shrank.
-  void TrimHeap();
   // Reads the queued samples, waiting up to timeout_ms for more; counts the poll
   // (KnownProcesses::OnPoll).
   absl::Status PollSamples(int timeout_ms);
-  // Frames symbolized and modules opened so far: the reads of files on the per-sample path.
-  uint64_t SymbolizationReads() const { return frames_.stats().misses + modules_.stats().misses; }
   // Brings the failure counters of /metrics up to the process table's, the frame resolver's, the
   // cgroup resolver's and the runtimes' own counts (kept as plain integers on the sampling
   // thread).
@@ -100,10 +80,6 @@ class Agent {
   void AttachProcessMetadata(IntervalProfile* profile);
   // Logs what the exporter dropped or failed since the last call.
   void ReportExporter();
-  std::string NextPprofPath(absl::Time now) const;
-  // Pod metadata: watches this node's pods when --kubernetes says so (or, by default, when the
-  // agent runs in a pod). Flag and configuration errors are InvalidArgument.
-  absl::Status SetUpKubernetes();
   // The self-metrics, and the status endpoint at --metrics-address serving them with /healthz
   // and /readyz.
   absl::Status SetUpStatusEndpoint();
@@ -121,34 +97,23 @@ class Agent {
   // Self-metrics, updated by the sampling thread and read by the status endpoint's. Before every
   // part that registers its counters here, so that it outlives them.
   MetricsRegistry metrics_;
-  std::optional<KernelSymbols> kernel_symbols_;
-  // Kept open to read the symbols again without CAP_SYSLOG; both set only when the first read
-  // showed addresses.
-  std::optional<KallsymsFile> kallsyms_file_;
-  std::optional<KernelSymbolsRefresh> kernel_symbols_refresh_;
+  // Made in the constructor, never null. Before frames_, which holds its symbols.
+  std::unique_ptr<KernelSymbolsSource> kernel_symbols_;
   ProcessTable processes_;
   CgroupResolver cgroups_;
   std::unique_ptr<PodIndex> pods_;  // the node's pods when watching the Kubernetes API, else null
   std::unique_ptr<PodWatcher> pod_watcher_;
   // Null without debuginfod servers. Before modules_, which asks it, so that it outlives them.
   std::unique_ptr<DebugFileFetcher> debug_files_;
+  std::unique_ptr<LateDebugFiles> late_debug_files_;  // with debug_files_
   ModuleCache modules_;
   FrameResolver frames_;
   DwarfUnwinder unwinder_;
+  MemoryUpkeep memory_;  // the file pages and free heap of the caches above
   Aggregator aggregator_;
-  FlameGraph flame_graph_;
-  bool flame_graph_changed_ = false;  // intervals were added since the page was last written
-  std::optional<std::chrono::steady_clock::time_point> flame_graph_written_at_;
-  // ReleaseFilePages: the file reads counted at its last release (and of them those of
-  // SymbolizationReads), and when that was.
-  uint64_t file_reads_released_ = 0;
-  uint64_t symbolization_reads_released_ = 0;
-  std::chrono::steady_clock::time_point file_pages_released_at_;
-  // TrimHeap: malloc's free bytes after the last trim; the resident bytes after the last look at
-  // the heap, and the caches' largest size since.
-  size_t free_heap_after_trim_ = 0;
-  size_t resident_at_heap_check_ = 0;
-  size_t cache_bytes_peak_ = 0;
+  // The pprof files and flamegraph.html; made in the constructor, never null (its counters are in
+  // /metrics whether or not write_local_).
+  std::unique_ptr<LocalOutput> local_output_;
   std::unique_ptr<BpfProfiler> profiler_;
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
@@ -178,11 +143,6 @@ class Agent {
   // The agent's own counters in metrics_ (registered in the constructor, never null).
   Counter* samples_metric_ = nullptr;
   Counter* samples_lost_metric_ = nullptr;
-  Counter* profiles_written_metric_ = nullptr;
-  Counter* write_failures_metric_ = nullptr;
-  Counter* kernel_symbols_reads_metric_ = nullptr;
-  Counter* debuginfod_frames_named_metric_ = nullptr;
-  Gauge* flame_graph_nodes_metric_ = nullptr;
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
   // Frames left unnamed by reason, and /proc reads that failed by file (SyncFailureMetrics).

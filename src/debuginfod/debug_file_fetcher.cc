@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace ember {
 namespace {
@@ -196,6 +197,19 @@ std::vector<std::string> DebugFileFetcher::TakeArrived() {
 DebugFileFetcherStats DebugFileFetcher::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
+}
+
+void DebugFileFetcher::LogSummary(uint64_t frames_named_late) const {
+  const DebugFileFetcherStats fetched = stats();
+  const auto count = [&fetched](FetchResult result) {
+    return fetched.results[static_cast<size_t>(result)];
+  };
+  spdlog::info(
+      "debuginfod: {} debug file(s) fetched, {} not found, {} error(s), {} timeout(s), {} "
+      "refused; {} frame(s) named late; cache {} bytes in {} file(s), {} evicted",
+      count(FetchResult::kOk), count(FetchResult::kNotFound), count(FetchResult::kError),
+      count(FetchResult::kTimeout), count(FetchResult::kRefused), frames_named_late,
+      fetched.cache_bytes, fetched.cache_files, fetched.evictions);
 }
 
 void DebugFileFetcher::RememberMissingLocked(const std::string& build_id,

@@ -126,6 +126,9 @@ class DebugFileFetcher : public DebugFileSource {
 
   DebugFileFetcherStats stats() const;
   const std::string& cache_dir() const { return options_.cache_dir; }
+  // The run's one line on what was fetched; `frames_named_late`: the cached frames named again
+  // once their debug file arrived.
+  void LogSummary(uint64_t frames_named_late) const;
 
  private:
   struct CachedFile {

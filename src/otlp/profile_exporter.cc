@@ -289,4 +289,13 @@ void ProfileExporter::Shutdown(absl::Duration deadline) { sender_->Shutdown(dead
 
 ExporterStats ProfileExporter::stats() const { return sender_->stats(); }
 
+void ProfileExporter::LogSummary() const {
+  const ExporterStats sent = stats();
+  spdlog::info(
+      "OTLP: {} interval(s) sent ({} bytes), {} retried attempt(s), {} dropped with a full "
+      "queue, {} rejected, {} unsent at exit",
+      sent.intervals_sent, sent.bytes_sent, sent.retries, sent.dropped_queue_full, sent.failed,
+      sent.dropped_at_shutdown);
+}
+
 }  // namespace ember

@@ -73,6 +73,8 @@ class ProfileExporter {
   void Shutdown(absl::Duration deadline);
 
   ExporterStats stats() const;
+  // The run's line on what was sent, dropped and left unsent (after Shutdown).
+  void LogSummary() const;
 
  private:
   class Sender;

@@ -383,4 +383,18 @@ BpfUnwindTablesStats BpfUnwindTables::stats() const {
   return stats;
 }
 
+void BpfUnwindTables::LogSummary(const BpfStats& bpf) const {
+  const BpfUnwindTablesStats tables = stats();
+  spdlog::info(
+      "user stacks walked in BPF: {} whole, {} stopped short (the agent went on), {} of "
+      "processes without tables; {} of {} CFI rows used by {} files ({} without rows, {} that "
+      "did not fit, {} queued, {} sampled too rarely to build yet); {} tables built in {} ms, "
+      "{} not built as their processes had exited",
+      bpf.unwind_complete, bpf.unwind_stopped, bpf.unwind_no_tables, tables.rows_used,
+      tables.rows_capacity, tables.files_loaded, tables.files_without_rows, tables.out_of_room,
+      tables.files_queued, tables.files_unwanted, tables.tables_built,
+      std::chrono::duration_cast<std::chrono::milliseconds>(tables.build_time).count(),
+      tables.dropped_exited);
+}
+
 }  // namespace ember

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "process/process_events.h"
 #include "process/process_table.h"
+#include "sampler/bpf_profiler.h"
 #include "sampler/sample_record_layout.h"
 #include "sampler/unwind_maps.h"
 #include "symbolize/elf_module.h"
@@ -102,6 +103,9 @@ class BpfUnwindTables {
 
   BpfUnwindTablesStats stats() const;
   std::chrono::nanoseconds build_time() const { return build_time_; }  // as in stats()
+  // The run's line on the BPF walk: how its stacks ended (`bpf`, the program's counters) and
+  // what the tables held.
+  void LogSummary(const BpfStats& bpf) const;
 
  private:
   struct File {

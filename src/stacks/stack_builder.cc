@@ -3,6 +3,8 @@
 
 #include <span>
 
+#include "spdlog/spdlog.h"
+
 namespace ember {
 
 StackBuilder::StackBuilder(FrameResolver* frames, const ProcessTable* processes,
@@ -127,6 +129,15 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
   }
   stack_.push_back(frames_->Marker("[truncated]"));
   user_pcs_.push_back(0);
+}
+
+void StackBuilder::LogSummary(const BpfStats& bpf) const {
+  const UserStackEnds counts = ends();
+  spdlog::info(
+      "user stacks unwound with CFI: {} complete, {} truncated, {} failed; {} snapshot "
+      "errors ({} with no stack mapping found)",
+      counts.complete, counts.truncated, counts.failed, bpf.snapshot_errors,
+      bpf.snapshot_no_mapping);
 }
 
 }  // namespace ember

@@ -60,6 +60,8 @@ class StackBuilder {
             .truncated = truncated_metric_->Value(),
             .failed = failed_metric_->Value()};
   }
+  // The run's line on user stacks unwound with CFI, and the BPF program's snapshot errors.
+  void LogSummary(const BpfStats& bpf) const;
 
  private:
   // Appends the user frames of a sample to stack_ (steps 2 and 3 above).

@@ -1,5 +1,5 @@
 // The decision to read the kernel's symbols again.
-#include "agent/kernel_symbols_refresh.h"
+#include "stacks/kernel_symbols_refresh.h"
 
 #include <functional>
 #include <string>

@@ -1,6 +1,6 @@
 // When the agent reads the kernel's symbols again: a module list that changed, or frames above
 // the kernel image once per recheck period.
-#include "agent/kernel_symbols_refresh.h"
+#include "stacks/kernel_symbols_refresh.h"
 
 #include <chrono>
 
