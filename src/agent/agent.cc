@@ -48,6 +48,7 @@ constexpr int kMaxPollMs = 5000;
 constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
+
 // The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
 std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
   std::ifstream status(absl::StrCat("/proc/", id, "/status"));
@@ -439,24 +440,6 @@ void Agent::AttachProcessMetadata(IntervalProfile* profile) {
   }
 }
 
-void Agent::ReportExporter() {
-  if (exporter_ == nullptr) return;
-  ExporterStats now = exporter_->stats();
-  ExporterStats& was = exporter_reported_;
-  if (now.dropped_queue_full > was.dropped_queue_full) {
-    spdlog::warn("OTLP: {} interval(s) dropped, the queue was full while the endpoint was away",
-                 now.dropped_queue_full - was.dropped_queue_full);
-  }
-  if (now.failed > was.failed) {
-    spdlog::warn("OTLP: {} interval(s) rejected by the endpoint", now.failed - was.failed);
-  }
-  if (now.rejected_profiles > was.rejected_profiles) {
-    spdlog::warn("OTLP: the endpoint rejected {} profile(s) in partial successes",
-                 now.rejected_profiles - was.rejected_profiles);
-  }
-  was = now;
-}
-
 void Agent::SyncFailureMetrics() {
   symbolization_failure_metrics_->Sync(frames_.failures());
   proc_read_failure_metrics_->Sync(processes_.read_failures(), cgroups_.stats().read_failures);
@@ -482,7 +465,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   }
   if (samples > 0 && write_local_) local_output_->Write(profile, samples, now);
   local_output_->UpdateFlameGraph(last);
-  ReportExporter();
+  if (exporter_ != nullptr) exporter_->LogNewProblems();
   BpfStats stats = profiler_->ReadStats();
   if (stats.ring_buffer_full > ring_buffer_full_reported_) {
     spdlog::warn("{} samples lost: ring buffer full",
@@ -582,7 +565,7 @@ absl::Status Agent::Run(const std::atomic<bool>& stop) {
     // What is still queued gets a last chance; cancelling the attempt in flight is gRPC's or
     // curl's work, kept off this thread's capabilities.
     OffTheSamplingThread([this] { exporter_->Shutdown(kExporterDrainTime); });
-    ReportExporter();
+    exporter_->LogNewProblems();
     exporter_->LogSummary();
   }
   if (samples_metric_->Value() == 0) {

@@ -78,8 +78,6 @@ class Agent {
   ProcessMetadata MetadataOf(uint32_t pid);
   // Attaches the MetadataOf each of the interval's processes to the interval, for every writer.
   void AttachProcessMetadata(IntervalProfile* profile);
-  // Logs what the exporter dropped or failed since the last call.
-  void ReportExporter();
   // The self-metrics, and the status endpoint at --metrics-address serving them with /healthz
   // and /readyz.
   absl::Status SetUpStatusEndpoint();
@@ -118,7 +116,6 @@ class Agent {
   std::unique_ptr<ProfileExporter> exporter_;  // null without an OTLP endpoint
   ResourceContext resources_;                  // what OTLP resources say beyond the samples
   bool write_local_ = true;                    // pprof files and the flame graph
-  ExporterStats exporter_reported_;            // counters already logged
   // The caches' turnover at the end of an interval, in order: generations end, exited processes
   // are forgotten (WireIntervalTurnover).
   std::vector<std::function<void()>> interval_turnover_;

@@ -22,8 +22,8 @@ void OnStopSignal(int) { g_stop.store(true); }
 // bytes, the page's text) and frees them. glibc maps such a block on its own and unmaps it at the
 // free, and hands the heap's free top back once it passes its trim threshold, so every export
 // faulted all of its pages in afresh (costly in a VM). Here they come from the heap and are
-// reused, and Agent::TrimHeap gives free heap back when it piles up: system-wide at 99 Hz the
-// agent's CPU fell by 15 to 19% (docs/benchmarks.md).
+// reused, and MemoryUpkeep::TrimHeap gives free heap back when it piles up: system-wide at 99 Hz
+// the agent's CPU fell by 15 to 19% (docs/benchmarks.md).
 void KeepExportBuffersInTheHeap() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; setting it also fixes the trim threshold
   mallopt(M_TRIM_THRESHOLD, 64 << 20);

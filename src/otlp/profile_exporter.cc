@@ -289,6 +289,22 @@ void ProfileExporter::Shutdown(absl::Duration deadline) { sender_->Shutdown(dead
 
 ExporterStats ProfileExporter::stats() const { return sender_->stats(); }
 
+void ProfileExporter::LogNewProblems() {
+  const ExporterStats now = stats();
+  if (now.dropped_queue_full > logged_.dropped_queue_full) {
+    spdlog::warn("OTLP: {} interval(s) dropped, the queue was full while the endpoint was away",
+                 now.dropped_queue_full - logged_.dropped_queue_full);
+  }
+  if (now.failed > logged_.failed) {
+    spdlog::warn("OTLP: {} interval(s) rejected by the endpoint", now.failed - logged_.failed);
+  }
+  if (now.rejected_profiles > logged_.rejected_profiles) {
+    spdlog::warn("OTLP: the endpoint rejected {} profile(s) in partial successes",
+                 now.rejected_profiles - logged_.rejected_profiles);
+  }
+  logged_ = now;
+}
+
 void ProfileExporter::LogSummary() const {
   const ExporterStats sent = stats();
   spdlog::info(

@@ -73,6 +73,8 @@ class ProfileExporter {
   void Shutdown(absl::Duration deadline);
 
   ExporterStats stats() const;
+  // Warns of the intervals dropped or rejected since the last call (from one thread only).
+  void LogNewProblems();
   // The run's line on what was sent, dropped and left unsent (after Shutdown).
   void LogSummary() const;
 
@@ -80,6 +82,7 @@ class ProfileExporter {
   class Sender;
   explicit ProfileExporter(std::unique_ptr<Sender> sender);
   std::unique_ptr<Sender> sender_;
+  ExporterStats logged_;  // LogNewProblems: the counters already logged
 };
 
 }  // namespace ember
