@@ -23,6 +23,7 @@
 #include "otlp/exporter_metrics.h"
 #include "process/proc_read_metrics.h"
 #include "runtimes/cpython/cpython_runtime.h"
+#include "runtimes/perf_map/perf_map_runtime.h"
 #include "sampler/sampler_metrics.h"
 #include "spdlog/spdlog.h"
 #include "stacks/symbolization_metrics.h"
@@ -111,13 +112,17 @@ DwarfUnwinder::Limits UnwinderLimits(const Options& options) {
 
 ProcessTableLimits ProcessLimits(const Options& options) {
   ProcessTableLimits limits{.max_processes = options.max_processes};
-  // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
-  limits.perf_map.max_bytes = options.max_perf_map_bytes;
-  limits.perf_map.max_name_bytes = options.max_perf_map_bytes;
-  limits.perf_map.max_entries = options.max_perf_map_bytes / kPerfMapEntryBytes;
-  limits.max_perf_map_total_bytes = options.max_perf_map_total_bytes;
   limits.max_mappings_per_process = options.max_mappings_per_process;
   limits.max_mapping_bytes = options.max_mapping_bytes;
+  return limits;
+}
+
+PerfMapRuntimeLimits JitNameLimits(const Options& options) {
+  PerfMapRuntimeLimits limits{.max_total_bytes = options.max_perf_map_total_bytes};
+  // The flag bounds the estimate; names alone and the entry count then cannot exceed it either.
+  limits.per_process.max_bytes = options.max_perf_map_bytes;
+  limits.per_process.max_name_bytes = options.max_perf_map_bytes;
+  limits.per_process.max_entries = options.max_perf_map_bytes / kPerfMapEntryBytes;
   return limits;
 }
 
@@ -125,8 +130,7 @@ ProcessTableLimits ProcessLimits(const Options& options) {
 
 Agent::Agent(const Options& options)
     : options_(options),
-      processes_("/proc", std::chrono::milliseconds(500), std::chrono::milliseconds(100),
-                 ProcessLimits(options)),
+      processes_("/proc", std::chrono::milliseconds(500), ProcessLimits(options)),
       cgroups_(CgroupResolverOptionsForHost()),
       modules_(/*max_modules=*/1024, ElfModuleOptions{}, ModuleBudget(options)),
       frames_(&processes_, &modules_, nullptr, FrameBudget(options)),
@@ -213,6 +217,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   const auto bpf_stats = [self] { return self->BpfStatsForMetrics(); };
   agent->stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(
       *agent->profiler_, agent->metrics_, /*memory=*/nullptr, bpf_stats));
+  agent->stacks_->runtimes().Add(
+      std::make_unique<PerfMapRuntime>(agent->processes_, agent->metrics_, JitNameLimits(options)));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
     agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());
@@ -220,11 +226,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
         std::make_unique<BpfUnwindTablesFeed>(agent->processes_, *agent->bpf_unwind_);
     agent->processes_.Subscribe(agent->bpf_unwind_feed_.get());
   }
-  StackBuilder* stacks = agent->stacks_.get();
-  agent->runtime_events_ = std::make_unique<ProcessEventCallbacks>(
-      [stacks](const Process& process) { stacks->runtimes().ProcessMapsChanged(process); },
-      [stacks](uint32_t pid) { stacks->runtimes().ProcessExited(pid); });
-  agent->processes_.Subscribe(agent->runtime_events_.get());
+  agent->processes_.Subscribe(&agent->stacks_->runtimes());
   agent->unwinder_events_ = std::make_unique<ProcessEventCallbacks>(
       nullptr, [self](uint32_t pid) { self->unwinder_.ForgetProcess(pid); });
   agent->processes_.Subscribe(agent->unwinder_events_.get());
@@ -244,8 +246,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   if (absl::Status symbols =
           agent->kernel_symbols_->Load(absl::ToChronoNanoseconds(options.kernel_symbols_recheck));
       symbols.ok()) {
-    agent->frames_ = FrameResolver(&agent->processes_, &agent->modules_,
-                                   agent->kernel_symbols_->symbols(), FrameBudget(options));
+    agent->frames_.ReplaceKernelSymbols(agent->kernel_symbols_->symbols());
   } else {
     spdlog::warn("kernel frames will be unnamed: {}", std::string(symbols.message()));
   }
@@ -313,7 +314,6 @@ absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddProcessMetrics(metrics_));
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
   RETURN_IF_ERROR(RegisterFileOpenMetrics(metrics_));
-  RETURN_IF_ERROR(RegisterJitDumpMetrics(metrics_));
   // The BPF program's counters, read when scraped.
   RETURN_IF_ERROR(RegisterBpfSampleMetrics(metrics_, [this] { return BpfStatsForMetrics(); }));
   RETURN_IF_ERROR(RegisterNameMetrics(metrics_));
@@ -479,7 +479,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   memory_.ReleaseFilePages();
   // What the caches freed goes back to the system rather than staying in the heap.
   memory_.TrimHeap(modules_.bytes() + frames_.bytes() + unwinder_.row_cache_bytes() +
-                   processes_.perf_map_bytes() + processes_.mapping_bytes());
+                   stacks_->runtimes().HeldBytes() + processes_.mapping_bytes());
 }
 
 void Agent::WireIntervalTurnover() {

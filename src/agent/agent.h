@@ -134,7 +134,6 @@ class Agent {
   std::unique_ptr<KnownProcesses> known_processes_;
   // The process table's other subscribers: the BPF walk's tables, the runtimes, the unwinder.
   std::unique_ptr<BpfUnwindTablesFeed> bpf_unwind_feed_;
-  std::unique_ptr<ProcessEventCallbacks> runtime_events_;
   std::unique_ptr<ProcessEventCallbacks> unwinder_events_;
 
   // The agent's own counters in metrics_ (registered in the constructor, never null).

@@ -15,7 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "common/log_safe.h"
 #include "common/read_file.h"
 #include "common/unique_fd.h"
@@ -90,31 +89,9 @@ uint64_t ParseStatStartTime(absl::string_view stat) {
   return start_time;
 }
 
-FrameKind JitKindOf(const Process& process) {
-  const absl::string_view exe = process.executable_path;
-  const absl::string_view base = exe.substr(exe.rfind('/') + 1);  // npos + 1 == 0
-  const auto maps_library = [&](absl::string_view library) {
-    return std::any_of(process.mappings.begin(), process.mappings.end(),
-                       [&](const MemoryMapping& m) {
-                         absl::string_view path = m.path;
-                         size_t slash = path.rfind('/');
-                         return slash != absl::string_view::npos &&
-                                absl::StartsWith(path.substr(slash + 1), library);
-                       });
-  };
-  if (base == "node" || base == "nodejs" || maps_library("libnode.so")) return FrameKind::kV8Js;
-  if (base == "java" || maps_library("libjvm.so")) return FrameKind::kJvm;
-  if (base == "dotnet" || maps_library("libcoreclr.so")) return FrameKind::kDotnet;
-  return FrameKind::kJit;
-}
-
 ProcessTable::ProcessTable(std::string proc_root, std::chrono::milliseconds min_refresh,
-                           std::chrono::milliseconds perf_map_min_refresh,
                            ProcessTableLimits limits)
-    : proc_root_(std::move(proc_root)),
-      min_refresh_(min_refresh),
-      perf_map_min_refresh_(perf_map_min_refresh),
-      limits_(limits) {
+    : proc_root_(std::move(proc_root)), min_refresh_(min_refresh), limits_(limits) {
   limits_.max_processes = std::max<size_t>(limits_.max_processes, 1);
   limits_.max_mappings_per_process = std::max<size_t>(limits_.max_mappings_per_process, 1);
 }
@@ -191,28 +168,7 @@ void ProcessTable::ForgetEvicted(uint32_t pid, uint64_t start_time) {
   if (!same) NotifyExited(pid);
 }
 
-void ProcessTable::DropJitDump(Process* process) {
-  if (process->jitdump == nullptr) return;
-  perf_map_bytes_ -= process->jitdump->dump().EstimatedBytes();
-  process->jitdump.reset();
-}
-
-void ProcessTable::DropPerfMap(Process* process) {
-  if (process->perf_map == nullptr) return;
-  if (process->perf_map.use_count() == 1) {  // its last process: the bytes go
-    const PerfMapFile& file = *process->perf_map;
-    perf_map_bytes_ -= file.map().EstimatedBytes();
-    auto it = perf_maps_by_file_.find({file.dev(), file.inode()});
-    if (it != perf_maps_by_file_.end() && it->second.lock() == process->perf_map) {
-      perf_maps_by_file_.erase(it);
-    }
-  }
-  process->perf_map.reset();
-}
-
 void ProcessTable::Untrack(Process* process) {
-  DropPerfMap(process);
-  DropJitDump(process);
   mapping_bytes_ -= process->mapping_bytes;
   process->mapping_bytes = 0;
 }
@@ -247,45 +203,6 @@ void ProcessTable::EvictMappings(const Process* keep) {
     std::vector<MemoryMapping>().swap(process->mappings);
     process->mappings_evicted = true;
     ++stats_.mapping_evictions;
-  }
-}
-
-void ProcessTable::ShedPerfMaps() {
-  // The largest map first: a map grows with its runtime's JIT code, so the largest holds the most
-  // old code, and halving it frees the most at a time, while the small maps of other processes
-  // (typically some KiB) keep naming all their code. Least recently sampled first would let one
-  // busy process's map starve every other process of its names.
-  // A jitdump's names count as a perf map's.
-  while (perf_map_bytes_ > limits_.max_perf_map_total_bytes) {
-    PerfMapFile* largest_map = nullptr;
-    JitDumpFile* largest_dump = nullptr;
-    size_t largest_bytes = 0;
-    for (const auto& [pid, process] : processes_) {
-      if (process->perf_map != nullptr &&
-          process->perf_map->map().EstimatedBytes() > largest_bytes) {
-        largest_map = process->perf_map.get();
-        largest_dump = nullptr;
-        largest_bytes = largest_map->map().EstimatedBytes();
-      }
-      if (process->jitdump != nullptr &&
-          process->jitdump->dump().EstimatedBytes() > largest_bytes) {
-        largest_map = nullptr;
-        largest_dump = process->jitdump.get();
-        largest_bytes = largest_dump->dump().EstimatedBytes();
-      }
-    }
-    if (largest_map == nullptr && largest_dump == nullptr) break;
-    const PerfMap& map = largest_map ? largest_map->map() : largest_dump->dump().names();
-    const uint64_t evicted_before = map.stats().evicted;
-    if (largest_map) {
-      largest_map->ShedOldest();
-    } else {
-      largest_dump->ShedOldest();
-    }
-    perf_map_bytes_ -= largest_bytes -
-                       (largest_map ? map.EstimatedBytes() : largest_dump->dump().EstimatedBytes());
-    stats_.perf_map_entries_evicted += map.stats().evicted - evicted_before;
-    ++stats_.perf_map_budget_evictions;
   }
 }
 
@@ -341,12 +258,8 @@ bool ProcessTable::ReadMaps(Process* process) {
   }
   process->proc_dir = dir;
   std::string executable_path = ReadExecutablePath(dir);
-  // An exec: the perf map and its runtime are the new program's, found again when needed.
-  if (executable_path != process->executable_path) {
-    DropPerfMap(process);
-    DropJitDump(process);
-    ++process->execs;
-  }
+  // An exec: what its subscribers know of the old program goes (Process::execs tells them).
+  if (executable_path != process->executable_path) ++process->execs;
   process->executable_path = std::move(executable_path);
   if (!read) {
     if (access(pid_dir.c_str(), F_OK) == 0) ++read_failures_.maps;  // else it exited: no failure
@@ -371,151 +284,7 @@ bool ProcessTable::RefreshMaps(Process* process) {
   return ReadMaps(process);
 }
 
-bool ProcessTable::RefreshPerfMap(Process* process) {
-  const auto now = std::chrono::steady_clock::now();
-  if (process->perf_map != nullptr && now - process->perf_map_read_at < perf_map_min_refresh_) {
-    return false;
-  }
-  process->perf_map_read_at = now;
-  if (process->perf_map == nullptr) {
-    std::string status;
-    uint32_t ns_pid = process->pid;
-    if (ReadFile(absl::StrCat(PidDir(process->pid), "/status"), &status)) {
-      ns_pid = NamespacePid(status, process->pid);
-    }
-    process->namespace_pid = ns_pid;
-    std::string name = absl::StrCat("/tmp/perf-", ns_pid, ".map");
-    const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
-    process->perf_map_location = FileLocation(absl::StrCat(dir, "/root"), name);
-    process->perf_map_name = std::move(name);
-    process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_location,
-                                                      process->perf_map_name, limits_.perf_map);
-    process->jit_kind = JitKindOf(*process);
-  }
-  // Several processes' maps may be one file (hard links in a /tmp they share): a map that is a
-  // file another process's map already read is shared, not read and held once more (eight
-  // processes on one 60 MB map held eight copies, and reading them kept the agent's loop busy
-  // for minutes).
-  // Its identity as OpenUntrusted finds it: a plain stat of the path would follow the
-  // process's links out of its root, and could take another process's map for its own.
-  absl::StatusOr<UntrustedFile> opened = OpenUntrusted(process->perf_map_location);
-  if (opened.ok()) {
-    const struct stat& own = opened->st;
-    std::shared_ptr<PerfMapFile> same;
-    if (auto it = perf_maps_by_file_.find({own.st_dev, own.st_ino});
-        it != perf_maps_by_file_.end()) {
-      same = it->second.lock();
-      // A map whose file was replaced since reads another file now.
-      if (same != nullptr && (same->dev() != own.st_dev || same->inode() != own.st_ino)) {
-        same = nullptr;
-      }
-    }
-    const bool reads_own =
-        process->perf_map->dev() == own.st_dev && process->perf_map->inode() == own.st_ino;
-    if (same != nullptr && same != process->perf_map) {
-      DropPerfMap(process);
-      process->perf_map = std::move(same);
-    } else if (same == nullptr && process->perf_map.use_count() > 1 && !reads_own) {
-      // It shared another process's map, and its own is another file now: read its own.
-      DropPerfMap(process);
-      process->perf_map = std::make_shared<PerfMapFile>(process->perf_map_location,
-                                                        process->perf_map_name, limits_.perf_map);
-    }
-    // Read through this process's path, which names the file now: the process that opened it
-    // first may be gone.
-    PerfMapFile& file = *process->perf_map;
-    if (file.dev() == own.st_dev && file.inode() == own.st_ino)
-      file.set_location(process->perf_map_location);
-  }
-  PerfMapFile& file = *process->perf_map;
-  const bool first = file.map().stats().entries == 0 && file.map().stats().bad_lines == 0;
-  const size_t bytes_before = file.map().EstimatedBytes();
-  const PerfMapStats stats_before = file.map().stats();
-  const PerfMapFile::Result read = file.Refresh();
-  perf_map_bytes_ += file.map().EstimatedBytes();
-  perf_map_bytes_ -= bytes_before;
-  stats_.perf_map_entries_evicted += file.map().stats().evicted - stats_before.evicted;
-  stats_.perf_map_evictions += file.map().stats().evictions - stats_before.evictions;
-  if (file.inode() != 0) perf_maps_by_file_[{file.dev(), file.inode()}] = process->perf_map;
-  if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
-  if (first && file.map().size() > 0) {
-    spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
-                 LogSafe(process->name), LogSafe(file.name()), file.map().size(),
-                 FrameTypeName(process->jit_kind));
-  }
-  const bool dump_read = RefreshJitDump(process);
-  return read == PerfMapFile::Result::kGrew || read == PerfMapFile::Result::kReloaded || dump_read;
-}
-
-namespace {
-
-// perf's convention: a runtime announces its jitdump by mapping it executable, named
-// jit-PID.dump (in its working directory, /tmp or where it was told).
-bool IsJitDumpPath(absl::string_view path) {
-  const size_t slash = path.rfind('/');
-  absl::string_view name = slash == absl::string_view::npos ? path : path.substr(slash + 1);
-  if (!absl::ConsumePrefix(&name, "jit-") || !absl::ConsumeSuffix(&name, ".dump")) return false;
-  return !name.empty() && name.size() <= 10 &&
-         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-}  // namespace
-
-bool ProcessTable::RefreshJitDump(Process* process) {
-  if (process->jitdump == nullptr) {
-    const MemoryMapping* announced = nullptr;
-    for (const MemoryMapping& m : process->mappings) {
-      if (m.IsFileBacked() && IsJitDumpPath(m.path)) {
-        announced = &m;
-        break;
-      }
-    }
-    FileLocation location;
-    std::string name;
-    if (announced != nullptr) {
-      location = OpenPath(*process, *announced);
-      name = announced->path;
-    } else {
-      // Not mapped (yet, or the runtime unmapped it after announcing it): where .NET writes it.
-      name = absl::StrCat("/tmp/jit-", process->namespace_pid, ".dump");
-      const std::string& dir = process->proc_dir.empty() ? PidDir(process->pid) : process->proc_dir;
-      location = FileLocation(absl::StrCat(dir, "/root"), name);
-    }
-    if (location.empty()) return false;
-    // What its debug-info addresses mean depends on the writer: V8's are off by an ELF header.
-    const JitDumpWriter writer =
-        process->jit_kind == FrameKind::kV8Js ? JitDumpWriter::kV8 : JitDumpWriter::kPerf;
-    process->jitdump =
-        std::make_unique<JitDumpFile>(std::move(location), std::move(name), limits_.perf_map,
-                                      JitDumpFile::kMaxReadPerRefresh, writer);
-  }
-  JitDumpFile& file = *process->jitdump;
-  const size_t bytes_before = file.dump().EstimatedBytes();
-  const PerfMapStats stats_before = file.dump().names().stats();
-  const bool first = file.dump().names().size() == 0;
-  const JitDumpFile::Result read = file.Refresh();
-  perf_map_bytes_ += file.dump().EstimatedBytes();
-  perf_map_bytes_ -= bytes_before;
-  const PerfMapStats& stats = file.dump().names().stats();
-  stats_.perf_map_entries_evicted += stats.evicted - stats_before.evicted;
-  stats_.perf_map_evictions += stats.evictions - stats_before.evictions;
-  if (read == JitDumpFile::Result::kMissing && file.dump().names().size() == 0) {
-    perf_map_bytes_ -= file.dump().EstimatedBytes();
-    process->jitdump.reset();  // looked for again next time, maybe mapped by then
-    return false;
-  }
-  if (perf_map_bytes_ > limits_.max_perf_map_total_bytes) ShedPerfMaps();
-  if (first && process->jitdump != nullptr && file.dump().names().size() > 0) {
-    spdlog::info("pid {} ({}): naming JIT code from {} ({} entries, {})", process->pid,
-                 LogSafe(process->name), LogSafe(file.name()), file.dump().names().size(),
-                 FrameTypeName(process->jit_kind));
-  }
-  return read == JitDumpFile::Result::kGrew || read == JitDumpFile::Result::kReloaded;
-}
-
 int ProcessTable::DropExited() {
-  // Maps whose file was replaced stay filed under the old one until their processes go.
-  std::erase_if(perf_maps_by_file_, [](const auto& item) { return item.second.expired(); });
   const auto runs = [this](uint32_t pid, uint64_t start_time) {
     std::string stat;
     ++stats_.stat_reads;

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,8 +17,6 @@
 #include "k8s/container_id.h"
 #include "process/proc_maps.h"
 #include "process/process_events.h"
-#include "symbolize/jitdump.h"
-#include "symbolize/perf_map.h"
 #include "symbolize/vdso.h"
 #include "unwind/dwarf_unwinder.h"
 
@@ -48,20 +45,7 @@ struct Process {
   // its v1 hierarchies) names; nullopt outside a container. Set by the agent from its samples.
   uint64_t cgroup_id = 0;
   std::optional<ContainerRef> container;
-  // Names of its JIT code from its perf map: null until ProcessTable::RefreshPerfMap first looks
-  // (an address in code outside any file), then kept, missing file or not, until the process goes.
-  // Shared by the processes whose maps are one file (device and inode), read and held once; it
-  // is then named as the first of them to read it named it.
-  std::shared_ptr<PerfMapFile> perf_map;
-  FileLocation perf_map_location;  // where its own perf map is opened
-  std::string perf_map_name;       // how the process names it: /tmp/perf-NSPID.map
-  std::chrono::steady_clock::time_point perf_map_read_at;
-  FrameKind jit_kind = FrameKind::kJit;  // the runtime that writes the perf map, where it shows
-  // Names of its JIT code from the jitdump it announced by mapping it (jit-PID.dump, wherever it
-  // lies, as perf finds it), else /tmp/jit-NSPID.dump; null until RefreshPerfMap finds one.
-  std::unique_ptr<JitDumpFile> jitdump;
-  uint32_t namespace_pid = 0;  // its pid in its own pid namespace, once RefreshPerfMap read it
-  uint64_t last_used = 0;      // the table's tick when Get last returned it: LRU order
+  uint64_t last_used = 0;  // the table's tick when Get last returned it: LRU order
   // The image its [vdso] mapping holds (64-bit, ia32 and x32 processes have different ones), read
   // from its memory at the first frame there; null when it could not be. `vdso_start` is the
   // mapping's start it was read at (0: not read): an exec maps another one.
@@ -85,18 +69,10 @@ struct Process {
 // Field 22 (starttime) of /proc/PID/stat; 0 when the text is malformed.
 uint64_t ParseStatStartTime(absl::string_view stat);
 
-// The runtime whose JIT writes a process's perf map, told by its executable's name or the runtime
-// library it maps (node/libnode: kV8Js, java/libjvm: kJvm, dotnet/libcoreclr: kDotnet); else kJit.
-FrameKind JitKindOf(const Process& process);
-
 struct ProcessTableLimits {
   // Processes held at once (--max-processes). A busy node runs a few thousand; the table holds
-  // only those sampled since they were last dropped, each a few KiB plus its perf map.
+  // only those sampled since they were last dropped, each a few KiB.
   size_t max_processes = 4096;
-  PerfMapLimits perf_map = {};  // per process (--max-perf-map-bytes)
-  // Every process's perf maps together (--max-perf-map-total-bytes). A read may pass it by up to
-  // one map's limit until the read ends and the largest maps are shed.
-  size_t max_perf_map_total_bytes = size_t{256} << 20;
   // A mapping's path longer than this is not kept (kLongPathMarker stands for it).
   size_t max_mapping_path_bytes = 1024;
   // Executable mappings kept per process (--max-mappings-per-process); see KeepExecutableMappings
@@ -108,12 +84,7 @@ struct ProcessTableLimits {
 
 // Counters since the table was made.
 struct ProcessTableStats {
-  uint64_t evicted = 0;                   // processes dropped to stay within max_processes
-  uint64_t perf_map_entries_evicted = 0;  // perf map entries evicted at a process's limit
-  uint64_t perf_map_evictions = 0;        // times a process's perf map reached its limit
-  // Times every perf map together reached max_perf_map_total_bytes and the largest map lost
-  // its oldest half (its entries count in perf_map_entries_evicted too).
-  uint64_t perf_map_budget_evictions = 0;
+  uint64_t evicted = 0;             // processes dropped to stay within max_processes
   uint64_t mapping_long_paths = 0;  // mappings read whose path was over max_mapping_path_bytes
   uint64_t mappings_dropped = 0;  // executable mappings read but not kept: max_mappings_per_process
   uint64_t mapping_evictions = 0;  // processes whose mappings went to fit max_mapping_bytes
@@ -129,11 +100,9 @@ struct ProcReadFailures {
 
 class ProcessTable {
  public:
-  explicit ProcessTable(
-      std::string proc_root = "/proc",
-      std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500),
-      std::chrono::milliseconds perf_map_min_refresh = std::chrono::milliseconds(100),
-      ProcessTableLimits limits = {});
+  explicit ProcessTable(std::string proc_root = "/proc",
+                        std::chrono::milliseconds min_refresh = std::chrono::milliseconds(500),
+                        ProcessTableLimits limits = {});
   ~ProcessTable();
   ProcessTable(const ProcessTable&) = delete;
   ProcessTable& operator=(const ProcessTable&) = delete;
@@ -161,13 +130,6 @@ class ProcessTable {
     ++process->execs;
     return ReadMaps(process);
   }
-  // Reads what the process appended to its perf map and its jitdump since the last call, at most
-  // once per perf_map_min_refresh; the first call finds the map (/tmp/perf-NSPID.map under
-  // /proc/PID/root, with the pid the process has in its own namespace) and the runtime. True
-  // when anything was read. Both count in the perf map budgets, each with a process's limit.
-  // Shorter than the maps' limit: a read costs three system calls plus the new lines, and until it
-  // happens samples in fresh JIT code go unnamed.
-  bool RefreshPerfMap(Process* process);
   // Forgets processes that exited, or whose pid now belongs to another process, and tells the
   // subscribers (OnExited); one read of each process's stat, held or evicted. Returns how many.
   // An evicted process is remembered by its start time alone, so that its subscribers' state
@@ -193,12 +155,12 @@ class ProcessTable {
   // Whether `pid` was let go to stay within max_processes and is not known to have exited.
   bool WasEvicted(uint32_t pid) const { return evicted_.contains(pid); }
   const ProcessTableStats& stats() const { return stats_; }
-  // PerfMap::EstimatedBytes of every process's perf map, kept up to date as they are read.
-  size_t perf_map_bytes() const { return perf_map_bytes_; }
   // Process::mapping_bytes of every process.
   size_t mapping_bytes() const { return mapping_bytes_; }
   const ProcessTableLimits& limits() const { return limits_; }
   std::chrono::milliseconds min_refresh() const { return min_refresh_; }
+  // Where /proc is read: PID/... under it is a process's directory.
+  const std::string& proc_root() const { return proc_root_; }
   const ProcReadFailures& read_failures() const { return read_failures_; }
 
   // Where to open a mapped file: its map_files entry (works for deleted files, needs
@@ -217,22 +179,12 @@ class ProcessTable {
   std::unique_ptr<Process> Load(uint32_t pid);
   bool ReadMaps(Process* process);
   void EvictLeastRecentlyUsed();
-  // Forgets a process's perf map (its bytes leave perf_map_bytes_), not its jitdump: swapping to
-  // a map another process shares, or back to its own, leaves the jitdump as it is.
-  void DropPerfMap(Process* process);
-  // Forgets a process's jitdump (its bytes leave perf_map_bytes_): on exec, or when it goes.
-  void DropJitDump(Process* process);
-  // Finds (when not yet found) and reads the process's jitdump; true when anything was read.
-  bool RefreshJitDump(Process* process);
   // Before a process leaves the table: its bytes leave the totals.
   void Untrack(Process* process);
   void SetMappings(Process* process, std::vector<MemoryMapping> mappings);
   // Evicts the mappings of the least recently sampled processes other than `keep` until the
   // kept mappings fit max_mapping_bytes.
   void EvictMappings(const Process* keep);
-  // Sheds the oldest half of the largest perf maps until every map together fits
-  // max_perf_map_total_bytes.
-  void ShedPerfMaps();
   std::string PidDir(uint32_t pid) const;
   // After the process left the table: no pointer to it remains for a subscriber to follow.
   void NotifyExited(uint32_t pid);
@@ -244,7 +196,6 @@ class ProcessTable {
 
   std::string proc_root_;
   std::chrono::milliseconds min_refresh_;
-  std::chrono::milliseconds perf_map_min_refresh_;
   ProcessTableLimits limits_;
   std::unordered_map<uint32_t, std::unique_ptr<Process>> processes_;
   struct Evicted {
@@ -255,9 +206,6 @@ class ProcessTable {
   uint64_t evictions_ = 0;
   uint64_t maps_versions_ = 0;
   uint64_t tick_ = 0;
-  size_t perf_map_bytes_ = 0;
-  // Every perf map read, by the file it read: a process whose map is the same file shares it.
-  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<PerfMapFile>> perf_maps_by_file_;
   size_t mapping_bytes_ = 0;
   ProcessTableStats stats_;
   ProcReadFailures read_failures_;

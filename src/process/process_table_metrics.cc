@@ -20,17 +20,11 @@ ProcessTableMetrics::ProcessTableMetrics(MetricsRegistry& registry) {
       counter("ember_processes_evicted_total",
               "Processes dropped from the process table at --max-processes, least recently "
               "sampled first (read again when they are sampled again).");
-  perf_map_bytes_ =
-      gauge("ember_perf_map_bytes",
-            "Estimated bytes of the JIT names read from perf maps, every process together.");
-  perf_map_entries_evicted_ =
-      counter("ember_perf_map_entries_evicted_total",
-              "Perf map entries evicted, oldest first, when a process's map reached "
-              "--max-perf-map-bytes or every map together --max-perf-map-total-bytes.");
-  perf_map_budget_evictions_ =
-      counter("ember_perf_map_budget_evictions_total",
-              "Times the perf maps of every process together reached --max-perf-map-total-bytes "
-              "and the largest map lost its oldest half.");
+  evicted_remembered_ =
+      gauge("ember_processes_evicted_remembered",
+            "Processes dropped from the process table at --max-processes and not yet known to "
+            "have exited: their unwind tables and runtime state stay until they exit (at most "
+            "four per place in the table, the longest evicted told exited first).");
   mapping_bytes_ = gauge("ember_mapping_bytes",
                          "Estimated bytes of the executable mappings kept, every process together "
                          "(--max-mapping-bytes).");
@@ -50,9 +44,7 @@ ProcessTableMetrics::ProcessTableMetrics(MetricsRegistry& registry) {
 void ProcessTableMetrics::Publish(const ProcessTable& processes) {
   processes_->Set(static_cast<double>(processes.size()));
   processes_evicted_.Publish(processes.stats().evicted);
-  perf_map_bytes_->Set(static_cast<double>(processes.perf_map_bytes()));
-  perf_map_entries_evicted_.Publish(processes.stats().perf_map_entries_evicted);
-  perf_map_budget_evictions_.Publish(processes.stats().perf_map_budget_evictions);
+  evicted_remembered_->Set(static_cast<double>(processes.evicted_size()));
   mapping_bytes_->Set(static_cast<double>(processes.mapping_bytes()));
   mapping_long_paths_.Publish(processes.stats().mapping_long_paths);
   mappings_dropped_.Publish(processes.stats().mappings_dropped);

@@ -1,4 +1,4 @@
-// The self-metrics of the process table's bounded state: processes, perf maps, mappings.
+// The self-metrics of the process table's bounded state: processes, evicted processes, mappings.
 #pragma once
 
 #include "process/process_table.h"
@@ -19,9 +19,7 @@ class ProcessTableMetrics {
  private:
   Gauge* processes_ = nullptr;
   CounterMirror processes_evicted_;
-  Gauge* perf_map_bytes_ = nullptr;
-  CounterMirror perf_map_entries_evicted_;
-  CounterMirror perf_map_budget_evictions_;
+  Gauge* evicted_remembered_ = nullptr;
   Gauge* mapping_bytes_ = nullptr;
   CounterMirror mapping_long_paths_;
   CounterMirror mappings_dropped_;

@@ -3,11 +3,11 @@
 
 namespace ember {
 
-void RuntimeSet::ProcessMapsChanged(const Process& process) {
+void RuntimeSet::OnMapsChanged(const Process& process) {
   for (const std::unique_ptr<Runtime>& runtime : runtimes_) runtime->ProcessMapsChanged(process);
 }
 
-void RuntimeSet::ProcessExited(uint32_t pid) {
+void RuntimeSet::OnExited(uint32_t pid) {
   for (const std::unique_ptr<Runtime>& runtime : runtimes_) runtime->ProcessExited(pid);
 }
 
@@ -15,6 +15,14 @@ void RuntimeSet::Splice(const Process& process, const SampleView& sample, UserFr
   for (const std::unique_ptr<Runtime>& runtime : runtimes_) {
     runtime->Splice(process, sample, frames);
   }
+}
+
+const Frame* RuntimeSet::NameCodeOutsideFiles(const Process& process, ProcessAddress address,
+                                              CodeFrameCache& frames) {
+  for (const std::unique_ptr<Runtime>& runtime : runtimes_) {
+    if (const Frame* frame = runtime->NameCodeOutsideFiles(process, address, frames)) return frame;
+  }
+  return nullptr;
 }
 
 void RuntimeSet::NextGeneration() {
@@ -27,6 +35,12 @@ void RuntimeSet::SyncMetrics() {
 
 void RuntimeSet::LogSummary(const BpfStats& bpf) const {
   for (const std::unique_ptr<Runtime>& runtime : runtimes_) runtime->LogSummary(bpf);
+}
+
+size_t RuntimeSet::HeldBytes() const {
+  size_t bytes = 0;
+  for (const std::unique_ptr<Runtime>& runtime : runtimes_) bytes += runtime->HeldBytes();
+  return bytes;
 }
 
 }  // namespace ember

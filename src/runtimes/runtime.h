@@ -14,6 +14,15 @@
 // - Naming and splicing (Splice): HotSpot replaces its interpreter and compiled-code frames, V8
 //   its JIT frames, by the frames named from the VM's own data in process memory, cached by
 //   address with a check that the address still holds the same object.
+// - Code in no file (NameCodeOutsideFiles): what the resolver asks about an address of anonymous
+//   or memfd memory, one frame for one address, before any splice, when it first meets the
+//   address under the names' current version. The perf-map runtime (perf_map/) answers from the
+//   perf map or jitdump the JIT writes. Splice works on the whole stack of each sample and may
+//   replace, drop or add frames; this hook only names one frame where no file does, and its
+//   frames are cached by the resolver, keyed by the version the runtime gives (a runtime keeps
+//   no frames of its own). A VM runtime whose JIT frames need the stack around them (HotSpot's
+//   interpreter frames, V8's frame markers) splices them; one that can name a code address
+//   alone, from a code cache it reads, may answer here too.
 // - Turnover (NextGeneration), exit (ProcessExited), metrics (SyncMetrics) and the final
 //   summary (LogSummary) as CPython does them.
 #pragma once
@@ -24,7 +33,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/address.h"
 #include "common/profile.h"
+#include "process/process_events.h"
 #include "process/process_table.h"
 #include "sampler/bpf_profiler.h"
 #include "sampler/runtime_bpf_config.h"
@@ -45,6 +56,21 @@ struct UserFrames {
   std::span<const uint64_t> pcs;
 };
 
+// The resolver's cache of the frames of code in no file, as a runtime names them
+// (Runtime::NameCodeOutsideFiles): a frame is filed under the runtime's version of the names
+// that gave it (unique across processes and time, changed whenever the names may have) and the
+// process address. The runtime looks up before it names, and adds what it named.
+class CodeFrameCache {
+ public:
+  // The frame filed under (version, address); nullptr when none is.
+  virtual const Frame* Find(uint64_t version, ProcessAddress address) = 0;
+  // Files `frame` (its names bounded as every frame's are) and returns it as kept.
+  virtual const Frame* Add(uint64_t version, ProcessAddress address, Frame frame) = 0;
+
+ protected:
+  ~CodeFrameCache() = default;
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -59,6 +85,15 @@ class Runtime {
   // and runtime, none per frame): return at once for a sample that holds none of this runtime's
   // frames. Per-sample code: no allocation once its scratch has grown, counts, never logs.
   virtual void Splice(const Process& process, const SampleView& sample, UserFrames frames) = 0;
+  // The frame of `address` of `process`, code that lies in no file (anonymous or memfd memory,
+  // or where the maps showed nothing executable), looked up in and added to `frames`; nullptr
+  // when the runtime does not name it. Called per such frame that the resolver's recent frames
+  // do not answer, never for a file-backed frame. The default names nothing. Per-frame code:
+  // counts, never logs; it may read what the runtime wrote since its last read (rate-limited).
+  virtual const Frame* NameCodeOutsideFiles(const Process& process, ProcessAddress address,
+                                            CodeFrameCache& frames) {
+    return nullptr;
+  }
   // The interval was written: caches may drop what it was the last to use.
   virtual void NextGeneration() = 0;
   // Brings the runtime's metrics up to its own counts (kept as plain integers on the sampling
@@ -66,19 +101,27 @@ class Runtime {
   virtual void SyncMetrics() = 0;
   // Logs what the runtime did over the run, with the BPF program's counters, at exit.
   virtual void LogSummary(const BpfStats& bpf) const = 0;
+  // Estimated bytes of what it reads and holds of processes' files that a budget of its own
+  // bounds (the agent's heap trim watches them shrink); 0 when none.
+  virtual size_t HeldBytes() const { return 0; }
 };
 
-// The runtimes the agent names frames of, each told of every event in the order added.
-class RuntimeSet {
+// The runtimes the agent names frames of, each told of every event in the order added. It
+// subscribes to the process table itself (ProcessTable::Subscribe).
+class RuntimeSet final : public ProcessEvents {
  public:
   void Add(std::unique_ptr<Runtime> runtime) { runtimes_.push_back(std::move(runtime)); }
 
-  void ProcessMapsChanged(const Process& process);
-  void ProcessExited(uint32_t pid);
+  void OnMapsChanged(const Process& process) override;
+  void OnExited(uint32_t pid) override;
   void Splice(const Process& process, const SampleView& sample, UserFrames frames);
+  // The first runtime's, in the order added, that names it; nullptr when none does.
+  const Frame* NameCodeOutsideFiles(const Process& process, ProcessAddress address,
+                                    CodeFrameCache& frames);
   void NextGeneration();
   void SyncMetrics();
   void LogSummary(const BpfStats& bpf) const;
+  size_t HeldBytes() const;
   size_t size() const { return runtimes_.size(); }
 
  private:

@@ -28,7 +28,7 @@ absl::string_view Basename(absl::string_view path) {
 
 // JIT code lies in anonymous or memfd memory (.NET double-maps it), or where the maps showed no
 // executable mapping when last read (V8 flips code pages between writable and executable). Not in
-// [vdso], [vsyscall], [heap] or [stack]: no perf map names those.
+// [vdso], [vsyscall], [heap] or [stack]: no runtime names those.
 bool MayHoldJitCode(const MemoryMapping* mapping) {
   if (mapping == nullptr || mapping->path.empty()) return true;
   if (mapping->path[0] == '[') return absl::StartsWith(mapping->path, "[anon");
@@ -174,8 +174,10 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
         return frame;
       }
     }
-    if (MayHoldJitCode(mapping)) {
-      if (const Frame* frame = Jit(process, address)) return frame;
+    if (runtimes_ != nullptr && MayHoldJitCode(mapping)) {
+      if (const Frame* frame = runtimes_->NameCodeOutsideFiles(*process, address, *this)) {
+        return frame;
+      }
     }
     if (mapping == nullptr) {
       ++failures_.unmapped;
@@ -239,41 +241,12 @@ const Frame* FrameResolver::Vdso(Process* process, const MemoryMapping& mapping,
   return Remember(std::move(key), std::move(frame));
 }
 
-const Frame* FrameResolver::Jit(Process* process, ProcessAddress address) {
-  for (bool refreshed = false;; refreshed = true) {
-    if (process->perf_map != nullptr) {
-      const PerfMap& map = process->perf_map->map();
-      Key key{.value = address.value, .jit_version = map.version()};
-      if (const Frame* frame = Lookup(key)) return frame;
-      if (std::optional<PerfMapSymbol> symbol = map.Lookup(address.value)) {
-        Frame frame;
-        frame.kind = process->jit_kind;
-        frame.function = std::string(symbol->name);
-        frame.module = process->perf_map->name();
-        frame.address = address.value;
-        return Remember(std::move(key), std::move(frame));
-      }
-    }
-    if (process->jitdump != nullptr) {
-      const JitDump& dump = process->jitdump->dump();
-      Key key{.value = address.value, .jit_version = dump.names().version()};
-      if (const Frame* frame = Lookup(key)) return frame;
-      if (std::optional<PerfMapSymbol> symbol = dump.names().Lookup(address.value)) {
-        Frame frame;
-        frame.kind = process->jit_kind;
-        frame.function = std::string(symbol->name);
-        frame.module = process->jitdump->name();
-        frame.address = address.value;
-        if (std::optional<JitDumpLine> line = dump.LineAt(address.value)) {
-          frame.source_file = std::string(line->file);
-          frame.line = line->line;
-        }
-        return Remember(std::move(key), std::move(frame));
-      }
-    }
-    // Not (yet) named: the runtime may have appended it since the last read.
-    if (refreshed || !processes_->RefreshPerfMap(process)) return nullptr;
-  }
+const Frame* FrameResolver::Find(uint64_t version, ProcessAddress address) {
+  return Lookup(Key{.value = address.value, .jit_version = version});
+}
+
+const Frame* FrameResolver::Add(uint64_t version, ProcessAddress address, Frame frame) {
+  return Remember(Key{.value = address.value, .jit_version = version}, std::move(frame));
 }
 
 bool FrameResolver::NameFrom(const ElfModule& module, FileOffset offset, Frame& frame) {

@@ -1,5 +1,6 @@
 // Turns sampled addresses into symbolized frames, through the process table, the ELF module cache,
-// kernel symbols and perf maps (JIT code). Each distinct location is symbolized once and cached.
+// kernel symbols and the language runtimes (code in no file, e.g. JIT code named from perf maps).
+// Each distinct location is symbolized once and cached.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "common/profile.h"
 #include "process/process_table.h"
+#include "runtimes/runtime.h"
 #include "symbolize/elf_module.h"
 #include "symbolize/kallsyms.h"
 #include "symbolize/vdso.h"
@@ -47,7 +49,7 @@ struct SymbolizationFailures {
 // whatever a walk made of the stack past it; nullopt when there is none.
 std::optional<size_t> FramesToThreadStart(std::span<const Frame* const> user_frames);
 
-class FrameResolver {
+class FrameResolver final : private CodeFrameCache {
  public:
   // kernel_symbols may be null (kernel frames then keep their raw address as a name). max_bytes
   // bounds the cached frames' estimated bytes (the hash node, the Frame, and the heap
@@ -58,9 +60,12 @@ class FrameResolver {
   // `caller` is true for every frame but the leaf: its address is a return address, so the call
   // instruction is the byte before it.
   const Frame* Kernel(uint64_t ip, bool caller);
-  // Code in no file (anonymous or memfd memory, or no executable mapping at all) is looked up in
-  // the process's perf map, which is read again (rate-limited) when it does not know an address.
+  // Code in no file (anonymous or memfd memory, or no executable mapping at all) is named by the
+  // runtimes (Runtime::NameCodeOutsideFiles), their frames cached here under their version.
   const Frame* User(Process* process, uint64_t ip, bool caller);
+  // The runtimes that name code in no file; null (the default): none, such code keeps its marker.
+  // Not owned; set by the StackBuilder that owns them.
+  void set_runtimes(RuntimeSet* runtimes) { runtimes_ = runtimes; }
   // A frame standing for something that is not code, e.g. "[truncated]".
   const Frame* Marker(absl::string_view name);
 
@@ -89,8 +94,8 @@ class FrameResolver {
     FileIdentity file = {};  // {0,0} for kernel and marker frames
     uint64_t value = 0;      // file offset, kernel address, or 0 for markers
     std::string name = {};   // marker name or "" otherwise
-    // JIT frames: the perf map's version (unique across processes and time), `value` the process
-    // address. 0 otherwise.
+    // Frames of code in no file: the version a runtime gave them (unique across processes and
+    // time), `value` the process address. 0 otherwise.
     uint64_t jit_version = 0;
     bool operator==(const Key&) const = default;
   };
@@ -119,8 +124,9 @@ class FrameResolver {
 
   const Frame* Remember(Key key, Frame frame);
   const Frame* Lookup(const Key& key);
-  // The frame the perf map, else the jitdump, names an address with; nullptr when neither does.
-  const Frame* Jit(Process* process, ProcessAddress address);
+  // CodeFrameCache, for the runtimes.
+  const Frame* Find(uint64_t version, ProcessAddress address) override;
+  const Frame* Add(uint64_t version, ProcessAddress address, Frame frame) override;
   // The frame of an address in the process's [vdso] mapping, named from its image; nullptr when
   // the image could not be read.
   const Frame* Vdso(Process* process, const MemoryMapping& mapping, ProcessAddress address);
@@ -136,6 +142,7 @@ class FrameResolver {
 
   ProcessTable* processes_;
   ModuleCache* modules_;
+  RuntimeSet* runtimes_ = nullptr;
   const KernelSymbols* kernel_symbols_;
   size_t max_bytes_;
   uint64_t generation_ = 0;

@@ -10,6 +10,7 @@ namespace ember {
 StackBuilder::StackBuilder(FrameResolver* frames, const ProcessTable* processes,
                            DwarfUnwinder* unwinder, MetricsRegistry& metrics)
     : frames_(frames), processes_(processes), unwinder_(unwinder) {
+  frames_->set_runtimes(&runtimes_);  // they name code in no file
   // Registration fails only on a programming error (a bad or duplicate name).
   constexpr absl::string_view kUnwound = "ember_user_stacks_unwound_total";
   constexpr absl::string_view kUnwoundHelp =

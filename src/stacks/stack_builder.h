@@ -39,7 +39,8 @@ struct UserStackEnds {
 
 class StackBuilder {
  public:
-  // Registers ember_user_stacks_unwound_total in `metrics`. The resolver, the table and the
+  // Registers ember_user_stacks_unwound_total in `metrics`, and has the resolver ask its runtimes
+  // to name code in no file (FrameResolver::set_runtimes). The resolver, the table and the
   // unwinder must outlive the builder.
   StackBuilder(FrameResolver* frames, const ProcessTable* processes, DwarfUnwinder* unwinder,
                MetricsRegistry& metrics);

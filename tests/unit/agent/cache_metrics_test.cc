@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "runtimes/perf_map/perf_map_runtime.h"
 #include "status/exposition_checker.h"
 
 namespace ember {
@@ -45,20 +46,29 @@ class CacheMetricsTest : public ::testing::Test {
 TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   MetricsRegistry registry;
   CacheMetrics metrics(registry);
-  ProcessTableLimits limits{.max_processes = 2};
-  limits.perf_map.max_bytes = 8192;
-  ProcessTable processes(root_, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
+  ProcessTable processes(root_, std::chrono::hours(1), ProcessTableLimits{.max_processes = 2});
   ModuleCache modules;
   FrameResolver frames(&processes, &modules, nullptr);
   DwarfUnwinder unwinder;
+  // JIT code is named by the perf-map runtime, which keeps its own metrics in the same registry.
+  PerfMapRuntimeLimits jit_limits{.min_refresh = std::chrono::milliseconds(0)};
+  jit_limits.per_process.max_bytes = 8192;
+  RuntimeSet runtimes;
+  auto owned = std::make_unique<PerfMapRuntime>(processes, registry, jit_limits);
+  PerfMapRuntime* jit_names = owned.get();
+  runtimes.Add(std::move(owned));
+  processes.Subscribe(&runtimes);
+  frames.set_runtimes(&runtimes);
 
   // Before anything happened: every series is there, at zero.
   metrics.Publish(processes, modules, frames, unwinder);
+  runtimes.SyncMetrics();
   auto empty = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(empty.ok()) << empty.status();
   for (const char* series :
        {"ember_processes_tracked",
         "ember_processes_evicted_total",
+        "ember_processes_evicted_remembered",
         "ember_perf_map_bytes",
         "ember_perf_map_entries_evicted_total",
         "ember_perf_map_budget_evictions_total",
@@ -82,6 +92,7 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   }
   EXPECT_EQ(empty->types.at("ember_symbol_cache_bytes"), "gauge");
   EXPECT_EQ(empty->types.at("ember_processes_evicted_total"), "counter");
+  EXPECT_EQ(empty->types.at("ember_processes_evicted_remembered"), "gauge");
 
   // Three processes through a table of two; JIT frames named from a capped perf map, one twice.
   Process* jit = processes.Get(100);
@@ -92,14 +103,18 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
   ASSERT_NE(processes.Get(101), nullptr);
   ASSERT_NE(processes.Get(102), nullptr);
   metrics.Publish(processes, modules, frames, unwinder);
+  runtimes.SyncMetrics();
   auto after = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Sample(*after, "ember_processes_tracked"), 2);
   EXPECT_EQ(Sample(*after, "ember_processes_evicted_total"), 1);
+  // Process 100, the least recently used, was evicted and is remembered until it exits.
+  EXPECT_EQ(Sample(*after, "ember_processes_evicted_remembered"), 1);
+  EXPECT_EQ(processes.evicted_size(), 1u);
   EXPECT_GT(Sample(*after, "ember_perf_map_entries_evicted_total"), 900);
-  // Process 100 was the least recently used: its perf map went with it.
-  EXPECT_EQ(Sample(*after, "ember_perf_map_bytes"),
-            static_cast<double>(processes.perf_map_bytes()));
+  // Its perf map stays with the runtime as long as the process runs.
+  EXPECT_EQ(Sample(*after, "ember_perf_map_bytes"), static_cast<double>(jit_names->HeldBytes()));
+  EXPECT_GT(jit_names->HeldBytes(), 0u);
   EXPECT_EQ(Sample(*after, "ember_symbol_cache_lookups_total{cache=\"frames\",result=\"hit\"}"), 1);
   EXPECT_EQ(Sample(*after, "ember_symbol_cache_lookups_total{cache=\"frames\",result=\"miss\"}"),
             2);
@@ -111,6 +126,7 @@ TEST_F(CacheMetricsTest, RenderWithPrometheusNamesAndFollowTheCaches) {
 
   // Counters only add what is new at the next publication.
   metrics.Publish(processes, modules, frames, unwinder);
+  runtimes.SyncMetrics();
   auto again = testing::ParseExposition(registry.Render());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(Sample(*again, "ember_processes_evicted_total"), 1);

@@ -174,8 +174,7 @@ class EvictionTest : public ::testing::Test {
       : tree_(absl::StrCat("ember-events-",
                            ::testing::UnitTest::GetInstance()->current_test_info()->name()),
               {100, 101, 102}),
-        table_(tree_.root(), std::chrono::hours(1), std::chrono::hours(1),
-               ProcessTableLimits{.max_processes = 2}) {
+        table_(tree_.root(), std::chrono::hours(1), ProcessTableLimits{.max_processes = 2}) {
     table_.Subscribe(&recorder_);
     table_.Publish(table_.Get(100));
     table_.Publish(table_.Get(101));
@@ -241,8 +240,7 @@ TEST(ProcessEventsTest, PastTheBoundTheLongestEvictedAreToldExited) {
   std::vector<uint32_t> pids;
   for (uint32_t pid = 100; pid < 112; ++pid) pids.push_back(pid);
   ProcTree tree("ember-events-evict-bound", pids);
-  ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
-                     ProcessTableLimits{.max_processes = 2});
+  ProcessTable table(tree.root(), std::chrono::hours(1), ProcessTableLimits{.max_processes = 2});
   Recorder recorder;
   table.Subscribe(&recorder);
   for (uint32_t pid : pids) table.Publish(table.Get(pid));
@@ -273,8 +271,7 @@ TEST(ProcessEventsTest, StatIsReadOncePerProcessPerDrop) {
 
 TEST(ProcessEventsTest, StatIsReadOncePerEvictedProcessPerDrop) {
   ProcTree tree("ember-events-stat-evicted", {100, 101, 102});
-  ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
-                     ProcessTableLimits{.max_processes = 2});
+  ProcessTable table(tree.root(), std::chrono::hours(1), ProcessTableLimits{.max_processes = 2});
   for (uint32_t pid : {100, 101, 102}) ASSERT_NE(table.Get(pid), nullptr);
   EXPECT_EQ(table.stats().stat_reads, 3u);
   table.DropExited();
@@ -287,8 +284,7 @@ TEST(ProcessEventsTest, StatIsReadOncePerEvictedProcessPerDrop) {
 
 TEST(ProcessEventsTest, FindNeitherReadsNorTouchesNorEvicts) {
   ProcTree tree("ember-events-find", {100, 101, 102});
-  ProcessTable table(tree.root(), std::chrono::hours(1), std::chrono::hours(1),
-                     ProcessTableLimits{.max_processes = 2});
+  ProcessTable table(tree.root(), std::chrono::hours(1), ProcessTableLimits{.max_processes = 2});
   const Process* first = table.Get(100);
   ASSERT_NE(table.Get(101), nullptr);
   EXPECT_EQ(table.Find(100), first);

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "support/jitdump_image.h"
 
 namespace ember {
 namespace {
@@ -162,8 +161,7 @@ std::string MakeProcTree(const std::string& name, int count) {
 
 TEST(ProcessTableTest, MaxProcessesEvictsTheLeastRecentlyUsed) {
   const std::string root = MakeProcTree("ember-proc-limit-test", 10);
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1),
-                     ProcessTableLimits{.max_processes = 4});
+  ProcessTable table(root, std::chrono::hours(1), ProcessTableLimits{.max_processes = 4});
   Process* hot = table.Get(100);
   ASSERT_NE(hot, nullptr);
   const uint64_t hot_version = hot->maps_version;
@@ -189,225 +187,6 @@ TEST(ProcessTableTest, MaxProcessesEvictsTheLeastRecentlyUsed) {
   std::filesystem::remove_all(root);
 }
 
-TEST(ProcessTableTest, PerfMapBytesAreBoundedPerProcessAndCounted) {
-  const std::string root = MakeProcTree("ember-proc-perf-map-test", 2);
-  ProcessTableLimits limits;
-  limits.perf_map.max_bytes = 16 * 1024;
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
-  for (int pid : {100, 101}) {
-    std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
-    std::ofstream map(absl::StrCat(root, "/", pid, "/root/tmp/perf-", pid, ".map"));
-    for (int i = 0; i < 2000; ++i) map << absl::StrFormat("%x 10 jitted_function_%d\n", i * 16, i);
-  }
-  Process* first = table.Get(100);
-  Process* second = table.Get(101);
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
-  ASSERT_TRUE(table.RefreshPerfMap(first));
-  ASSERT_TRUE(table.RefreshPerfMap(second));
-  const PerfMap& map = first->perf_map->map();
-  EXPECT_LE(map.EstimatedBytes(), limits.perf_map.max_bytes);
-  EXPECT_EQ(table.perf_map_bytes(),
-            map.EstimatedBytes() + second->perf_map->map().EstimatedBytes());
-  EXPECT_EQ(table.stats().perf_map_entries_evicted,
-            map.stats().evicted + second->perf_map->map().stats().evicted);
-  EXPECT_GT(table.stats().perf_map_entries_evicted, 2000u);
-  EXPECT_EQ(map.Lookup(1999 * 16)->name, "jitted_function_1999");  // the newest stay named
-
-  // A process that goes takes its perf map's bytes with it.
-  const size_t second_bytes = second->perf_map->map().EstimatedBytes();
-  std::filesystem::remove_all(root + "/100");
-  EXPECT_EQ(table.DropExited(), 1);
-  EXPECT_EQ(table.perf_map_bytes(), second_bytes);
-  std::filesystem::remove_all(root);
-}
-
-void WritePerfMap(const std::string& root, int pid, int entries) {
-  std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
-  std::ofstream map(absl::StrCat(root, "/", pid, "/root/tmp/perf-", pid, ".map"));
-  for (int i = 0; i < entries; ++i) map << absl::StrFormat("%x 10 jitted_function_%d\n", i * 16, i);
-}
-
-TEST(ProcessTableTest, PerfMapsTogetherStayWithinTheTotalBudgetLargestFirst) {
-  const std::string root = MakeProcTree("ember-proc-perf-map-total-test", 3);
-  WritePerfMap(root, 100, 4000);
-  WritePerfMap(root, 101, 500);
-  WritePerfMap(root, 102, 100);
-  ProcessTableLimits limits;
-  limits.max_perf_map_total_bytes = 150 * 1024;
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
-  Process* big = table.Get(100);
-  Process* middle = table.Get(101);
-  Process* small = table.Get(102);
-  ASSERT_NE(big, nullptr);
-  ASSERT_NE(middle, nullptr);
-  ASSERT_NE(small, nullptr);
-  ASSERT_TRUE(table.RefreshPerfMap(middle));
-  ASSERT_TRUE(table.RefreshPerfMap(small));
-  EXPECT_EQ(table.stats().perf_map_budget_evictions, 0u);
-  ASSERT_TRUE(table.RefreshPerfMap(big));  // 4000 entries: over the total
-
-  const PerfMap& big_map = big->perf_map->map();
-  EXPECT_LE(table.perf_map_bytes(), limits.max_perf_map_total_bytes);
-  EXPECT_EQ(table.perf_map_bytes(), big_map.EstimatedBytes() +
-                                        middle->perf_map->map().EstimatedBytes() +
-                                        small->perf_map->map().EstimatedBytes());
-  // The largest map lost its oldest halves (twice: 4000 -> 2000 -> 1000), the others nothing.
-  EXPECT_EQ(table.stats().perf_map_budget_evictions, 2u);
-  EXPECT_EQ(big_map.size(), 1000u);
-  EXPECT_EQ(middle->perf_map->map().size(), 500u);
-  EXPECT_EQ(small->perf_map->map().size(), 100u);
-  EXPECT_EQ(table.stats().perf_map_entries_evicted, 3000u);
-  EXPECT_EQ(big_map.Lookup(3999 * 16)->name, "jitted_function_3999");  // the newest stay named
-  EXPECT_FALSE(big_map.Lookup(0).has_value());
-  EXPECT_EQ(middle->perf_map->map().Lookup(0)->name, "jitted_function_0");
-  std::filesystem::remove_all(root);
-}
-
-// A jitdump's names count in the perf map budgets as a perf map's do: the largest is shed first,
-// whichever kind it is, and a process that goes takes its jitdump's bytes with it.
-TEST(ProcessTableTest, JitdumpsShareThePerfMapBudgets) {
-  const std::string root = MakeProcTree("ember-proc-jitdump-total-test", 3);
-  WritePerfMap(root, 101, 500);
-  for (int pid : {100, 102}) {
-    testing::JitDumpImage image;
-    for (int i = 0; i < (pid == 100 ? 4000 : 100); ++i) {
-      image.CodeLoad(0x10000 + i * 16, 16, absl::StrFormat("jitted_function_%d", i));
-    }
-    std::filesystem::create_directories(absl::StrCat(root, "/", pid, "/root/tmp"));
-    std::ofstream(absl::StrCat(root, "/", pid, "/root/tmp/jit-", pid, ".dump"), std::ios::binary)
-        << image.bytes();
-  }
-  ProcessTableLimits limits;
-  limits.max_perf_map_total_bytes = 150 * 1024;
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0), limits);
-  Process* big = table.Get(100);
-  Process* middle = table.Get(101);
-  Process* small = table.Get(102);
-  ASSERT_NE(big, nullptr);
-  ASSERT_NE(middle, nullptr);
-  ASSERT_NE(small, nullptr);
-  ASSERT_TRUE(table.RefreshPerfMap(middle));
-  ASSERT_TRUE(table.RefreshPerfMap(small));
-  ASSERT_NE(small->jitdump, nullptr);
-  EXPECT_EQ(middle->jitdump, nullptr);  // none to find
-  EXPECT_EQ(table.stats().perf_map_budget_evictions, 0u);
-  ASSERT_TRUE(table.RefreshPerfMap(big));  // 4000 entries: over the total
-
-  const JitDump& big_dump = big->jitdump->dump();
-  EXPECT_LE(table.perf_map_bytes(), limits.max_perf_map_total_bytes);
-  EXPECT_EQ(table.perf_map_bytes(),
-            big_dump.EstimatedBytes() + big->perf_map->map().EstimatedBytes() +
-                middle->perf_map->map().EstimatedBytes() + small->jitdump->dump().EstimatedBytes() +
-                small->perf_map->map().EstimatedBytes());
-  EXPECT_EQ(table.stats().perf_map_budget_evictions, 2u);
-  EXPECT_EQ(big_dump.names().size(), 1000u);
-  EXPECT_EQ(middle->perf_map->map().size(), 500u);
-  EXPECT_EQ(small->jitdump->dump().names().size(), 100u);
-  EXPECT_EQ(big_dump.names().Lookup(0x10000 + 3999 * 16)->name, "jitted_function_3999");
-
-  const size_t rest = table.perf_map_bytes() - big_dump.EstimatedBytes();
-  std::filesystem::remove_all(root + "/100");
-  EXPECT_EQ(table.DropExited(), 1);
-  EXPECT_EQ(table.perf_map_bytes(), rest);
-  std::filesystem::remove_all(root);
-}
-
-TEST(ProcessTableTest, ProcessesWhoseMapIsOneFileShareItAndItsBytes) {
-  const std::string root = MakeProcTree("ember-proc-perf-map-shared-test", 3);
-  WritePerfMap(root, 100, 1000);
-  std::filesystem::create_directories(root + "/101/root/tmp");
-  std::filesystem::create_hard_link(root + "/100/root/tmp/perf-100.map",
-                                    root + "/101/root/tmp/perf-101.map");
-  WritePerfMap(root, 102, 1000);  // the same text, another file
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0));
-  Process* first = table.Get(100);
-  Process* second = table.Get(101);
-  Process* other = table.Get(102);
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
-  ASSERT_NE(other, nullptr);
-  ASSERT_TRUE(table.RefreshPerfMap(first));
-  const size_t one = table.perf_map_bytes();
-  ASSERT_GT(one, 1000u * PerfMap::kEntryBytes);
-  table.RefreshPerfMap(second);
-  EXPECT_EQ(second->perf_map, first->perf_map);
-  EXPECT_EQ(table.perf_map_bytes(), one);  // held once
-  EXPECT_EQ(second->perf_map->map().Lookup(999 * 16)->name, "jitted_function_999");
-  ASSERT_TRUE(table.RefreshPerfMap(other));
-  EXPECT_NE(other->perf_map, first->perf_map);
-  EXPECT_EQ(table.perf_map_bytes(), 2 * one);
-
-  // What the file gains is read once, for both.
-  {
-    std::ofstream map(root + "/100/root/tmp/perf-100.map", std::ios::app);
-    map << "ffff0 10 appended\n";
-  }
-  ASSERT_TRUE(table.RefreshPerfMap(second));
-  EXPECT_EQ(first->perf_map->map().Lookup(0xffff0)->name, "appended");
-  EXPECT_FALSE(table.RefreshPerfMap(first));  // nothing new
-
-  // The map's bytes stay while any of its processes does.
-  std::filesystem::remove_all(root + "/100");
-  EXPECT_EQ(table.DropExited(), 1);
-  EXPECT_EQ(table.perf_map_bytes(), 2 * one + PerfMap::kEntryBytes + 8);  // + "appended"
-  EXPECT_EQ(second->perf_map->map().Lookup(0xffff0)->name, "appended");
-  {  // its first process gone, the map is read through another's path
-    std::ofstream map(root + "/101/root/tmp/perf-101.map", std::ios::app);
-    map << "fffff0 10 appended_later\n";
-  }
-  ASSERT_TRUE(table.RefreshPerfMap(second));
-  EXPECT_EQ(second->perf_map->map().Lookup(0xfffff0)->name, "appended_later");
-  std::filesystem::remove_all(root + "/101");
-  EXPECT_EQ(table.DropExited(), 1);
-  EXPECT_EQ(table.perf_map_bytes(), other->perf_map->map().EstimatedBytes());
-  std::filesystem::remove_all(root);
-}
-
-// A process whose perf map turns out to be another process's file (or its own again) swaps only
-// the map: its jitdump, a separate file, stays as read, not read again from its first byte.
-TEST(ProcessTableTest, SwappingToASharedPerfMapKeepsTheJitdump) {
-  const std::string root = MakeProcTree("ember-proc-perf-map-swap-test", 2);
-  WritePerfMap(root, 100, 10);
-  WritePerfMap(root, 101, 20);
-  testing::JitDumpImage image;
-  for (int i = 0; i < 50; ++i) {
-    image.CodeLoad(0x10000 + i * 16, 16, absl::StrFormat("dumped_function_%d", i));
-  }
-  const std::string dump_path = root + "/101/root/tmp/jit-101.dump";
-  std::ofstream(dump_path, std::ios::binary) << image.bytes();
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::milliseconds(0));
-  Process* first = table.Get(100);
-  Process* second = table.Get(101);
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
-  ASSERT_TRUE(table.RefreshPerfMap(first));
-  ASSERT_TRUE(table.RefreshPerfMap(second));
-  ASSERT_NE(second->jitdump, nullptr);
-  const JitDumpFile* dump = second->jitdump.get();
-  ASSERT_EQ(dump->dump().names().size(), 50u);
-
-  // Its map is now a hard link to the first's file, and its jitdump is gone from its /tmp (the
-  // names read stay): a jitdump read again from scratch would find nothing.
-  std::filesystem::remove(root + "/101/root/tmp/perf-101.map");
-  std::filesystem::create_hard_link(root + "/100/root/tmp/perf-100.map",
-                                    root + "/101/root/tmp/perf-101.map");
-  std::filesystem::remove(dump_path);
-  table.RefreshPerfMap(second);
-  EXPECT_EQ(second->perf_map, first->perf_map);
-  EXPECT_EQ(second->jitdump.get(), dump);
-  ASSERT_NE(second->jitdump, nullptr);
-  EXPECT_EQ(second->jitdump->dump().names().Lookup(0x10000 + 49 * 16)->name, "dumped_function_49");
-  EXPECT_EQ(table.perf_map_bytes(),
-            first->perf_map->map().EstimatedBytes() + dump->dump().EstimatedBytes());
-
-  // An exec drops it: the new program's runtime writes another.
-  std::filesystem::create_symlink("/usr/bin/new-program", root + "/101/exe");
-  ASSERT_TRUE(table.ReloadMaps(second));
-  EXPECT_EQ(second->jitdump, nullptr);
-  std::filesystem::remove_all(root);
-}
-
 // Maps text of `count` executable mappings, one page apart, of files named by `path_of(i)`.
 std::string ManyMappings(int count, const std::function<std::string(int)>& path_of) {
   std::string text;
@@ -428,7 +207,7 @@ TEST(ProcessTableTest, MappingsKeptPerProcessAreCappedInNumberAndPathLength) {
   ProcessTableLimits limits;
   limits.max_mapping_path_bytes = 100;
   limits.max_mappings_per_process = 8;
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1), limits);
+  ProcessTable table(root, std::chrono::hours(1), limits);
   Process* process = table.Get(100);
   ASSERT_NE(process, nullptr);
   // Files first: the 15 with a path kept; the 5 with a long one are not files any more.
@@ -466,7 +245,7 @@ TEST(ProcessTableTest, MappingsOfEveryProcessStayWithinTheBudgetLeastRecentlySam
   ASSERT_GT(one, 20u * 900);  // the paths' heap blocks count
   ProcessTableLimits limits;
   limits.max_mapping_bytes = one * 5 / 2;
-  ProcessTable table(root, std::chrono::hours(1), std::chrono::hours(1), limits);
+  ProcessTable table(root, std::chrono::hours(1), limits);
   Process* first = table.Get(100);
   ASSERT_NE(first, nullptr);
   const uint64_t first_version = first->maps_version;
@@ -538,11 +317,6 @@ TEST(ProcessTableTest, LeaderThatExitedIsReadThroughALiveThread) {
   EXPECT_EQ(table.OpenPath(*process, process->mappings[0]).Display(),
             pid_dir + "/task/4244/root/usr/bin/phases");
   EXPECT_EQ(table.read_failures().maps, 0u);
-  // Its JIT code's perf map is in the live thread's root too.
-  WriteText(pid_dir + "/task/4244/root/tmp/perf-4243.map", "7f0000001000 100 jitted_function\n");
-  EXPECT_TRUE(table.RefreshPerfMap(process));
-  ASSERT_NE(process->perf_map, nullptr);
-  EXPECT_EQ(process->perf_map->map().size(), 1u);
   std::filesystem::remove_all(root);
 }
 

@@ -161,8 +161,7 @@ TEST_F(KnownProcessesTest, AProcessEvictedAndReadAgainKeepsItsMark) {
   std::filesystem::copy(
       root_ + "/4242", root_ + "/4243",
       std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
-  ProcessTable table(root_, std::chrono::hours(1), std::chrono::hours(1),
-                     ProcessTableLimits{.max_processes = 1});
+  ProcessTable table(root_, std::chrono::hours(1), ProcessTableLimits{.max_processes = 1});
   std::vector<uint32_t> marks, forgets;
   KnownProcesses known(
       table, [&](uint32_t pid) { marks.push_back(pid); },

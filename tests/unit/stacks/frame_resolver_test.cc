@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "runtimes/perf_map/perf_map_runtime.h"
 #include "support/jitdump_image.h"
 
 namespace ember_resolver_test {
@@ -152,15 +153,30 @@ class NodeProcessFrameTest : public ::testing::Test {
     std::ofstream(map_path_, std::ios::app | std::ios::binary) << text;
   }
 
+  // The perf-map runtime, naming the code in no file that `resolver` meets, its perf map read
+  // again at most once per `min_refresh`.
+  PerfMapRuntime& NameJitCode(const ProcessTable& processes, FrameResolver& resolver,
+                              std::chrono::milliseconds min_refresh = {}) {
+    auto owned = std::make_unique<PerfMapRuntime>(processes, registry_,
+                                                  PerfMapRuntimeLimits{.min_refresh = min_refresh});
+    PerfMapRuntime& runtime = *owned;
+    runtimes_.Add(std::move(owned));
+    resolver.set_runtimes(&runtimes_);
+    return runtime;
+  }
+
   std::string root_;
   std::string map_path_;
+  MetricsRegistry registry_;
+  RuntimeSet runtimes_;
 };
 
 TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromThePerfMap) {
   AppendToMap("7f0000000100 80 JS:*leafAlpha /srv/app.js:3:20\n7f0000000200 40 JS:~main /srv/a");
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
 
@@ -204,10 +220,11 @@ TEST_F(NodeProcessFrameTest, FrameCacheStaysWithinItsByteLimit) {
                           i);
   }
   AppendToMap(text);
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   constexpr size_t kMaxBytes = 64 * 1024;
   FrameResolver resolver(&processes, &modules, nullptr, kMaxBytes);
+  NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
   auto name = [](int i) { return absl::StrFormat("JS:*function_%d /srv/app.js:%d:1", i, i); };
@@ -236,9 +253,10 @@ TEST_F(NodeProcessFrameTest, FrameCacheStaysWithinItsByteLimit) {
 }
 
 TEST_F(NodeProcessFrameTest, WithoutAPerfMapAnonymousCodeKeepsItsMarker) {
-  ProcessTable processes(root_, std::chrono::hours(1), std::chrono::hours(1));
+  ProcessTable processes(root_, std::chrono::hours(1));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  NameJitCode(processes, resolver, std::chrono::hours(1));
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
@@ -265,9 +283,10 @@ TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
       "7f0000000000-7f0000100000 rwxp 00000000 00:00 0\n"
       "7f1000000000-7f1000001000 r-xp 00000000 %02x:%02x %d          /srv/jit-17.dump\n",
       major(st.st_dev), minor(st.st_dev), st.st_ino);
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  PerfMapRuntime& jit = NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
 
@@ -287,7 +306,7 @@ TEST_F(NodeProcessFrameTest, AnonymousCodeIsNamedFromTheJitdumpTheProcessMaps) {
              .substr(40);
   EXPECT_EQ(resolver.User(process, 0x7f0000000210, false)->function,
             "JS:*leafBeta /srv/app.js:30:1");
-  EXPECT_EQ(processes.perf_map_bytes(), process->jitdump->dump().EstimatedBytes());
+  EXPECT_EQ(jit.HeldBytes(), jit.Find(4242)->jitdump->dump().EstimatedBytes());
 }
 
 // A JVM's jitdump (perf's JVMTI agent) gives debug-info addresses as perf reads them, the
@@ -301,9 +320,10 @@ TEST_F(NodeProcessFrameTest, AJvmJitdumpsLinesAreAtTheCodesOwnAddresses) {
                         {{0x7f0000000100, 40, "App.java"}, {0x7f0000000100 + 0x30, 41, "\xff"}})
              .CodeLoad(0x7f0000000100, 0x80, "App::run")
              .bytes();
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
   const Frame* leaf = resolver.User(process, 0x7f0000000110, /*caller=*/false);
@@ -317,9 +337,10 @@ TEST_F(NodeProcessFrameTest, AJvmJitdumpsLinesAreAtTheCodesOwnAddresses) {
 TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
   std::ofstream(root_ + "/4242/root/tmp/jit-17.dump", std::ios::binary)
       << testing::JitDumpImage().CodeLoad(0x7f0000000100, 0x80, "void [App] App::Hot()").bytes();
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
   const Frame* frame = resolver.User(process, 0x7f0000000110, false);
@@ -329,9 +350,10 @@ TEST_F(NodeProcessFrameTest, AJitdumpInTmpIsFoundWithoutAMapping) {
 
 TEST_F(NodeProcessFrameTest, AReplacedMapIsReadAgain) {
   AppendToMap("7f0000000100 80 first_program\n");
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
+  NameJitCode(processes, resolver);
   Process* process = processes.Get(4242);
   ASSERT_NE(process, nullptr);
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "first_program");
@@ -341,27 +363,6 @@ TEST_F(NodeProcessFrameTest, AReplacedMapIsReadAgain) {
       << "a cached frame stays until a miss reads the map again";
   EXPECT_EQ(resolver.User(process, 0x7f0000000310, false)->function, "void Phases.leafBeta()");
   EXPECT_EQ(resolver.User(process, 0x7f0000000110, false)->function, "[anon]");
-}
-
-TEST(JitKindTest, RuntimeFromExecutableOrLibrary) {
-  Process process;
-  process.executable_path = "/usr/bin/node";
-  EXPECT_EQ(JitKindOf(process), FrameKind::kV8Js);
-  process.executable_path = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java";
-  EXPECT_EQ(JitKindOf(process), FrameKind::kJvm);
-  process.executable_path = "/usr/share/dotnet/dotnet";
-  EXPECT_EQ(JitKindOf(process), FrameKind::kDotnet);
-  process.executable_path = "/opt/app/server";
-  EXPECT_EQ(JitKindOf(process), FrameKind::kJit);
-  MemoryMapping libjvm;
-  libjvm.path = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
-  process.mappings.push_back(libjvm);
-  EXPECT_EQ(JitKindOf(process), FrameKind::kJvm);  // an embedded JVM
-  process.mappings[0].path = "/usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.0/libcoreclr.so";
-  EXPECT_EQ(JitKindOf(process), FrameKind::kDotnet);
-  process.executable_path = "";
-  process.mappings.clear();
-  EXPECT_EQ(JitKindOf(process), FrameKind::kJit);
 }
 
 }  // namespace
@@ -378,7 +379,7 @@ TEST_F(NodeProcessFrameTest, AnotherFileMappedAtAnAddressNamesItsFramesOnceTheMa
   std::ofstream(maps, std::ios::trunc)
       << "00400000-00401000 r-xp 00000000 fd:01 5                  /usr/bin/node\n"
          "7f1000000000-7f1000010000 r-xp 00000000 fd:01 71         /opt/first/libwork.so\n";
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   Process* process = processes.Get(4242);
@@ -482,7 +483,7 @@ class LateDebugFileTest : public ::testing::Test, public DebugFileSource {
 };
 
 TEST_F(LateDebugFileTest, CachedFramesAreNamedInPlaceWhenTheDebugFileArrives) {
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules(
       16, ElfModuleOptions{.debug_dir = root_ + "/no-debug-dir", .debug_file_source = this});
   FrameResolver resolver(&processes, &modules, nullptr);
@@ -646,7 +647,7 @@ TEST_F(OtherVdsoTest, EachProcessIsNamedFromItsOwnImage) {
   AddProcess(101, *own);
   AddProcess(102, std::nullopt);
   AddProcess(103, std::string(0x1000, 'x'));
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
 
@@ -674,7 +675,7 @@ TEST_F(OtherVdsoTest, ARewrittenImageNamesNoOtherProcesssFrames) {
 
   AddProcess(100, renamed_);
   AddProcess(101, own_);
-  ProcessTable processes(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::milliseconds(0));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   EXPECT_EQ(resolver.User(processes.Get(100), kVdsoStart + offset, false)->function, "__vdso_pwnd");
@@ -688,7 +689,7 @@ TEST_F(OtherVdsoTest, AnExecReadsTheImageAgain) {
   const uint64_t offset = time_offset_;
 
   AddProcess(100, own_);
-  ProcessTable processes(root_, std::chrono::hours(1), std::chrono::milliseconds(0));
+  ProcessTable processes(root_, std::chrono::hours(1));
   ModuleCache modules;
   FrameResolver resolver(&processes, &modules, nullptr);
   Process* process = processes.Get(100);
@@ -713,8 +714,8 @@ TEST_F(OtherVdsoTest, AFailedReadIsRetriedAFewTimes) {
   AddProcess(100, std::nullopt);
   AddProcess(101, std::nullopt);
   AddProcess(102, std::nullopt);
-  ProcessTable fast(root_, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
-  ProcessTable slow(root_, std::chrono::hours(1), std::chrono::milliseconds(0));
+  ProcessTable fast(root_, std::chrono::milliseconds(0));
+  ProcessTable slow(root_, std::chrono::hours(1));
   ModuleCache modules;
   FrameResolver retrying(&fast, &modules, nullptr);
   FrameResolver waiting(&slow, &modules, nullptr);

@@ -485,7 +485,7 @@ TEST_F(StackBuilderTest, RuntimesSpliceTheUserFramesOfProcessesTheyKnow) {
   EXPECT_EQ(runtime->pcs, WalkedPcs());
   EXPECT_THAT(stack[1]->function, HasSubstr("WalkedLeaf"));
 
-  builder_.runtimes().ProcessMapsChanged(*self);
+  builder_.runtimes().OnMapsChanged(*self);
   EXPECT_EQ(runtime->known, std::vector<uint32_t>{self->pid});
   stack = builder_.Build(record.Decode(), self);
   ASSERT_EQ(stack.size(), 4u);
@@ -505,7 +505,7 @@ TEST_F(StackBuilderTest, RuntimesSpliceTheUserFramesOfProcessesTheyKnow) {
   builder_.Build(record.Decode(), nullptr);
   EXPECT_EQ(runtime->splices, 3);
 
-  builder_.runtimes().ProcessExited(77);
+  builder_.runtimes().OnExited(77);
   builder_.runtimes().NextGeneration();
   builder_.runtimes().SyncMetrics();
   EXPECT_EQ(runtime->exited, std::vector<uint32_t>{77});
@@ -563,7 +563,7 @@ TEST_F(StackBuilderTest, CPythonLeavesOtherProcessesNative) {
   python::CPythonRuntime* runtime = owned.get();
   builder_.runtimes().Add(std::move(owned));
   Process* self = Self();
-  builder_.runtimes().ProcessMapsChanged(*self);
+  builder_.runtimes().OnMapsChanged(*self);
   EXPECT_TRUE(bpf.set.empty());
   const python::PythonProcess* detected = runtime->namer().Find(self->pid);
   ASSERT_NE(detected, nullptr);
@@ -589,7 +589,7 @@ TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
 
   Process* process = processes_.Get(python.pid());
   ASSERT_NE(process, nullptr);
-  builder_.runtimes().ProcessMapsChanged(*process);
+  builder_.runtimes().OnMapsChanged(*process);
   ASSERT_EQ(bpf.set, std::vector<uint32_t>{python.pid()});
   const python::PythonProcess* detected = runtime->namer().Find(python.pid());
   ASSERT_NE(detected, nullptr);
@@ -652,7 +652,7 @@ TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
   EXPECT_EQ(runtime->namer().stats().named, raw.size());
 
   // Gone: its BPF entry and its detection go; its samples stay native.
-  builder_.runtimes().ProcessExited(python.pid());
+  builder_.runtimes().OnExited(python.pid());
   EXPECT_EQ(bpf.removed, std::vector<uint32_t>{python.pid()});
   EXPECT_EQ(runtime->namer().Find(python.pid()), nullptr);
   const std::vector<const Frame*>& native = builder_.Build(record.Decode(), process);
