@@ -19,10 +19,10 @@ struct NmSymbol {
 };
 
 struct NmQuery {
-  std::string_view types;   // the nm type letters to keep (e.g. "Tt"); empty keeps every one
-  bool dynamic = false;     // the dynamic symbol table (-D) instead of the static one
-  bool demangle = false;    // -C
-  bool sized_only = false;  // only symbols with a size above zero
+  std::string_view types = {};  // the nm type letters to keep (e.g. "Tt"); empty keeps every one
+  bool dynamic = false;         // the dynamic symbol table (-D) instead of the static one
+  bool demangle = false;        // -C
+  bool sized_only = false;      // only symbols with a size above zero
 };
 
 // The defined symbols of `path`, as `nm --defined-only -S` lists them, in nm's order.

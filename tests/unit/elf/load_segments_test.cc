@@ -153,9 +153,15 @@ TEST(LoadSegmentsTest, CodeOffsetsArePlacedAsTheirMappingPlacesThem) {
 
 TEST(LoadSegmentsTest, FileWithoutLoadableSegmentsHasNone) {
   const std::string path = ::testing::TempDir() + "/load_segments_no_load";
-  ASSERT_TRUE(testing::WriteElfImage(
-      path, {.program_headers = {
-                 {.p_type = PT_NOTE, .p_offset = 0x100, .p_filesz = 0x10, .p_align = 4}}}));
+  const Elf64_Phdr note = {.p_type = PT_NOTE,
+                           .p_flags = 0,
+                           .p_offset = 0x100,
+                           .p_vaddr = 0,
+                           .p_paddr = 0,
+                           .p_filesz = 0x10,
+                           .p_memsz = 0,
+                           .p_align = 4};
+  ASSERT_TRUE(testing::WriteElfImage(path, {.program_headers = {note}}));
   absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments((*file)->elf());
@@ -171,6 +177,7 @@ TEST(LoadSegmentsTest, CorruptProgramHeaderTableIsAnError) {
                            .p_flags = PF_R | PF_X,
                            .p_offset = 0,
                            .p_vaddr = 0,
+                           .p_paddr = 0,
                            .p_filesz = 0x200,
                            .p_memsz = 0x200,
                            .p_align = 0x1000};
