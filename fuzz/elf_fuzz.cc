@@ -40,7 +40,18 @@ void Use(const std::string& path) {
                ember::StackMemory{.start = 0x7ffd0000, .bytes = stack}, step);
     }
   }
-  ember::python::InspectInterpreterElf(path);
+  // A supported interpreter is placed in a process as the agent places it, at a mapping of its
+  // first page and at one of a later page.
+  absl::StatusOr<ember::python::InterpreterInfo> interpreter =
+      ember::python::InspectInterpreterElf(path);
+  if (interpreter.ok()) {
+    for (uint64_t offset : {uint64_t{0}, uint64_t{0x1000}}) {
+      ember::python::MakeProcessInterpreter(*interpreter, {.start = 0x7f0000000000 + offset,
+                                                           .end = 0x7f0000100000 + offset,
+                                                           .file_offset = offset,
+                                                           .executable = offset != 0});
+    }
+  }
 }
 
 }  // namespace

@@ -192,11 +192,9 @@ int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
     pending_.pop_front();
     auto it = files_.find(key);
     if (it == files_.end() || it->second.state != File::State::kQueued) continue;
-    if (!MappedByALiveProcess(key)) {
-      ++dropped_exited_;
-      files_.erase(key);  // queued again if a process maps it later
-      continue;
-    }
+    RemoveUnreportedExits(key);
+    // Dropped (Release) if every process that mapped it had exited.
+    if (!files_.contains(key)) continue;
     const auto started = std::chrono::steady_clock::now();
     Build(key);
     now = std::chrono::steady_clock::now();
@@ -219,21 +217,16 @@ int BpfUnwindTables::BuildPending(std::chrono::steady_clock::time_point now) {
   return static_cast<int>(built.size());
 }
 
-bool BpfUnwindTables::MappedByALiveProcess(const FileIdentity& key) {
+void BpfUnwindTables::RemoveUnreportedExits(const FileIdentity& key) {
   std::vector<uint32_t> exited;
-  bool alive = false;
   for (const auto& [pid, process] : processes_) {
     if (std::find(process.files.begin(), process.files.end(), key) == process.files.end()) {
       continue;
     }
-    if (alive_(pid)) {
-      alive = true;
-      break;
-    }
+    if (alive_(pid)) break;
     exited.push_back(pid);
   }
   for (uint32_t pid : exited) RemoveProcess(pid);
-  return alive;
 }
 
 void BpfUnwindTables::Build(const FileIdentity& key) {
@@ -296,6 +289,12 @@ void BpfUnwindTables::Release(const std::vector<FileIdentity>& files) {
     if (it == files_.end()) continue;
     --it->second.processes;
     it->second.last_generation = generation_;
+    if (it->second.processes <= 0 && it->second.state == File::State::kQueued) {
+      // Queued again if a process maps it later.
+      ++dropped_exited_;
+      files_.erase(it);
+      pending_.erase(std::remove(pending_.begin(), pending_.end(), key), pending_.end());
+    }
   }
 }
 

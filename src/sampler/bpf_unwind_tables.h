@@ -63,7 +63,8 @@ class BpfUnwindTables {
   // Builds one file's table; the default reads the file (unwind_table.h).
   using TableSource = std::function<absl::StatusOr<FileUnwindTable>(const ExecutableMapping&)>;
   static absl::StatusOr<FileUnwindTable> TableOfFile(const ExecutableMapping& mapping);
-  // Whether process `pid` still runs; the default looks for /proc/PID.
+  // Whether process `pid` still runs; the default looks for /proc/PID. Asked only of processes
+  // the process table has not reported exited (RemoveProcess), before a build (BuildPending).
   using ProcessAlive = std::function<bool(uint32_t pid)>;
   static bool ProcessExists(uint32_t pid);
 
@@ -87,12 +88,18 @@ class BpfUnwindTables {
   // frames in one file counts once); frames in files with rows or in memory that is no file (JIT
   // code) count for none.
   void WalkFellShort(uint32_t pid, std::span<const uint64_t> pcs);
+  // The process exited (the process table's event). A queued file that no process maps any more
+  // is dropped at once, unbuilt (dropped_exited): a short-lived process, such as a probe's curl,
+  // would otherwise have every library it maps built, and built again each time it runs once the
+  // rows were freed.
   void RemoveProcess(uint32_t pid);
   // Builds queued tables, oldest first, while within the time share, and updates the entries of
-  // the processes that map them. A queued file whose processes have all exited by then is not
-  // built (a short-lived process, such as a probe's curl, would otherwise have every library it
-  // maps built, and built again each time it runs once the rows were freed), and the exited
-  // processes are removed. Returns how many it built.
+  // the processes that map them. The process table reports exits only at its DropExited (once an
+  // export interval) while the time share spreads a burst of queued builds over seconds, so a
+  // process may have exited unreported by the time its file's turn comes: before a build, the
+  // processes that map the file are asked whether they still run (ProcessAlive), and the exited
+  // ones are removed as RemoveProcess does, which drops the file when none is left. Returns how
+  // many it built.
   int BuildPending(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
   size_t pending() const { return pending_.size(); }
   // When BuildPending may build the next queued table (the time share allows it).
@@ -134,8 +141,9 @@ class BpfUnwindTables {
   void UpdateHasUnwanted(const FileIdentity& key);
   int WalksToBuild(uint64_t code_bytes) const;  // BuildThreshold's figure for a file
   void Build(const FileIdentity& key);
-  // Whether a process that runs still maps the file; removes the exited ones met on the way.
-  bool MappedByALiveProcess(const FileIdentity& key);
+  // Removes the processes mapping the file that exited since the table's last report, up to the
+  // first that still runs.
+  void RemoveUnreportedExits(const FileIdentity& key);
   // Writes the process's entry from the files loaded now.
   void WriteEntry(uint32_t pid, const Process& process);
   // Room for `rows` rows in the row map, freeing unused files' rows if needed.
@@ -163,9 +171,9 @@ class BpfUnwindTables {
 };
 
 // Keeps the walk's processes those of the process table: their mappings set at each read of their
-// maps, removed when the table says they exited (at an export). BpfUnwindTables still asks
-// whether a file's processes live before it builds the file's rows, as they may have exited since
-// the last export and a build costs milliseconds.
+// maps, removed when the table says they exited, which drops the queued builds that were theirs
+// alone. BpfUnwindTables::BuildPending still asks after processes the table has not reported yet,
+// as a build costs milliseconds and the table reports exits once an export interval.
 class BpfUnwindTablesFeed final : public ProcessEvents {
  public:
   BpfUnwindTablesFeed(const ProcessTable& table, BpfUnwindTables& tables)

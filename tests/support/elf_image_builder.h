@@ -15,12 +15,12 @@ struct ElfImageSpec {
   uint16_t type = ET_DYN;
   uint64_t entry = 0;
   // Written right after the ELF header, as given.
-  std::vector<Elf64_Phdr> program_headers;
+  std::vector<Elf64_Phdr> program_headers = {};
   // The file's size: zeros follow the headers. Never less than the headers take.
   uint64_t size = 0x1000;
   // Overrides of the header's program header table fields, for a corrupt table.
-  std::optional<uint64_t> phoff;
-  std::optional<uint16_t> phnum;
+  std::optional<uint64_t> phoff = std::nullopt;
+  std::optional<uint16_t> phnum = std::nullopt;
 };
 
 // The file's bytes.

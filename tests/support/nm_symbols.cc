@@ -1,4 +1,4 @@
-// CommandOutput through popen; NmSizedSymbols parses nm's "<address> <size> <type> <name>" lines.
+// CommandOutput through popen; NmSymbols parses nm's "<address> [<size>] <type> <name>" lines.
 #include "support/nm_symbols.h"
 
 #include <gtest/gtest.h>
@@ -22,26 +22,37 @@ std::string CommandOutput(const std::string& command) {
   return output;
 }
 
-std::vector<NmSymbol> NmSizedSymbols(const std::string& path, std::string_view types,
-                                     bool demangle) {
+std::vector<NmSymbol> NmSymbols(const std::string& path, const NmQuery& query) {
   std::vector<NmSymbol> symbols;
   std::istringstream lines(CommandOutput(std::string(EMBER_NM) + " --defined-only -S " +
-                                         (demangle ? "-C " : "") + "'" + path + "'"));
+                                         (query.dynamic ? "-D " : "") +
+                                         (query.demangle ? "-C " : "") + "'" + path + "'"));
   for (std::string line; std::getline(lines, line);) {
-    // Symbols without a size have three fields: their type letter lands in `size`.
+    // "<address> <size> <type> <name>", or "<address> <type> <name>" for a symbol without a
+    // size (nm pads sizes to the address width, so a one-letter field is the type).
     std::istringstream in(line);
-    std::string address, size, type;
-    if (!(in >> address >> size >> type) || type.size() != 1 || size.size() == 1 ||
-        types.find(type[0]) == std::string_view::npos) {
+    std::string address, second;
+    if (!(in >> address >> second)) continue;
+    const bool sized = second.size() > 1;
+    std::string type = second;
+    if (sized && !(in >> type)) continue;
+    if (type.size() != 1 ||
+        (!query.types.empty() && query.types.find(type[0]) == std::string_view::npos)) {
       continue;
     }
     NmSymbol symbol;
     symbol.address = std::stoull(address, nullptr, 16);
-    symbol.size = std::stoull(size, nullptr, 16);
+    symbol.size = sized ? std::stoull(second, nullptr, 16) : 0;
+    symbol.type = type[0];
     std::getline(in >> std::ws, symbol.name);
-    if (symbol.size > 0) symbols.push_back(symbol);
+    if (!query.sized_only || symbol.size > 0) symbols.push_back(symbol);
   }
   return symbols;
+}
+
+std::vector<NmSymbol> NmSizedSymbols(const std::string& path, std::string_view types,
+                                     bool demangle) {
+  return NmSymbols(path, {.types = types, .demangle = demangle, .sized_only = true});
 }
 
 }  // namespace ember::testing

@@ -153,9 +153,12 @@ TEST(LoadSegmentsTest, CodeOffsetsArePlacedAsTheirMappingPlacesThem) {
 
 TEST(LoadSegmentsTest, FileWithoutLoadableSegmentsHasNone) {
   const std::string path = ::testing::TempDir() + "/load_segments_no_load";
-  ASSERT_TRUE(testing::WriteElfImage(
-      path, {.program_headers = {
-                 {.p_type = PT_NOTE, .p_offset = 0x100, .p_filesz = 0x10, .p_align = 4}}}));
+  Elf64_Phdr note{};  // a C struct: what is not set here is zero
+  note.p_type = PT_NOTE;
+  note.p_offset = 0x100;
+  note.p_filesz = 0x10;
+  note.p_align = 4;
+  ASSERT_TRUE(testing::WriteElfImage(path, {.program_headers = {note}}));
   absl::StatusOr<std::unique_ptr<ElfFile>> file = ElfFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments((*file)->elf());
@@ -167,13 +170,12 @@ TEST(LoadSegmentsTest, FileWithoutLoadableSegmentsHasNone) {
 // A table past the file's end, read without ElfFile's checks (as the vDSO's is): an error, not a
 // read out of bounds; ElfFile::Open refuses the file with a clear line.
 TEST(LoadSegmentsTest, CorruptProgramHeaderTableIsAnError) {
-  const Elf64_Phdr load = {.p_type = PT_LOAD,
-                           .p_flags = PF_R | PF_X,
-                           .p_offset = 0,
-                           .p_vaddr = 0,
-                           .p_filesz = 0x200,
-                           .p_memsz = 0x200,
-                           .p_align = 0x1000};
+  Elf64_Phdr load{};  // offset and addresses 0
+  load.p_type = PT_LOAD;
+  load.p_flags = PF_R | PF_X;
+  load.p_filesz = 0x200;
+  load.p_memsz = 0x200;
+  load.p_align = 0x1000;
   const testing::ElfImageSpec past_end = {.program_headers = {load}, .size = 0x400, .phoff = 0x3f0};
   const testing::ElfImageSpec too_many = {.program_headers = {load}, .size = 0x400, .phnum = 200};
   for (const testing::ElfImageSpec& spec : {past_end, too_many}) {

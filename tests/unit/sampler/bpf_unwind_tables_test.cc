@@ -515,6 +515,51 @@ TEST(BpfUnwindTablesTest, FilesOfProcessesThatExitedBeforeTheirBuildAreNotBuilt)
   EXPECT_EQ(tables.pending(), 0u);
 }
 
+// The process table's report of an exit (through the feed) drops at once the queued files that
+// were the process's alone, without asking whether any process still runs; a file another process
+// maps stays queued, and only that process is asked about before its build.
+TEST(BpfUnwindTablesTest, QueuedFilesOfAProcessTheTableSaysExitedAreDroppedAtOnce) {
+  FakeMaps maps(64);
+  FakeSource source(OwnText().layout);
+  std::vector<uint32_t> asked;
+  BpfUnwindTables tables(
+      maps, 64, source.Source(), 1.0,
+      [&asked](uint32_t pid) {
+        asked.push_back(pid);
+        return true;
+      },
+      kBuildAtOnce);
+  ProcessTable table;
+  BpfUnwindTablesFeed feed(table, tables);
+  tables.SetProcess(10, {FakeFile(1), FakeFile(2)});
+  tables.SetProcess(11, {FakeFile(2), FakeFile(3)});
+  ASSERT_EQ(tables.pending(), 3u);
+  feed.OnExited(10);
+  EXPECT_EQ(tables.pending(), 2u);
+  EXPECT_EQ(tables.stats().dropped_exited, 1u);
+  EXPECT_EQ(tables.stats().files_queued, 2u);
+  EXPECT_EQ(tables.stats().processes, 1u);
+  EXPECT_EQ(maps.Entry(10), nullptr);
+  EXPECT_EQ(BuildAll(tables), 2);
+  EXPECT_EQ(source.calls(FakeFile(1).path), 0);
+  EXPECT_EQ(Starts(maps.Entry(11)), (std::vector<uint64_t>{FakeFile(2).start, FakeFile(3).start}));
+  EXPECT_FALSE(asked.empty());
+  EXPECT_EQ(std::count(asked.begin(), asked.end(), 10u), 0);
+
+  // Every process reported gone before anything was built: nothing is, and no one is asked.
+  asked.clear();
+  tables.SetProcess(13, {FakeFile(4), FakeFile(5)});
+  feed.OnExited(13);
+  EXPECT_EQ(tables.pending(), 0u);
+  EXPECT_EQ(BuildAll(tables), 0);
+  EXPECT_EQ(source.calls(FakeFile(4).path) + source.calls(FakeFile(5).path), 0);
+  EXPECT_EQ(tables.stats().dropped_exited, 3u);
+  EXPECT_TRUE(asked.empty());
+  // A second report of the same exit changes nothing.
+  feed.OnExited(13);
+  EXPECT_EQ(tables.stats().dropped_exited, 3u);
+}
+
 TEST(BpfUnwindTablesTest, RowsOfFilesNoProcessMapsAreFreedAfterKeepGenerations) {
   FakeMaps maps(8);
   FakeSource source(OwnText().layout);

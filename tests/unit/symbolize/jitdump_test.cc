@@ -4,14 +4,13 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "otlp/log_capture.h"
 #include "support/jitdump_image.h"
+#include "support/temp_dir.h"
 
 namespace ember {
 namespace {
@@ -307,18 +306,10 @@ TEST(JitDumpTest, NamesAndLinesStayWithinTheLimits) {
 
 class JitDumpFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ember-jitdump-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/jit-4242.dump";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  void Append(const std::string& bytes) {
-    std::ofstream(path_, std::ios::app | std::ios::binary) << bytes;
-  }
-  std::string dir_;
-  std::string path_;
+  void SetUp() override { ASSERT_FALSE(temp_.path().empty()); }
+  void Append(const std::string& bytes) { testing::WriteFile(path_, bytes, /*append=*/true); }
+  const testing::TempDir temp_{"ember-jitdump"};
+  const std::string path_ = temp_.path() + "/jit-4242.dump";
 };
 
 TEST_F(JitDumpFileTest, ReadsWhatIsAppendedAndReadsAReplacedFileAgain) {

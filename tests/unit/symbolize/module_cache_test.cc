@@ -6,7 +6,6 @@
 
 #include <cctype>
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "elf/elf_file.h"
+#include "support/nm_symbols.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
@@ -194,17 +194,9 @@ TEST(ModuleCacheTest, ReleasedPagesLeaveResidentMemoryAndAreReadBackIntact) {
   ASSERT_NE(module, nullptr);
   // The fixture's functions, from nm.
   std::vector<uint64_t> addresses;
-  FILE* nm = popen((std::string(EMBER_NM) + " --defined-only " + kProgram).c_str(), "r");
-  ASSERT_NE(nm, nullptr);
-  char line[512];
-  while (fgets(line, sizeof(line), nm) != nullptr) {
-    unsigned long address = 0;
-    char type = 0;
-    if (sscanf(line, "%lx %c", &address, &type) == 2 && (type == 'T' || type == 't')) {
-      addresses.push_back(address);
-    }
+  for (const testing::NmSymbol& symbol : testing::NmSymbols(kProgram, {.types = "Tt"})) {
+    addresses.push_back(symbol.address);
   }
-  pclose(nm);
   ASSERT_GT(addresses.size(), 3u);
   std::vector<std::optional<SourceSymbol>> before;
   for (uint64_t address : addresses) {

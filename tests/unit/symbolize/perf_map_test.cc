@@ -5,17 +5,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "support/temp_dir.h"
 
 namespace ember {
 namespace {
+
+using testing::WriteFile;
 
 std::string NameAt(const PerfMap& map, uint64_t address) {
   std::optional<PerfMapSymbol> symbol = map.Lookup(address);
@@ -288,21 +289,13 @@ TEST(NamespacePidTest, LastNsPidField) {
 
 class PerfMapFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ember-perf-map-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/perf-1.map";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
-  void Write(const std::string& text, std::ios::openmode mode = std::ios::trunc) {
-    std::ofstream out(path_, std::ios::binary | std::ios::out | mode);
-    out << text;
-  }
+  void Write(const std::string& text, bool append = false) { WriteFile(path_, text, append); }
 
-  std::string dir_;
-  std::string path_;
+  const testing::TempDir temp_{"ember-perf-map"};
+  const std::string dir_ = temp_.path();
+  const std::string path_ = dir_ + "/perf-1.map";
 };
 
 TEST_F(PerfMapFileTest, ReadsWhatWasAppendedOnly) {
@@ -313,7 +306,7 @@ TEST_F(PerfMapFileTest, ReadsWhatWasAppendedOnly) {
   EXPECT_EQ(NameAt(file.map(), 0x1000), "one");
   EXPECT_EQ(NameAt(file.map(), 0x2000), "<none>");
   EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kUnchanged);
-  Write("o\n3000 10 three\n", std::ios::app);
+  Write("o\n3000 10 three\n", /*append=*/true);
   EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kGrew);
   EXPECT_EQ(NameAt(file.map(), 0x2000), "two");
   EXPECT_EQ(NameAt(file.map(), 0x3000), "three");
@@ -349,10 +342,7 @@ TEST_F(PerfMapFileTest, RereadsAReplacedFile) {
   Write("1000 10 one\n");
   file.Refresh();
   const std::string other = dir_ + "/other";
-  {
-    std::ofstream out(other);
-    out << "1000 10 one\n6000 10 six\n";  // same first line, so only the inode tells
-  }
+  WriteFile(other, "1000 10 one\n6000 10 six\n");  // same first line, so only the inode tells
   std::filesystem::rename(other, path_);
   EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kReloaded);
   EXPECT_EQ(NameAt(file.map(), 0x6000), "six");
@@ -372,10 +362,7 @@ TEST_F(PerfMapFileTest, KeepsEntriesWhileTheFileIsGone) {
 // that root finds nothing, and a FIFO there is refused at once.
 TEST_F(PerfMapFileTest, LinksStayInsideTheProcessRootAndNonRegularFilesAreRefused) {
   const std::string outside = dir_ + ".outside";
-  {
-    std::ofstream out(outside);
-    out << "1000 10 secret\n";
-  }
+  WriteFile(outside, "1000 10 secret\n");
   const std::string name = path_.substr(dir_.size());
   std::filesystem::create_symlink(outside, path_);
   PerfMapFile file(FileLocation(dir_, name), name);
@@ -383,10 +370,7 @@ TEST_F(PerfMapFileTest, LinksStayInsideTheProcessRootAndNonRegularFilesAreRefuse
   EXPECT_EQ(file.map().size(), 0u);
   // The same link's target inside the root is what is read.
   std::filesystem::create_directories(std::filesystem::path(dir_ + outside).parent_path());
-  {
-    std::ofstream out(dir_ + outside);
-    out << "2000 10 inside\n";
-  }
+  WriteFile(dir_ + outside, "2000 10 inside\n");
   EXPECT_EQ(file.Refresh(), PerfMapFile::Result::kReloaded);
   EXPECT_EQ(NameAt(file.map(), 0x2000), "inside");
   EXPECT_EQ(NameAt(file.map(), 0x1000), "<none>");

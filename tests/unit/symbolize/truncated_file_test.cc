@@ -7,15 +7,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "elf/sigbus_guard.h"
 #include "support/elf_layout.h"
+#include "support/nm_symbols.h"
+#include "support/temp_dir.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
@@ -25,33 +24,27 @@ namespace {
 // segment.
 const std::string kSpinLib = EMBER_SPIN_LIB;
 
-std::string TempCopy(const std::string& from, const std::string& name) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "ember-trunc-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) return "";
-  std::string to = pattern + "/" + name;
+// A copy of `from` named `name` in `dir`; empty when the directory could not be made.
+std::string CopyInto(const testing::TempDir& dir, const std::string& from,
+                     const std::string& name) {
+  if (dir.path().empty()) return "";
+  std::string to = dir.path() + "/" + name;
   std::filesystem::copy_file(from, to);
   return to;
 }
 
 // The address nm gives `symbol` in `path`; 0 when it has none.
 uint64_t NmAddress(const std::string& path, const std::string& symbol) {
-  std::string command = std::string(EMBER_NM) + " --defined-only '" + path + "'";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return 0;
-  char line[512];
   uint64_t address = 0;
-  while (fgets(line, sizeof(line), pipe) != nullptr) {
-    std::istringstream fields(line);
-    std::string value, type, name;
-    if (fields >> value >> type >> name && name == symbol)
-      address = std::stoull(value, nullptr, 16);
+  for (const testing::NmSymbol& s : testing::NmSymbols(path, {})) {
+    if (s.name == symbol) address = s.address;
   }
-  pclose(pipe);
   return address;
 }
 
 TEST(SigbusGuardTest, AFaultInAGuardedReadOfATruncatedMappingIsReported) {
-  std::string path = TempCopy(kSpinLib, "mapped");
+  const testing::TempDir dir("ember-trunc");
+  std::string path = CopyInto(dir, kSpinLib, "mapped");
   ASSERT_FALSE(path.empty());
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -77,11 +70,11 @@ TEST(SigbusGuardTest, AFaultInAGuardedReadOfATruncatedMappingIsReported) {
   ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &mask), 0);
   EXPECT_FALSE(sigismember(&mask, SIGBUS));
   munmap(const_cast<char*>(bytes), 4 * page);
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 TEST(SigbusGuardTest, AFaultOutsideAGuardedReadStillEndsTheProcess) {
-  std::string path = TempCopy(kSpinLib, "mapped");
+  const testing::TempDir dir("ember-trunc");
+  std::string path = CopyInto(dir, kSpinLib, "mapped");
   ASSERT_FALSE(path.empty());
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   // Killed by SIGBUS; under ASan, its own SIGBUS report and exit.
@@ -96,11 +89,11 @@ TEST(SigbusGuardTest, AFaultOutsideAGuardedReadStillEndsTheProcess) {
         std::exit(byte);
       },
       "");
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 TEST(TruncatedFileTest, ALibraryCutToItsLoadedSegmentsLosesItsNamesNotTheAgent) {
-  std::string path = TempCopy(kSpinLib, "spin-truncated.so");
+  const testing::TempDir dir("ember-trunc");
+  std::string path = CopyInto(dir, kSpinLib, "spin-truncated.so");
   ASSERT_FALSE(path.empty());
   const uint64_t first = NmAddress(path, "spin_lib_first");
   const uint64_t second = NmAddress(path, "spin_lib_second");
@@ -126,7 +119,6 @@ TEST(TruncatedFileTest, ALibraryCutToItsLoadedSegmentsLosesItsNamesNotTheAgent) 
   EXPECT_FALSE(reopened.ok());
   EXPECT_NE(reopened.status().message().find("past the end of the file"), std::string::npos)
       << reopened.status();
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 // readelf on a copy of it, and on a 32-bit image.
 #include "symbolize/vdso.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -12,20 +10,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "support/nm_symbols.h"
+#include "support/temp_dir.h"
 
 namespace ember {
 namespace {
 
-std::string RunCommand(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  pclose(pipe);
-  return out;
-}
+using ::ember::testing::CommandOutput;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -34,25 +25,15 @@ std::string ReadAll(const std::string& path) {
   return out.str();
 }
 
-struct NmSymbol {
-  uint64_t address = 0;
-  uint64_t size = 0;
-};
+using ::ember::testing::NmSymbol;
 
 // Defined dynamic symbols with sizes, by name, as nm prints them.
 std::map<std::string, NmSymbol> DynamicSymbols(const std::string& path) {
   std::map<std::string, NmSymbol> symbols;
-  for (absl::string_view line :
-       absl::StrSplit(RunCommand(std::string(EMBER_NM) + " -D -S --defined-only " + path), '\n',
-                      absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (f.size() != 4) continue;
-    NmSymbol symbol;
-    if (!absl::SimpleHexAtoi(f[0], &symbol.address) || !absl::SimpleHexAtoi(f[1], &symbol.size)) {
-      continue;
-    }
+  for (const NmSymbol& symbol :
+       ::ember::testing::NmSymbols(path, {.dynamic = true, .sized_only = true})) {
     // Versioned names (__vdso_time@@LINUX_2.6) without their version.
-    symbols[std::string(f[3].substr(0, f[3].find('@')))] = symbol;
+    symbols[symbol.name.substr(0, symbol.name.find('@'))] = symbol;
   }
   return symbols;
 }
@@ -60,7 +41,7 @@ std::map<std::string, NmSymbol> DynamicSymbols(const std::string& path) {
 // The file offset of ELF address `address`, from readelf's first LOAD segment.
 uint64_t OffsetOf(const std::string& path, uint64_t address) {
   for (absl::string_view line :
-       absl::StrSplit(RunCommand(std::string(EMBER_READELF) + " -lW " + path), '\n')) {
+       absl::StrSplit(CommandOutput(std::string(EMBER_READELF) + " -lW " + path), '\n')) {
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (f.size() < 3 || f[0] != "LOAD") continue;
     uint64_t offset = 0, vaddr = 0;
@@ -77,16 +58,12 @@ class VdsoTest : public ::testing::Test {
     absl::StatusOr<std::string> own = VdsoImage::OwnImageBytes();
     ASSERT_TRUE(own.ok()) << own.status();
     bytes_ = *own;
-    char name[] = "/tmp/ember-vdso-XXXXXX";
-    int fd = mkstemp(name);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    path_ = name;
-    std::ofstream(path_, std::ios::binary) << bytes_;
+    ASSERT_FALSE(dir_.path().empty());
+    ::ember::testing::WriteFile(path_, bytes_);
   }
-  void TearDown() override { std::remove(path_.c_str()); }
   std::string bytes_;
-  std::string path_;
+  const ::ember::testing::TempDir dir_{"ember-vdso"};
+  const std::string path_ = dir_.path() + "/vdso.so";
 };
 
 TEST_F(VdsoTest, NamesEveryFunctionOfTheRealImageAsNmDoes) {
@@ -111,7 +88,7 @@ TEST_F(VdsoTest, NamesEveryFunctionOfTheRealImageAsNmDoes) {
   // The kernel's name wins over its alias at the same address.
   ASSERT_TRUE(symbols.count("clock_gettime"));
   EXPECT_EQ(symbols.at("clock_gettime").address, symbols.at("__vdso_clock_gettime").address);
-  const std::string build_id = RunCommand(std::string(EMBER_READELF) + " -n " + path_);
+  const std::string build_id = CommandOutput(std::string(EMBER_READELF) + " -n " + path_);
   if (!(*image)->build_id().empty()) {
     EXPECT_NE(build_id.find((*image)->build_id()), std::string::npos) << build_id;
   }

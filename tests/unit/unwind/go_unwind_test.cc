@@ -10,38 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "support/nm_symbols.h"
 #include "unwind/elf_image.h"
 #include "unwind/module_cfi.h"
 
 namespace ember {
 namespace {
 
-struct NmSymbol {
-  uint64_t address = 0;
-  uint64_t size = 0;
-  std::string name;
-};
-
-std::vector<NmSymbol> NmFunctions(const std::string& path) {
-  std::string output;
-  FILE* pipe = popen((std::string(EMBER_NM) + " --defined-only -S '" + path + "'").c_str(), "r");
-  if (pipe == nullptr) return {};
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  EXPECT_EQ(pclose(pipe), 0);
-  std::vector<NmSymbol> symbols;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream in(line);
-    std::string address, size, type;
-    if (!(in >> address >> size >> type) || (type != "T" && type != "t")) continue;
-    NmSymbol symbol{std::stoull(address, nullptr, 16), std::stoull(size, nullptr, 16), ""};
-    std::getline(in >> std::ws, symbol.name);
-    if (symbol.size > 0) symbols.push_back(symbol);
-  }
-  return symbols;
-}
+using ::ember::testing::NmSymbol;
 
 std::unique_ptr<ModuleCfi> Cfi(const std::string& path) {
   absl::StatusOr<std::shared_ptr<ElfImage>> image = ElfImage::Open(path);
@@ -53,7 +29,8 @@ class GoUnwindTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoUnwindTest, StrippedBuildStepsAsGosDebugFrameSays) {
   const std::string plain = std::string(EMBER_GO_FIXTURE_DIR) + "/gosym_" + GetParam();
-  const std::vector<NmSymbol> symbols = NmFunctions(plain);
+  const std::vector<NmSymbol> symbols =
+      ::ember::testing::NmSizedSymbols(plain, "Tt", /*demangle=*/false);
   ASSERT_GT(symbols.size(), 500u);
   std::unique_ptr<ModuleCfi> by_dwarf = Cfi(plain);
   std::unique_ptr<ModuleCfi> by_go = Cfi(plain + "_stripped");
@@ -103,15 +80,9 @@ TEST_P(GoUnwindTest, CallersFramePointerOnlyWhereStored) {
   const std::string plain = std::string(EMBER_GO_FIXTURE_DIR) + "/gosym_" + GetParam();
   std::unique_ptr<ModuleCfi> by_go = Cfi(plain + "_stripped");
   ASSERT_TRUE(by_go);
-  std::string listing;
-  {
-    FILE* pipe = popen(("objdump -d --no-show-raw-insn '" + plain + "'").c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    char buffer[65536];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) listing.append(buffer, n);
-    ASSERT_EQ(pclose(pipe), 0);
-  }
+  const std::string listing =
+      ::ember::testing::CommandOutput("objdump -d --no-show-raw-insn '" + plain + "'");
+  ASSERT_FALSE(HasFailure()) << "objdump failed";
   constexpr uint64_t kStackStart = 0x7ffd00000000;
   // Room for the largest frames (runtime.debugCall65536).
   std::vector<uint64_t> words(1 << 15);

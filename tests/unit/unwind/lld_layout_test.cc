@@ -277,12 +277,27 @@ TEST_P(LldLayoutTest, FunctionsAreNamedAndStepByTheirCfi) {
   for (const auto& [function, failure] : failures) ADD_FAILURE() << function << ": " << failure;
 }
 
-// An ELF file of `segments` (PT_LOAD, 4 KiB aligned) and nothing else, opened.
-std::shared_ptr<ElfImage> ImageOf(const std::string& name, std::vector<Elf64_Phdr> segments) {
-  for (Elf64_Phdr& segment : segments) {
-    segment.p_type = PT_LOAD;
-    segment.p_paddr = segment.p_vaddr;
-    segment.p_align = 0x1000;
+// A PT_LOAD segment by the fields the layouts here set.
+struct Segment {
+  Elf64_Word flags = PF_R;
+  Elf64_Off offset = 0;
+  Elf64_Addr vaddr = 0;
+  Elf64_Xword file_size = 0;
+  Elf64_Xword mem_size = 0;
+};
+
+// An ELF file of `loads` (PT_LOAD, 4 KiB aligned) and nothing else, opened.
+std::shared_ptr<ElfImage> ImageOf(const std::string& name, const std::vector<Segment>& loads) {
+  std::vector<Elf64_Phdr> segments;
+  for (const Segment& load : loads) {
+    segments.push_back({.p_type = PT_LOAD,
+                        .p_flags = load.flags,
+                        .p_offset = load.offset,
+                        .p_vaddr = load.vaddr,
+                        .p_paddr = load.vaddr,
+                        .p_filesz = load.file_size,
+                        .p_memsz = load.mem_size,
+                        .p_align = 0x1000});
   }
   const std::string path = ::testing::TempDir() + name;
   EXPECT_TRUE(testing::WriteElfImage(
@@ -298,13 +313,13 @@ constexpr uint64_t kBase = 0x7f0000000000;
 // before it, and its one page of mapping fits either segment: the code's is the one mapped
 // executable.
 TEST(LoadLayoutTest, CodeSharingAPageWithDataIsPlacedByTheCode) {
-  std::shared_ptr<ElfImage> image = ImageOf(
-      "lld_layout_small", {{.p_flags = PF_R, .p_offset = 0, .p_vaddr = 0, .p_filesz = 0x744},
-                           {.p_flags = PF_R | PF_X,
-                            .p_offset = 0x750,
-                            .p_vaddr = 0x1750,
-                            .p_filesz = 0x240,
-                            .p_memsz = 0x240}});
+  std::shared_ptr<ElfImage> image =
+      ImageOf("lld_layout_small", {{.flags = PF_R, .offset = 0, .vaddr = 0, .file_size = 0x744},
+                                   {.flags = PF_R | PF_X,
+                                    .offset = 0x750,
+                                    .vaddr = 0x1750,
+                                    .file_size = 0x240,
+                                    .mem_size = 0x240}});
   ASSERT_NE(image, nullptr);
   std::optional<ModulePlacement> code = image->Place(kBase + 0x1000, kBase + 0x2000, 0);
   ASSERT_TRUE(code.has_value());
@@ -316,12 +331,12 @@ TEST(LoadLayoutTest, CodeSharingAPageWithDataIsPlacedByTheCode) {
 TEST(LoadLayoutTest, MappingFitsOnlyTheSegmentItMaps) {
   std::shared_ptr<ElfImage> image = ImageOf(
       "lld_layout_two_code_segments",
-      {{.p_flags = PF_R | PF_X, .p_offset = 0, .p_vaddr = 0, .p_filesz = 0x800, .p_memsz = 0x800},
-       {.p_flags = PF_R | PF_X,
-        .p_offset = 0x800,
-        .p_vaddr = 0x1800,
-        .p_filesz = 0x3000,
-        .p_memsz = 0x3000}});
+      {{.flags = PF_R | PF_X, .offset = 0, .vaddr = 0, .file_size = 0x800, .mem_size = 0x800},
+       {.flags = PF_R | PF_X,
+        .offset = 0x800,
+        .vaddr = 0x1800,
+        .file_size = 0x3000,
+        .mem_size = 0x3000}});
   ASSERT_NE(image, nullptr);
   // The second segment: its pages at 0x1000..0x5000, from file page 0.
   std::optional<ModulePlacement> second = image->Place(kBase + 0x1000, kBase + 0x5000, 0);

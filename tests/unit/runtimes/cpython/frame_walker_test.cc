@@ -6,14 +6,13 @@
 #include "runtimes/cpython/frame_walker.h"
 
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +24,7 @@
 
 #include "runtimes/cpython/frame_namer.h"
 #include "runtimes/cpython/interpreter_detect.h"
+#include "support/subprocess.h"
 
 namespace ember::python {
 namespace {
@@ -49,53 +49,26 @@ std::map<std::string, int> ScriptMarks() {
 // on destruction.
 class StoppedPython {
  public:
-  explicit StoppedPython(const std::string& python) {
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      dup2(out[1], 1);
-      close(out[0]);
-      close(out[1]);
-      execl(python.c_str(), python.c_str(), "-u", kScript.c_str(), nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    std::string text;
-    char buf[256];
-    while (text.find('\n') == std::string::npos) {
-      struct pollfd pfd = {out[0], POLLIN, 0};
-      if (poll(&pfd, 1, 20000) <= 0) break;
-      ssize_t n = read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      text.append(buf, static_cast<size_t>(n));
-    }
-    close(out[0]);
-    std::istringstream words(text);
+  explicit StoppedPython(const std::string& python) : python_({python, "-u", kScript}) {
+    if (!python_.WaitForOutput("\n", std::chrono::seconds(20))) return;
+    std::istringstream words(python_.output());
     std::string ready;
     words >> ready >> main_ident_ >> main_native_ >> bg_ident_ >> bg_native_ >> c_ident_ >>
         c_native_;
     if (ready != "ready") return;
     // Let both threads get into their loops, then stop the whole thread group.
     usleep(200 * 1000);
-    kill(pid_, SIGSTOP);
+    kill(python_.pid(), SIGSTOP);
     int status = 0;
-    stopped_ = waitpid(pid_, &status, WUNTRACED) == pid_ && WIFSTOPPED(status);
-  }
-  ~StoppedPython() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
+    stopped_ = waitpid(python_.pid(), &status, WUNTRACED) == python_.pid() && WIFSTOPPED(status);
   }
   bool stopped() const { return stopped_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return python_.pid(); }
   uint64_t main_ident_ = 0, main_native_ = 0, bg_ident_ = 0, bg_native_ = 0, c_ident_ = 0,
            c_native_ = 0;
 
  private:
-  pid_t pid_ = -1;
+  ember::testing::Subprocess python_;
   bool stopped_ = false;
 };
 
@@ -167,7 +140,7 @@ uint64_t FsBase(pid_t tid) {
   return fs_base;
 }
 
-class LiveWalkTest : public testing::TestWithParam<std::string> {};
+class LiveWalkTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   const std::string python = GetParam();
@@ -339,7 +312,7 @@ TEST_P(LiveWalkTest, WalksBothThreadsOfARunningInterpreter) {
   EXPECT_EQ(FsBase(static_cast<pid_t>(process.bg_native_)), process.bg_ident_);
 }
 
-INSTANTIATE_TEST_SUITE_P(Interpreters, LiveWalkTest, testing::ValuesIn(Interpreters()),
+INSTANTIATE_TEST_SUITE_P(Interpreters, LiveWalkTest, ::testing::ValuesIn(Interpreters()),
                          [](const auto& info) {
                            std::string name;
                            for (char c : info.param) name += std::isalnum(c) ? c : '_';
@@ -487,7 +460,8 @@ TEST(FrameNamerTest, DetectsAndNamesTheFramesOfALivePython) {
   const uint32_t pid = static_cast<uint32_t>(process.pid());
   std::vector<MemoryMapping> mappings;
   for (const MapLine& m : ReadMaps(process.pid())) {
-    mappings.push_back({.start = m.start, .offset = m.offset, .path = m.path});
+    // The namer goes by path; the file's identity is not read here.
+    mappings.push_back({.start = m.start, .offset = m.offset, .file = {}, .path = m.path});
   }
 
   FrameNamer namer;
