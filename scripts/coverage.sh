@@ -27,9 +27,11 @@ CC=gcc CXX=g++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 # tests (also `unit`) check the systemd unit against.
 mapfile -t targets < <(grep -rhoP '^\s*ember_unit_test\(\K[A-Za-z0-9_]+' tests/unit | sort -u)
 ((${#targets[@]})) || { echo "coverage: no ember_unit_test targets found under tests/unit" >&2; exit 1; }
+# Counts of an earlier build no longer match a rebuilt object (libgcov would say so at each test
+# discovery), and those of the build's own test discovery (gtest_discover_tests runs each binary)
+# are not the tests': both are dropped.
+find "$build" -name '*.gcda' -delete
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" ember-agent
-
-# Counts from the build's own test discovery (gtest_discover_tests runs each binary) are dropped.
 find "$build" -name '*.gcda' -delete
 tests_status=0
 (cd "$build" && timeout 3600 ../scripts/strict-ctest.sh -L unit --timeout 300 -j"$jobs" \
@@ -38,7 +40,8 @@ tests_status=0
 report="$build/coverage"
 rm -rf "$report"
 mkdir -p "$report"
-gcovr --root . --object-directory "$build" --filter 'src/' -j"$jobs" \
+gcovr --root . --object-directory "$build" --exclude-directories "$build/CMakeFiles" \
+  --filter 'src/' -j"$jobs" \
   --exclude-unreachable-branches --exclude-throw-branches \
   --json-summary "$report/summary.json" --html-details "$report/index.html" >/dev/null
 
