@@ -35,6 +35,8 @@ packages=(
   runc busybox-static
   # sanitizer and fuzz tier: clang's libFuzzer and sanitizer runtimes (only recommended by clang)
   libclang-rt-14-dev
+  # scripts/coverage.sh: the unit tests' coverage per src/* folder, from GCC's gcov data
+  gcovr
   # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against
   # it), and its shared library for the test of an application that loads it with dlopen
   python3.11 python3.11-dbg libpython3.11
