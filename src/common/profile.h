@@ -55,9 +55,9 @@ constexpr std::string_view FrameTypeName(FrameKind kind) {
 // A function whose code the compiler inlined at a frame's address, and where in its own source
 // that address lies. Both the symbolizer and the profile use it.
 struct InlineFrame {
-  std::string function;     // demangled
-  std::string source_file;  // empty when unknown
-  uint32_t line = 0;        // 0 when unknown
+  std::string function = {};     // demangled
+  std::string source_file = {};  // empty when unknown
+  uint32_t line = 0;             // 0 when unknown
   bool operator==(const InlineFrame&) const = default;
 };
 
@@ -118,12 +118,12 @@ struct ProcessLabel {
 // What is known of one process beyond its samples: its executable, its container and that
 // container's pod. Empty fields are unknown and left out by the writers.
 struct ProcessMetadata {
-  std::string executable_name;  // e.g. "nginx"; when empty, writers use the sampled process name
-  std::string executable_path;  // target of /proc/PID/exe
-  std::string container_id;
-  std::string service_name;  // derived from the workload (e.g. a Kubernetes deployment)
+  std::string executable_name = {};  // e.g. "nginx"; when empty, writers use the process name
+  std::string executable_path = {};  // target of /proc/PID/exe
+  std::string container_id = {};
+  std::string service_name = {};  // derived from the workload (e.g. a Kubernetes deployment)
   // Further attributes of the process's own (k8s.namespace.name, k8s.pod.name, ...), in order.
-  std::vector<ProcessLabel> attributes;
+  std::vector<ProcessLabel> attributes = {};
   bool operator==(const ProcessMetadata&) const = default;
 };
 

@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<DebugFileFetcher>> SetUpDebuginfod(
     return nullptr;
   }
   const std::string& dir = settings.cache_dir;
-  const auto fail = [&dir](absl::string_view what) {
+  const auto fail = [](absl::string_view what) {
     return absl::FailedPreconditionError(
         absl::StrCat("--debuginfod-cache-dir: ", what,
                      " (give a writable directory, or --debuginfod-urls \"\" for no debuginfod)"));

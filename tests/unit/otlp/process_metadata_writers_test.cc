@@ -31,7 +31,9 @@ std::map<uint32_t, Labels> PprofProcessLabels(const perftools::profiles::Profile
       labels[key] = p.string_table(label.str());
     }
     auto [it, inserted] = by_pid.emplace(pid, labels);
-    if (!inserted) EXPECT_EQ(it->second, labels) << "pid " << pid;
+    if (!inserted) {
+      EXPECT_EQ(it->second, labels) << "pid " << pid;
+    }
   }
   return by_pid;
 }

@@ -571,7 +571,8 @@ TEST_F(StackBuilderTest, CPythonLeavesOtherProcessesNative) {
 
   Record record;
   record.user = WalkedPcs();
-  record.python = {{.code = 0x1000, .position = 0x2000, .flags = EMBER_PYTHON_FRAME_ENTRY}};
+  record.python = {
+      {.code = 0x1000, .position = 0x2000, .flags = EMBER_PYTHON_FRAME_ENTRY, .reserved = 0}};
   const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), self);
   ASSERT_EQ(stack.size(), 3u) << ::testing::PrintToString(Names(stack));
   for (const Frame* frame : stack) EXPECT_EQ(frame->kind, FrameKind::kNative);
