@@ -83,7 +83,7 @@ class BpfUnwindTablesFeedTest : public ::testing::Test {
 };
 
 TEST_F(BpfUnwindTablesFeedTest, ProcessesFollowTheTablesReadsAndExits) {
-  ProcessTable table(root_, std::chrono::hours(1), std::chrono::hours(1));
+  ProcessTable table(root_, std::chrono::hours(1));
   EntryMaps maps;
   RowSource source;
   BpfUnwindTables tables(maps, 256, source.Source(), 1.0, AllRunning, kBuildAtOnce);

@@ -27,7 +27,7 @@ class FrameResolverFailuresTest : public ::testing::Test {
     ASSERT_NE(process, nullptr);
   }
   // The maps are never read again within a test: an unmapped address stays unmapped.
-  ProcessTable processes{kProcRoot, std::chrono::hours(1), std::chrono::hours(1)};
+  ProcessTable processes{kProcRoot, std::chrono::hours(1)};
   ModuleCache modules;
   FrameResolver resolver{&processes, &modules, nullptr};
   Process* process = nullptr;

@@ -88,8 +88,7 @@ class StackEndsTest : public ::testing::Test {
         "00400000-00482000 r-xp 00000000 %02x:%02x %d /gosym\n"
         "7ffd6a5d8000-7ffd6a5f9000 rw-p 00000000 00:00 0 [stack]\n",
         major(info.st_dev), minor(info.st_dev), info.st_ino);
-    processes_ =
-        std::make_unique<ProcessTable>(root_, std::chrono::hours(1), std::chrono::hours(1));
+    processes_ = std::make_unique<ProcessTable>(root_, std::chrono::hours(1));
     frames_ = std::make_unique<FrameResolver>(processes_.get(), &modules_, nullptr);
     builder_ =
         std::make_unique<StackBuilder>(frames_.get(), processes_.get(), &unwinder_, metrics_);
