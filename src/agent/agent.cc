@@ -214,11 +214,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                    BpfProfiler::Create(config, [self](const SampleView& s) { self->OnSample(s); }));
   // The language runtimes whose frames are named (src/runtimes/): one line each. They configure
   // the BPF program's walks of their frames, so they come with it.
+  // The perf maps' first: each frame in code outside files asks the runtimes in this order.
+  agent->stacks_->runtimes().Add(
+      std::make_unique<PerfMapRuntime>(agent->processes_, agent->metrics_, JitNameLimits(options)));
   const auto bpf_stats = [self] { return self->BpfStatsForMetrics(); };
   agent->stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(
       *agent->profiler_, agent->metrics_, /*memory=*/nullptr, bpf_stats));
-  agent->stacks_->runtimes().Add(
-      std::make_unique<PerfMapRuntime>(agent->processes_, agent->metrics_, JitNameLimits(options)));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
     agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());

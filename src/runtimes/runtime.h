@@ -15,10 +15,11 @@
 //   its JIT frames, by the frames named from the VM's own data in process memory, cached by
 //   address with a check that the address still holds the same object.
 // - Code in no file (NameCodeOutsideFiles): what the resolver asks about an address of anonymous
-//   or memfd memory, one frame for one address, before any splice, when it first meets the
-//   address under the names' current version. The perf-map runtime (perf_map/) answers from the
-//   perf map or jitdump the JIT writes. Splice works on the whole stack of each sample and may
-//   replace, drop or add frames; this hook only names one frame where no file does, and its
+//   or memfd memory, one frame for one address, before any splice, at every such frame of every
+//   sample (the runtime finds a frame it named before in the resolver's cache, under the names'
+//   current version, and names only what is not there). The perf-map runtime (perf_map/) answers
+//   from the perf map or jitdump the JIT writes. Splice works on the whole stack of each sample and
+//   may replace, drop or add frames; this hook only names one frame where no file does, and its
 //   frames are cached by the resolver, keyed by the version the runtime gives (a runtime keeps
 //   no frames of its own). A VM runtime whose JIT frames need the stack around them (HotSpot's
 //   interpreter frames, V8's frame markers) splices them; one that can name a code address
@@ -87,9 +88,10 @@ class Runtime {
   virtual void Splice(const Process& process, const SampleView& sample, UserFrames frames) = 0;
   // The frame of `address` of `process`, code that lies in no file (anonymous or memfd memory,
   // or where the maps showed nothing executable), looked up in and added to `frames`; nullptr
-  // when the runtime does not name it. Called per such frame that the resolver's recent frames
-  // do not answer, never for a file-backed frame. The default names nothing. Per-frame code:
-  // counts, never logs; it may read what the runtime wrote since its last read (rate-limited).
+  // when the runtime does not name it. Called for every such frame of every sample, never for a
+  // file-backed frame: find the frame in `frames` first. The default names nothing. Per-frame
+  // code: counts; it may read what the runtime wrote since its last read (rate-limited), and log
+  // once per process and file it starts to read.
   virtual const Frame* NameCodeOutsideFiles(const Process& process, ProcessAddress address,
                                             CodeFrameCache& frames) {
     return nullptr;

@@ -183,7 +183,7 @@ const Frame* FrameResolver::User(Process* process, uint64_t ip, bool caller) {
       ++failures_.unmapped;
       return Marker("[unknown]");
     }
-    // An unreadable [vdso], and code no perf map names: named after the mapping.
+    // An unreadable [vdso], and code no runtime names: named after the mapping.
     return Marker(mapping->path.empty() ? "[anon]" : mapping->path);
   }
 

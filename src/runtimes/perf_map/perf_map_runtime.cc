@@ -81,10 +81,16 @@ std::string PerfMapRuntime::PidDir(uint32_t pid) const {
   return absl::StrCat(table_.proc_root(), "/", pid);
 }
 
+namespace {
+bool SameProgram(const JitNames& names, const Process& process) {
+  return names.execs == process.execs && names.executable_path == process.executable_path;
+}
+}  // namespace
+
 JitNames& PerfMapRuntime::NamesOf(const Process& process) {
-  if (last_ != nullptr && last_pid_ == process.pid && last_->execs == process.execs) return *last_;
+  if (last_ != nullptr && last_pid_ == process.pid && SameProgram(*last_, process)) return *last_;
   auto it = processes_.find(process.pid);
-  if (it != processes_.end() && it->second->execs != process.execs) {
+  if (it != processes_.end() && !SameProgram(*it->second, process)) {
     // An exec seen before its event (a sample's read of the maps found it): the names are the old
     // program's.
     Forget(process.pid);
@@ -93,6 +99,7 @@ JitNames& PerfMapRuntime::NamesOf(const Process& process) {
   if (it == processes_.end()) {
     it = processes_.emplace(process.pid, std::make_unique<JitNames>()).first;
     it->second->execs = process.execs;
+    it->second->executable_path = process.executable_path;
   }
   last_pid_ = process.pid;
   last_ = it->second.get();
@@ -101,7 +108,7 @@ JitNames& PerfMapRuntime::NamesOf(const Process& process) {
 
 void PerfMapRuntime::ProcessMapsChanged(const Process& process) {
   auto it = processes_.find(process.pid);
-  if (it != processes_.end() && it->second->execs != process.execs) Forget(process.pid);
+  if (it != processes_.end() && !SameProgram(*it->second, process)) Forget(process.pid);
 }
 
 void PerfMapRuntime::ProcessExited(uint32_t pid) { Forget(pid); }

@@ -64,7 +64,11 @@ struct JitNames {
   // it), else /tmp/jit-NSPID.dump; null until Refresh finds one.
   std::unique_ptr<JitDumpFile> jitdump;
   uint32_t namespace_pid = 0;  // its pid in its own pid namespace, once Refresh read it
-  uint64_t execs = 0;          // Process::execs when these were found: an exec drops them
+  // The program they name: an exec drops them. Process::execs counts the execs the table saw,
+  // but starts again when a process evicted from the table is read again (maybe after an exec
+  // while it was out): the executable tells that exec.
+  uint64_t execs = 0;
+  std::string executable_path;
 };
 
 class PerfMapRuntime final : public Runtime {

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/temp_dir.h"
 
 namespace ember {
 namespace {
@@ -20,19 +21,11 @@ using ::testing::HasSubstr;
 
 class DebuginfodSetupTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ember-debuginfod-setup-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
-  }
   DebuginfodSettings Settings(std::optional<std::string> urls) {
     return {.urls = std::move(urls), .cache_dir = dir_ + "/cache", .cache_bytes = 1 << 20};
   }
-  std::string dir_;
+  ::ember::testing::TempDir temp_{"ember-debuginfod-setup"};
+  const std::string& dir_ = temp_.path();
 };
 
 TEST_F(DebuginfodSetupTest, NoServersNoFetcherAndNoneForOthersEither) {

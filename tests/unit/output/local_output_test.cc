@@ -2,7 +2,6 @@
 // graph's rewrite schedule on a clock the test moves, and failed writes counted, not fatal.
 #include "output/local_output.h"
 
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "support/temp_dir.h"
 #include "support/test_samples.h"
 
 namespace ember {
@@ -21,15 +21,8 @@ using Clock = std::chrono::steady_clock;
 class LocalOutputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/ember-local-output-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     main_.function = "main";
     main_.module = "/usr/bin/app";
-  }
-  void TearDown() override {
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
   }
   IntervalProfile Interval() {
     IntervalProfile profile;
@@ -48,7 +41,8 @@ class LocalOutputTest : public ::testing::Test {
     return time;
   }
 
-  std::string dir_;
+  ::ember::testing::TempDir temp_{"ember-local-output"};
+  const std::string& dir_ = temp_.path();
   Frame main_;
   MetricsRegistry metrics_;
   Clock::time_point now_ = Clock::time_point(std::chrono::hours(1));

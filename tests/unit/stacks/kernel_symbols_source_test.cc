@@ -2,14 +2,13 @@
 // again when the modules change (counted, and kernel frames renamed), and none when they do not.
 #include "stacks/kernel_symbols_source.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "process/process_table.h"
+#include "support/temp_dir.h"
 #include "symbolize/elf_module.h"
 
 namespace ember {
@@ -21,15 +20,6 @@ constexpr char kModule[] = "ffffffffc0a01000 t nf_hook_slow\t[nf_tables]\n";
 
 class KernelSymbolsSourceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ember-kernel-symbols-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
-  }
   void Write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ + "/" + name, std::ios::trunc) << text;
   }
@@ -41,7 +31,8 @@ class KernelSymbolsSourceTest : public ::testing::Test {
     return at == std::string::npos ? 0 : std::stoull(text.substr(at + line.size()));
   }
 
-  std::string dir_;
+  ::ember::testing::TempDir temp_{"ember-kernel-symbols"};
+  const std::string& dir_ = temp_.path();
   MetricsRegistry metrics_;
 };
 

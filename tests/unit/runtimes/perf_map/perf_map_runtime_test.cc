@@ -304,6 +304,39 @@ TEST(PerfMapRuntimeTest, SwappingToASharedPerfMapKeepsTheJitdump) {
   std::filesystem::remove_all(root);
 }
 
+// Eviction is not an exit: the names stay. A process that exec'd while it was out of the table
+// is read again as new (its exec count starts again), and its names are the old program's.
+TEST(PerfMapRuntimeTest, AProcessThatExecdWhileEvictedHasItsNamesDropped) {
+  const std::string root = MakeProcTree("ember-proc-perf-map-evicted-exec-test", 2);
+  WritePerfMap(root, 100, 10);
+  ProcessTable table(root, std::chrono::hours(1), ProcessTableLimits{.max_processes = 1});
+  Jit jit(table);
+  Process* first = table.Get(100);
+  ASSERT_NE(first, nullptr);
+  table.Publish(first);
+  ASSERT_TRUE(jit->Refresh(*first));
+  ASSERT_NE(jit.Of(first).perf_map, nullptr);
+  Process* second = table.Get(101);
+  ASSERT_NE(second, nullptr);
+  table.Publish(second);
+  ASSERT_TRUE(table.WasEvicted(100));
+  EXPECT_NE(jit->Find(100), nullptr);
+
+  first = table.Get(100);  // read again unchanged: the names stay
+  ASSERT_NE(first, nullptr);
+  table.Publish(first);
+  EXPECT_NE(jit->Find(100), nullptr);
+  ASSERT_NE(table.Get(101), nullptr);
+  ASSERT_TRUE(table.WasEvicted(100));
+
+  std::filesystem::create_symlink("/usr/bin/new-program", root + "/100/exe");
+  first = table.Get(100);
+  ASSERT_NE(first, nullptr);
+  table.Publish(first);
+  EXPECT_EQ(jit->Find(100), nullptr);
+  std::filesystem::remove_all(root);
+}
+
 // Hostile host (issue 8): a process whose main thread exited while another thread runs on: its
 // JIT code's perf map is in the live thread's root.
 TEST(PerfMapRuntimeTest, LeaderThatExitedHasItsPerfMapReadThroughALiveThread) {
