@@ -1,14 +1,11 @@
 // The profiling loop of ember-agent.
 #include "agent/agent.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -21,7 +18,10 @@
 #include "k8s/kubernetes_metrics.h"
 #include "k8s/pod_watch_setup.h"
 #include "otlp/exporter_metrics.h"
+#include "otlp/resource_attributes.h"
 #include "process/proc_read_metrics.h"
+#include "process/process_ids.h"
+#include "process/process_metadata.h"
 #include "runtimes/cpython/cpython_runtime.h"
 #include "runtimes/perf_map/perf_map_runtime.h"
 #include "sampler/sampler_metrics.h"
@@ -50,46 +50,17 @@ constexpr std::chrono::milliseconds kNewProcessWakeupGap{100};
 // At exit, how long intervals still queued for the OTLP endpoint may take to leave.
 constexpr absl::Duration kExporterDrainTime = absl::Seconds(5);
 
-// The thread group (process) of a thread id, from /proc/ID/status; nullopt when there is none.
-std::optional<uint32_t> ThreadGroupOf(uint32_t id) {
-  std::ifstream status(absl::StrCat("/proc/", id, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    uint32_t tgid = 0;
-    if (line.rfind("Tgid:", 0) == 0 && absl::SimpleAtoi(line.substr(5), &tgid)) return tgid;
-  }
-  return std::nullopt;
-}
-
-// The agent's process id as BPF sees it (in the initial pid namespace), or 0 when the agent runs
-// in another pid namespace: its own id there may be another process's on the host.
-uint32_t OwnTgidInInitialPidNamespace() {
-  // The initial pid namespace's inode number is fixed (PROC_PID_INIT_INO).
-  constexpr ino_t kInitialPidNamespaceInode = 0xEFFFFFFC;
-  struct stat ns;
-  if (stat("/proc/self/ns/pid", &ns) != 0 || ns.st_ino != kInitialPidNamespaceInode) {
-    spdlog::debug("not in the initial pid namespace: the agent's own samples are kept");
-    return 0;
-  }
-  return static_cast<uint32_t>(getpid());
-}
-
 // A variable of the environment; nullopt when it is not set.
 std::optional<std::string> FromEnvironment(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
 }
 
-KubernetesMode KubernetesModeOf(Options::Kubernetes flag) {
-  switch (flag) {
-    case Options::Kubernetes::kOn:
-      return KubernetesMode::kOn;
-    case Options::Kubernetes::kOff:
-      return KubernetesMode::kOff;
-    case Options::Kubernetes::kAuto:
-      break;
-  }
-  return KubernetesMode::kAuto;
+// This host's name; empty when it cannot be read.
+std::string HostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "";
+  return host;
 }
 
 int64_t MillisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -183,23 +154,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   }
   // Pod metadata: this node's pods are watched when --kubernetes says so (or, by default, when
   // the agent runs in a pod).
-  ASSIGN_OR_RETURN(PodWatch pod_watch,
-                   SetUpPodWatch(KubernetesModeOf(options.kubernetes), options.kube,
-                                 options.max_pods, FromEnvironment));
+  ASSIGN_OR_RETURN(PodWatch pod_watch, SetUpPodWatch(options.kubernetes, options.kube,
+                                                     options.max_pods, FromEnvironment));
   agent->pods_ = std::move(pod_watch.pods);
   agent->pod_watcher_ = std::move(pod_watch.watcher);
 
-  std::vector<uint32_t> pids;
-  for (uint32_t pid : options.pids) {
-    std::optional<uint32_t> tgid = ThreadGroupOf(pid);
-    if (!tgid) {
-      return absl::InvalidArgumentError(absl::StrCat("--pid: no running process with id ", pid));
-    }
-    if (*tgid != pid) {
-      spdlog::info("--pid {} is a thread of process {}: profiling that", pid, *tgid);
-    }
-    pids.push_back(*tgid);
-  }
+  ASSIGN_OR_RETURN(std::vector<uint32_t> pids, ThreadGroupsOf(options.pids, "--pid"));
   RETURN_IF_ERROR(CheckCapabilities());
   static_assert(kMaxStackSnapshotBytes == EMBER_MAX_SNAPSHOT_BYTES);
   BpfProfilerConfig config{.sampling_hz = options.sampling_hz,
@@ -277,7 +237,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   }));
   RETURN_IF_ERROR(network);
   if (agent->exporter_ != nullptr) {
-    agent->resources_ = agent->MakeResourceContext();
+    agent->resources_ = MakeResourceContext(FromEnvironment, HostName(), EMBER_VERSION);
     spdlog::info("exporting OTLP profiles: {}", DescribeExporterConfig(**exporter_config));
   }
   agent->interval_start_ = ClockReading::Now();
@@ -396,51 +356,6 @@ void Agent::OnSample(const SampleView& sample) {
   memory_.AfterSample();
 }
 
-ResourceContext Agent::MakeResourceContext() {
-  ResourceContext context;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0) context.host_name = host;
-  if (const char* service = std::getenv("OTEL_SERVICE_NAME")) context.service_name = service;
-  if (const char* attributes = std::getenv("OTEL_RESOURCE_ATTRIBUTES")) {
-    ParsedResourceAttributes parsed = ParseResourceAttributes(attributes);
-    for (const std::string& error : parsed.errors) spdlog::warn("{}", error);
-    context.attributes = std::move(parsed.attributes);
-  }
-  context.scope_version = EMBER_VERSION;
-  return context;
-}
-
-ProcessMetadata Agent::MetadataOf(uint32_t pid) {
-  ProcessMetadata metadata;
-  [&] {
-    const Process* process = processes_.Find(pid);
-    // A process let go past --max-processes is read again, as its next sample would read it.
-    if (process == nullptr && processes_.WasEvicted(pid)) process = processes_.Get(pid);
-    if (process == nullptr) return;
-    metadata.executable_path = process->executable_path;
-    std::string_view path = metadata.executable_path;
-    metadata.executable_name = std::string(path.substr(path.rfind('/') + 1));
-    if (!process->container) return;
-    metadata.container_id = process->container->id;
-    if (pods_ == nullptr) return;
-    std::optional<ContainerMetadata> pod =
-        pods_->Lookup(process->container->id, process->container->pod_uid);
-    if (!pod) return;
-    metadata.service_name = pod->service_name;
-    for (auto& [key, value] : KubernetesAttributes(*pod)) {
-      metadata.attributes.push_back({std::move(key), std::move(value)});
-    }
-  }();
-  return metadata;
-}
-
-void Agent::AttachProcessMetadata(IntervalProfile* profile) {
-  for (const StackSample& sample : profile->samples) {
-    if (profile->process_metadata.contains(sample.pid)) continue;
-    profile->AttachProcessMetadata(sample.pid, MetadataOf(sample.pid));
-  }
-}
-
 void Agent::SyncFailureMetrics() {
   symbolization_failure_metrics_->Sync(frames_.failures());
   proc_read_failure_metrics_->Sync(processes_.read_failures(), cgroups_.stats().read_failures);
@@ -454,7 +369,7 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
   IntervalProfile profile = aggregator_.TakeInterval(
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
   // Before exited processes are dropped, and before any writer: each reads the same metadata.
-  AttachProcessMetadata(&profile);
+  AttachProcessMetadata(processes_, pods_.get(), &profile);
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {

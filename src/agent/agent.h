@@ -71,13 +71,6 @@ class Agent {
   // cgroup resolver's and the runtimes' own counts (kept as plain integers on the sampling
   // thread).
   void SyncFailureMetrics();
-  // The OTLP resource context: host, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES.
-  ResourceContext MakeResourceContext();
-  // What is known of a process beyond its samples: its executable, its container and that
-  // container's pod. Empty for a process no longer in the table.
-  ProcessMetadata MetadataOf(uint32_t pid);
-  // Attaches the MetadataOf each of the interval's processes to the interval, for every writer.
-  void AttachProcessMetadata(IntervalProfile* profile);
   // The self-metrics, and the status endpoint at --metrics-address serving them with /healthz
   // and /readyz.
   absl::Status SetUpStatusEndpoint();

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "k8s/kube_api_config.h"
+#include "k8s/pod_watch_setup.h"
 #include "otlp/exporter_config.h"
 #include "spdlog/common.h"
 
@@ -39,7 +40,7 @@ struct Options {
   ExporterFlags otlp;  // resolved with the environment by ResolveExporterConfig
   // Pod metadata from the Kubernetes API server; kAuto: on when KUBERNETES_SERVICE_HOST is set
   // (the agent runs in a pod).
-  enum class Kubernetes { kAuto, kOn, kOff };
+  using Kubernetes = KubernetesMode;
   Kubernetes kubernetes = Kubernetes::kAuto;
   KubeApiFlags kube;  // resolved with the environment by ResolveKubeApiConfig
   // Where the status endpoint (/metrics, /healthz, /readyz) listens: checked by

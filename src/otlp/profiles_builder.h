@@ -13,17 +13,6 @@
 
 namespace ember {
 
-// Everything about the resources that does not come from the interval (its samples and its
-// process_metadata). Set up once at start-up.
-struct ResourceContext {
-  std::string host_name;
-  std::string service_name;  // OTEL_SERVICE_NAME; empty when unset
-  // From OTEL_RESOURCE_ATTRIBUTES (ParseResourceAttributes), each key once.
-  std::vector<ResourceAttribute> attributes;
-  std::string scope_name = "ember";
-  std::string scope_version;
-};
-
 // One request for the interval: a shared ProfilesDictionary (every string, mapping, location,
 // function, stack and attribute once; index 0 of each table the zero value) and one
 // ResourceProfiles per pid, ascending, each with one ScopeProfiles (scope name and version) holding

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/utf8.h"
 #include "otlp/percent_encoding.h"
+#include "spdlog/spdlog.h"
 
 namespace ember {
 
@@ -48,6 +49,23 @@ ParsedResourceAttributes ParseResourceAttributes(absl::string_view text) {
     }
   }
   return result;
+}
+
+ResourceContext MakeResourceContext(
+    const std::function<std::optional<std::string>(const char*)>& getenv, std::string host_name,
+    std::string scope_version) {
+  ResourceContext context;
+  context.host_name = std::move(host_name);
+  if (std::optional<std::string> service = getenv("OTEL_SERVICE_NAME")) {
+    context.service_name = std::move(*service);
+  }
+  if (std::optional<std::string> attributes = getenv("OTEL_RESOURCE_ATTRIBUTES")) {
+    ParsedResourceAttributes parsed = ParseResourceAttributes(*attributes);
+    for (const std::string& error : parsed.errors) spdlog::warn("{}", error);
+    context.attributes = std::move(parsed.attributes);
+  }
+  context.scope_version = std::move(scope_version);
+  return context;
 }
 
 }  // namespace ember

@@ -2,6 +2,8 @@
 // W3C Baggage form with percent-encoding, as the OpenTelemetry SDK specification defines it.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,22 @@ struct ParsedResourceAttributes {
 // good entries instead, so one typo does not strip every attribute (a caller wanting the strict
 // rule drops `attributes` when `errors` is non-empty).
 ParsedResourceAttributes ParseResourceAttributes(absl::string_view text);
+
+// Everything about the resources that does not come from the interval (its samples and its
+// process_metadata). Set up once at start-up.
+struct ResourceContext {
+  std::string host_name;
+  std::string service_name;  // OTEL_SERVICE_NAME; empty when unset
+  // From OTEL_RESOURCE_ATTRIBUTES (ParseResourceAttributes), each key once.
+  std::vector<ResourceAttribute> attributes;
+  std::string scope_name = "ember";
+  std::string scope_version;
+};
+
+// The context of `host_name`, with OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES as `getenv`
+// (nullopt: not set) gives them; each skipped entry of the attributes is logged as a warning.
+ResourceContext MakeResourceContext(
+    const std::function<std::optional<std::string>(const char*)>& getenv, std::string host_name,
+    std::string scope_version);
 
 }  // namespace ember

@@ -135,7 +135,7 @@ std::vector<MemoryMapping> KeepExecutableMappings(std::vector<MemoryMapping> all
   if (all.size() > max_mappings) {
     // The program's own code is where most of its samples land; other files' code is named from
     // their symbols (and signal frames unwind through the vDSO); anonymous code needs no mapping
-    // to be named from a perf map.
+    // to be named from a JIT's perf map (src/runtimes/perf_map).
     const auto rank = [&](const MemoryMapping& m) {
       if (m.IsFileBacked()) return !executable_path.empty() && m.path == executable_path ? 0 : 1;
       return m.path == "[vdso]" ? 1 : 2;

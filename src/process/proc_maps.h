@@ -64,8 +64,9 @@ absl::StatusOr<std::vector<MemoryMapping>> ParseProcMaps(absl::string_view text,
 
 // The executable mappings of `all`, at most `max_mappings` of them, in ascending order. Over the
 // limit, mappings of `executable_path` (the program itself) are kept first, then other files' and
-// the vDSO, then the rest (anonymous JIT code, which the perf map names whether or not it is
-// mapped here), each in address order; the others are counted in stats->dropped_mappings.
+// the vDSO, then the rest (anonymous JIT code, which a JIT's perf map names whether or not it is
+// mapped here: src/runtimes/perf_map), each in address order; the others are counted in
+// stats->dropped_mappings.
 std::vector<MemoryMapping> KeepExecutableMappings(std::vector<MemoryMapping> all,
                                                   absl::string_view executable_path,
                                                   size_t max_mappings, ProcMapsStats* stats);

@@ -1,9 +1,13 @@
 // OTEL_RESOURCE_ATTRIBUTES parsing: pairs in order, blanks trimmed, percent-decoding of keys and
-// values, and junk entries skipped with one error line each.
+// values, and junk entries skipped with one error line each; the resource context made of the
+// environment.
 #include "otlp/resource_attributes.h"
+
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "unit/otlp/log_capture.h"
 
 namespace ember {
 namespace {
@@ -89,6 +93,40 @@ TEST(ParseResourceAttributesTest, BadKeyEncodingIsReportedToo) {
   const ParsedResourceAttributes parsed = ParseResourceAttributes("k%G1=v");
   EXPECT_THAT(parsed.attributes, IsEmpty());
   EXPECT_THAT(parsed.errors, ElementsAre(HasSubstr("\"k%G1=v\"")));
+}
+
+// An environment of exactly `variables`.
+std::function<std::optional<std::string>(const char*)> Environment(
+    std::map<std::string, std::string> variables) {
+  return [variables = std::move(variables)](const char* name) -> std::optional<std::string> {
+    auto it = variables.find(name);
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(MakeResourceContextTest, HostAndVersionWithoutVariables) {
+  const ResourceContext context = MakeResourceContext(Environment({}), "node-7", "1.2.3");
+  EXPECT_EQ(context.host_name, "node-7");
+  EXPECT_EQ(context.service_name, "");
+  EXPECT_THAT(context.attributes, IsEmpty());
+  EXPECT_EQ(context.scope_name, "ember");
+  EXPECT_EQ(context.scope_version, "1.2.3");
+}
+
+TEST(MakeResourceContextTest, ServiceNameAndAttributesFromTheEnvironment) {
+  testing::LogCapture log;
+  const ResourceContext context = MakeResourceContext(
+      Environment({{"OTEL_SERVICE_NAME", "checkout"},
+                   {"OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,junk,team=a%20b"},
+                   {"OTEL_SERVICE_NAMES", "not this one"}}),
+      "node-7", "1.2.3");
+  EXPECT_EQ(context.service_name, "checkout");
+  EXPECT_THAT(context.attributes, ElementsAre(ResourceAttribute{"deployment.environment", "prod"},
+                                              ResourceAttribute{"team", "a b"}));
+  // The skipped entry is logged, one line naming it.
+  ASSERT_EQ(log.lines().size(), 1u) << log.text();
+  EXPECT_THAT(log.lines()[0], HasSubstr("\"junk\""));
 }
 
 }  // namespace
