@@ -96,11 +96,12 @@ class Agent {
   std::unique_ptr<PodWatcher> pod_watcher_;
   // Null without debuginfod servers. Before modules_, which asks it, so that it outlives them.
   std::unique_ptr<DebugFileFetcher> debug_files_;
-  std::unique_ptr<LateDebugFiles> late_debug_files_;  // with debug_files_
   ModuleCache modules_;
   FrameResolver frames_;
   DwarfUnwinder unwinder_;
   MemoryUpkeep memory_;  // the file pages and free heap of the caches above
+  // With debug_files_; after the caches it names frames again in, so that it goes before them.
+  std::unique_ptr<LateDebugFiles> late_debug_files_;
   Aggregator aggregator_;
   // The pprof files and flamegraph.html; made in the constructor, never null (its counters are in
   // /metrics whether or not write_local_).
@@ -125,7 +126,8 @@ class Agent {
   // The process part of each sample: the table read, and the BPF side told which processes the
   // agent knows. Made with profiler_, which it tells.
   std::unique_ptr<KnownProcesses> known_processes_;
-  // The process table's other subscribers: the BPF walk's tables, the runtimes, the unwinder.
+  // The process table's other subscribers (besides the runtimes, in stacks_): the BPF walk's
+  // tables, the unwinder.
   std::unique_ptr<BpfUnwindTablesFeed> bpf_unwind_feed_;
   std::unique_ptr<ProcessEventCallbacks> unwinder_events_;
 

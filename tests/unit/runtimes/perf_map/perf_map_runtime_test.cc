@@ -309,6 +309,7 @@ TEST(PerfMapRuntimeTest, SwappingToASharedPerfMapKeepsTheJitdump) {
 TEST(PerfMapRuntimeTest, AProcessThatExecdWhileEvictedHasItsNamesDropped) {
   const std::string root = MakeProcTree("ember-proc-perf-map-evicted-exec-test", 2);
   WritePerfMap(root, 100, 10);
+  std::filesystem::create_symlink("/usr/bin/old-program", root + "/100/exe");
   ProcessTable table(root, std::chrono::hours(1), ProcessTableLimits{.max_processes = 1});
   Jit jit(table);
   Process* first = table.Get(100);
@@ -329,6 +330,7 @@ TEST(PerfMapRuntimeTest, AProcessThatExecdWhileEvictedHasItsNamesDropped) {
   ASSERT_NE(table.Get(101), nullptr);
   ASSERT_TRUE(table.WasEvicted(100));
 
+  std::filesystem::remove(root + "/100/exe");
   std::filesystem::create_symlink("/usr/bin/new-program", root + "/100/exe");
   first = table.Get(100);
   ASSERT_NE(first, nullptr);
