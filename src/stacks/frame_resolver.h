@@ -56,6 +56,10 @@ class FrameResolver final : private CodeFrameCache {
   // blocks of their strings and inlined functions), see NextGeneration.
   FrameResolver(ProcessTable* processes, ModuleCache* modules, const KernelSymbols* kernel_symbols,
                 size_t max_bytes = size_t{64} << 20);
+  // One per agent, never copied or assigned: the frames it handed out stay where they are, and
+  // the runtimes its StackBuilder set (set_runtimes) stay set.
+  FrameResolver(const FrameResolver&) = delete;
+  FrameResolver& operator=(const FrameResolver&) = delete;
 
   // `caller` is true for every frame but the leaf: its address is a return address, so the call
   // instruction is the byte before it.
