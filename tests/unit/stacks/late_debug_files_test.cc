@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "otlp/log_capture.h"
 #include "process/process_table.h"
 #include "support/temp_dir.h"
 
@@ -155,6 +156,16 @@ TEST_F(LateDebugFilesTest, AFetchedDebugFileNamesTheCachedFrameAndIsCounted) {
   late.Collect(/*ask_again=*/true);
   EXPECT_EQ(FramesNamed(), 1u);
   EXPECT_EQ(calls_.load(), 1);
+
+  // The run's summary: the one file fetched and the one frame it named.
+  ::ember::testing::LogCapture capture;
+  late.LogSummary();
+  ASSERT_EQ(capture.lines().size(), 1u) << capture.text();
+  EXPECT_EQ(capture.lines()[0].rfind("debuginfod: 1 debug file(s) fetched, 0 not found, 0 "
+                                     "error(s), 0 timeout(s), 0 refused; 1 frame(s) named late; ",
+                                     0),
+            0u)
+      << capture.text();
 }
 
 TEST_F(LateDebugFilesTest, AskedAgainAFileAlreadyInTheCacheNamesTheFrames) {
