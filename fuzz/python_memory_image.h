@@ -20,7 +20,7 @@
 
 #include "runtimes/cpython/cpython_layout.h"
 #include "runtimes/cpython/frame_walker.h"
-#include "runtimes/cpython/process_memory.h"
+#include "runtimes/process_memory.h"
 
 namespace ember::python::fuzzing {
 

@@ -10,7 +10,7 @@
 
 #include "runtimes/cpython/frame_namer.h"
 #include "runtimes/cpython/frame_splice.h"
-#include "runtimes/cpython/process_memory.h"
+#include "runtimes/process_memory.h"
 #include "runtimes/runtime.h"
 #include "status/metrics_registry.h"
 

@@ -4,7 +4,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "runtimes/cpython/frame_walker.h"
-#include "runtimes/cpython/process_memory.h"
+#include "runtimes/process_memory.h"
 
 namespace ember::python {
 

@@ -15,7 +15,7 @@
 #include "common/profile.h"
 #include "runtimes/cpython/bpf_proc_config.h"
 #include "runtimes/cpython/interpreter_detect.h"
-#include "runtimes/cpython/process_memory.h"
+#include "runtimes/process_memory.h"
 
 namespace ember::python {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtimes/cpython/cpython_layout.h"
-#include "runtimes/cpython/process_memory.h"
+#include "runtimes/process_memory.h"
 
 namespace ember::python {
 

@@ -599,7 +599,7 @@ TEST_F(StackBuilderTest, SplicesTheFramesOfALivePython) {
 
   // The main thread's frames as the BPF walk records them, and their names as the walker reads
   // them.
-  python::ProcessMemoryReader memory(static_cast<pid_t>(python.pid()));
+  ProcessMemoryReader memory(static_cast<pid_t>(python.pid()));
   const python::WalkerConfig& config = detected->process.config;
   uint64_t tstate = 0;
   ASSERT_EQ(python::FindThreadState(memory, config, {.pthread_id = python.main_ident_}, &tstate),

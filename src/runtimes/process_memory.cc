@@ -1,9 +1,9 @@
-// process_vm_readv, the one syscall of src/runtimes/cpython.
-#include "runtimes/cpython/process_memory.h"
+// process_vm_readv, the one syscall of the runtimes' memory reads.
+#include "runtimes/process_memory.h"
 
 #include <sys/uio.h>
 
-namespace ember::python {
+namespace ember {
 
 bool ProcessMemoryReader::Read(uint64_t address, void* out, size_t size) {
   if (size == 0) return true;
@@ -13,4 +13,4 @@ bool ProcessMemoryReader::Read(uint64_t address, void* out, size_t size) {
   return n == static_cast<ssize_t>(size);
 }
 
-}  // namespace ember::python
+}  // namespace ember

@@ -1,5 +1,5 @@
-// Reading another process's memory: the interface the frame walker reads through (a test can
-// stand in) and its process_vm_readv implementation.
+// Reading another process's memory: the interface the runtimes' walkers and namers read through
+// (a test can stand in) and its process_vm_readv implementation.
 #pragma once
 
 #include <sys/types.h>
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ember::python {
+namespace ember {
 
 class MemoryReader {
  public:
@@ -28,4 +28,4 @@ class ProcessMemoryReader : public MemoryReader {
   pid_t pid_;
 };
 
-}  // namespace ember::python
+}  // namespace ember
