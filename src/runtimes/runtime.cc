@@ -17,6 +17,17 @@ void RuntimeSet::Splice(const Process& process, const SampleView& sample, UserFr
   }
 }
 
+bool RuntimeSet::Step(uint32_t pid, const FrameRegisters& frame, bool is_return_address,
+                      const StackMemory& stack, StepResult& result, RuntimeFrame& runtime_frame) {
+  for (const std::unique_ptr<Runtime>& runtime : runtimes_) {
+    if (runtime->StepCodeOutsideFiles(pid, frame, is_return_address, stack, result,
+                                      runtime_frame)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const Frame* RuntimeSet::NameCodeOutsideFiles(const Process& process, ProcessAddress address,
                                               CodeFrameCache& frames) {
   for (const std::unique_ptr<Runtime>& runtime : runtimes_) {

@@ -41,6 +41,7 @@
 #include "sampler/bpf_profiler.h"
 #include "sampler/runtime_bpf_config.h"
 #include "sampler/sample_record_layout.h"
+#include "unwind/runtime_step.h"
 
 namespace ember {
 
@@ -55,6 +56,9 @@ struct UserFrames {
   // samples (a process runs one language runtime's interpreter or JIT; a second would need the
   // pcs the first left).
   std::span<const uint64_t> pcs;
+  // Per user frame, under the same condition: what the runtime that stepped it kept of it
+  // (Runtime::StepCodeOutsideFiles); all zero for every other frame.
+  std::span<const RuntimeFrame> runtime_frames;
 };
 
 // The resolver's cache of the frames of code in no file, as a runtime names them
@@ -96,6 +100,16 @@ class Runtime {
                                             CodeFrameCache& frames) {
     return nullptr;
   }
+  // Steps a frame of `pid` whose pc lies in no file to its caller, the way the runtime lays out
+  // the frames of the code it generated (unwind/runtime_step.h): false when the runtime does not
+  // know the pc (the unwinder then follows the frame pointer). What it keeps in `runtime_frame`
+  // comes back to its Splice in UserFrames::runtime_frames. Per-frame code, on the sampling
+  // thread; the default knows no pc.
+  virtual bool StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& frame,
+                                    bool is_return_address, const StackMemory& stack,
+                                    StepResult& result, RuntimeFrame& runtime_frame) {
+    return false;
+  }
   // The interval was written: caches may drop what it was the last to use.
   virtual void NextGeneration() = 0;
   // Brings the runtime's metrics up to its own counts (kept as plain integers on the sampling
@@ -109,14 +123,18 @@ class Runtime {
 };
 
 // The runtimes the agent names frames of, each told of every event in the order added. It
-// subscribes to the process table itself (ProcessTable::Subscribe).
-class RuntimeSet final : public ProcessEvents {
+// subscribes to the process table itself (ProcessTable::Subscribe), and steps frames of code in
+// no file for the unwinder (DwarfUnwinder::set_runtime_stepper) through the first runtime that
+// knows the pc.
+class RuntimeSet final : public ProcessEvents, public RuntimeStepper {
  public:
   void Add(std::unique_ptr<Runtime> runtime) { runtimes_.push_back(std::move(runtime)); }
 
   void OnMapsChanged(const Process& process) override;
   void OnExited(uint32_t pid) override;
   void Splice(const Process& process, const SampleView& sample, UserFrames frames);
+  bool Step(uint32_t pid, const FrameRegisters& frame, bool is_return_address,
+            const StackMemory& stack, StepResult& result, RuntimeFrame& runtime_frame) override;
   // The first runtime's, in the order added, that names it; nullptr when none does.
   const Frame* NameCodeOutsideFiles(const Process& process, ProcessAddress address,
                                     CodeFrameCache& frames);

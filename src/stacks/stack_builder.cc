@@ -10,7 +10,8 @@ namespace ember {
 StackBuilder::StackBuilder(FrameResolver* frames, const ProcessTable* processes,
                            DwarfUnwinder* unwinder, MetricsRegistry& metrics)
     : frames_(frames), processes_(processes), unwinder_(unwinder) {
-  frames_->set_runtimes(&runtimes_);  // they name code in no file
+  frames_->set_runtimes(&runtimes_);           // they name code in no file
+  unwinder_->set_runtime_stepper(&runtimes_);  // and step its frames
   // Registration fails only on a programming error (a bad or duplicate name).
   constexpr absl::string_view kUnwound = "ember_user_stacks_unwound_total";
   constexpr absl::string_view kUnwoundHelp =
@@ -40,7 +41,10 @@ const std::vector<const Frame*>& StackBuilder::Build(const SampleView& sample, P
       bpf_unwind_->WalkFellShort(process->pid, user_pcs_);
     }
     runtimes_.Splice(*process, sample,
-                     UserFrames{.stack = stack_, .begin = user_begin, .pcs = user_pcs_});
+                     UserFrames{.stack = stack_,
+                                .begin = user_begin,
+                                .pcs = user_pcs_,
+                                .runtime_frames = user_runtime_frames_});
   } else if (!sample.user_ips.empty() || !sample.user_regs.empty()) {
     stack_.push_back(frames_->Marker("[process exited]"));  // gone before its maps were read
   }
@@ -52,6 +56,7 @@ bool StackBuilder::EndAtThreadStart(size_t user_begin) {
   if (!keep.has_value()) return false;
   stack_.resize(user_begin + *keep);
   user_pcs_.resize(*keep);
+  user_runtime_frames_.resize(*keep);
   return true;
 }
 
@@ -59,6 +64,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
   const ember_sample& header = *sample.header;
   const size_t user_begin = stack_.size();
   user_pcs_.clear();
+  user_runtime_frames_.clear();
   // Frames walked in BPF (by CFI rows) come first; a snapshot, if any, goes on from where that
   // walk stopped.
   const bool walked_in_bpf = (header.flags & EMBER_SAMPLE_UNWOUND_IN_BPF) != 0;
@@ -66,6 +72,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
     for (size_t i = 0; i < sample.user_ips.size(); ++i) {
       stack_.push_back(frames_->User(process, sample.user_ips[i], /*caller=*/i > 0));
       user_pcs_.push_back(sample.user_ips[i]);
+      user_runtime_frames_.emplace_back();
     }
   }
   if (walked_in_bpf && (header.flags & EMBER_SAMPLE_UNWIND_COMPLETE)) {
@@ -80,6 +87,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
         const uint64_t pc = sample.user_regs[EMBER_USER_REG_IP];
         stack_.push_back(frames_->User(process, pc, /*caller=*/true));
         user_pcs_.push_back(pc);
+        user_runtime_frames_.emplace_back();
       }
       if (EndAtThreadStart(user_begin)) {
         complete_metric_->Increment();
@@ -91,6 +99,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
     }
     stack_.push_back(frames_->Marker("[truncated]"));
     user_pcs_.push_back(0);
+    user_runtime_frames_.emplace_back();
     return;
   }
   UserStack user_stack{.registers = sample.user_regs,
@@ -110,6 +119,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
   for (const UnwoundFrame& frame : unwound.frames) {
     stack_.push_back(frames_->User(process, frame.pc, frame.is_return_address));
     user_pcs_.push_back(frame.pc);
+    user_runtime_frames_.push_back(frame.runtime);
   }
   // A goroutine's stack is not its thread's: the walk cannot tell where it begins, but Go's
   // symbol table says which function nothing calls.
@@ -130,6 +140,7 @@ void StackBuilder::AppendUserFrames(Process* process, const SampleView& sample) 
   }
   stack_.push_back(frames_->Marker("[truncated]"));
   user_pcs_.push_back(0);
+  user_runtime_frames_.emplace_back();
 }
 
 void StackBuilder::LogSummary(const BpfStats& bpf) const {

@@ -5,8 +5,9 @@
 // 2. User frames, by whichever walks the record carries: the frames the BPF program walked by
 //    CFI rows (EMBER_SAMPLE_UNWOUND_IN_BPF), then, where that walk stopped short, the stack
 //    snapshot unwound here with DWARF CFI (DwarfUnwinder, frame pointers where a module has no
-//    CFI) from the registers the BPF walk handed over; without either, the frame-pointer walk
-//    done in BPF.
+//    CFI) from the registers the BPF walk handed over, code in no file stepped by the runtime
+//    that generated it where one does (Runtime::StepCodeOutsideFiles); without either, the
+//    frame-pointer walk done in BPF.
 // 3. The user frames end at the first whose function nothing calls (Frame::thread_start, where a
 //    thread or goroutine begins), whatever a walk made of the stack past it. A stack that does
 //    not reach its thread's first frame ends with "[truncated]". How each user stack ended is
@@ -40,7 +41,8 @@ struct UserStackEnds {
 class StackBuilder {
  public:
   // Registers ember_user_stacks_unwound_total in `metrics`, and has the resolver ask its runtimes
-  // to name code in no file (FrameResolver::set_runtimes). The resolver, the table and the
+  // to name code in no file (FrameResolver::set_runtimes) and the unwinder ask them to step it
+  // (DwarfUnwinder::set_runtime_stepper). The resolver, the table and the
   // unwinder must outlive the builder.
   StackBuilder(FrameResolver* frames, const ProcessTable* processes, DwarfUnwinder* unwinder,
                MetricsRegistry& metrics);
@@ -79,6 +81,8 @@ class StackBuilder {
   std::vector<const Frame*> stack_;  // reused per sample
   // Per user frame in stack_ (from AppendUserFrames): its pc, 0 for markers. Reused per sample.
   std::vector<uint64_t> user_pcs_;
+  // Per user frame, beside user_pcs_: what a runtime's step kept of it. Reused per sample.
+  std::vector<RuntimeFrame> user_runtime_frames_;
   UnwindResult unwound_;  // reused per sample
   Counter* complete_metric_ = nullptr;
   Counter* truncated_metric_ = nullptr;

@@ -135,10 +135,14 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
       result.end = UnwindEnd::kTruncated;
       break;
     }
-    result.frames.push_back({.pc = pc, .is_return_address = is_return_address});
+    result.frames.push_back({.pc = pc, .is_return_address = is_return_address, .runtime = {}});
     const AddressSpace::Module* module = space->Find(is_return_address ? pc - 1 : pc);
     if (module != nullptr) {
       module->cfi->Step(frame, module->bias, is_return_address, memory, step);
+    } else if (runtime_stepper_ != nullptr &&
+               runtime_stepper_->Step(pid, frame, is_return_address, memory, step,
+                                      result.frames.back().runtime)) {
+      ++runtime_steps_;
     } else {
       FramePointerStep(frame, memory, step);
     }
@@ -168,8 +172,9 @@ void DwarfUnwinder::Unwind(uint32_t pid, uint64_t layout_version, MappingsFn map
     break;
   }
   if (result.frames.empty()) {
-    result.frames.push_back(
-        {.pc = stack.registers[kIp], .is_return_address = stack.first_is_return_address});
+    result.frames.push_back({.pc = stack.registers[kIp],
+                             .is_return_address = stack.first_is_return_address,
+                             .runtime = {}});
   }
 }
 

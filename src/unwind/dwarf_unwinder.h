@@ -2,8 +2,8 @@
 // then .debug_frame) through elfutils libdwfl, frame by frame: each frame is stepped by the
 // libdwfl session of the file its pc lies in (ModuleCfi), opened once per file and shared by every
 // process. libdwfl falls back to frame pointers where a module has no CFI, and so does the
-// unwinder for code outside every file (JIT code). Per process it keeps only where each file is
-// mapped.
+// unwinder for code outside every file (JIT code) unless the runtime that generated the code steps
+// it (RuntimeStepper, runtime_step.h). Per process it keeps only where each file is mapped.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include "common/mapping.h"
 #include "symbolize/elf_module.h"
 #include "unwind/module_cfi.h"
+#include "unwind/runtime_step.h"
 
 namespace ember {
 
@@ -42,6 +43,9 @@ struct UnwoundFrame {
   // A return address (the call is the byte before it), as opposed to the interrupted
   // instruction itself (the leaf, and the frame a signal interrupted).
   bool is_return_address = false;
+  // What the runtime that stepped this frame kept of it; all zero for a frame stepped by CFI or
+  // its frame pointer.
+  RuntimeFrame runtime;
 };
 
 enum class UnwindEnd {
@@ -84,6 +88,12 @@ class DwarfUnwinder {
   void Unwind(uint32_t pid, uint64_t layout_version, MappingsFn mappings, const UserStack& stack,
               UnwindResult& result);
 
+  // Asks `stepper` (which must outlive the unwinder; null: none) to step frames of code in no
+  // file before the frame-pointer rule does.
+  void set_runtime_stepper(RuntimeStepper* stepper) { runtime_stepper_ = stepper; }
+  // Frames of code in no file that the runtime stepper stepped, since the start.
+  uint64_t runtime_steps() const { return runtime_steps_; }
+
   // Drops the address space of a process that exited (or whose pid was reused): NextGeneration
   // would only after its generations, and a new process of the pid builds its own anyway.
   void ForgetProcess(uint32_t pid);
@@ -109,6 +119,8 @@ class DwarfUnwinder {
                                       const std::vector<ExecutableMapping>& mappings);
 
   Limits limits_;
+  RuntimeStepper* runtime_stepper_ = nullptr;
+  uint64_t runtime_steps_ = 0;
   ModuleCfiCache files_;
   uint64_t generation_ = 0;
   // Most recently used first.

@@ -185,8 +185,19 @@ class FakeRuntime : public Runtime {
     ++splices;
     begin = frames.begin;
     pcs.assign(frames.pcs.begin(), frames.pcs.end());
+    runtime_frames.assign(frames.runtime_frames.begin(), frames.runtime_frames.end());
     if (std::find(known.begin(), known.end(), process.pid) == known.end()) return;
     if (frames.stack.size() > frames.begin) frames.stack[frames.begin] = frame_;
+  }
+  // Steps `step_pc` to the registers of `step_caller` (EMBER_USER_REG_* order, as DWARF's).
+  bool StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& frame, bool, const StackMemory&,
+                            StepResult& result, RuntimeFrame& runtime_frame) override {
+    if (step_pc == 0 || frame.value[kUnwindRegisterIp] != step_pc) return false;
+    result.Reset();
+    for (int reg = 0; reg < kUnwindRegisterCount; ++reg) result.caller.Set(reg, step_caller[reg]);
+    result.end = StepEnd::kStepped;
+    runtime_frame = {.object = pid, .position = 5, .kind = 1};
+    return true;
   }
   void NextGeneration() override { ++generations; }
   void SyncMetrics() override { ++syncs; }
@@ -197,6 +208,9 @@ class FakeRuntime : public Runtime {
   int splices = 0;
   size_t begin = 0;
   std::vector<uint64_t> pcs;
+  std::vector<RuntimeFrame> runtime_frames;
+  uint64_t step_pc = 0;
+  std::vector<uint64_t> step_caller;
   int generations = 0;
   int syncs = 0;
 
@@ -341,6 +355,38 @@ TEST_F(StackBuilderTest, UnwindsARealSnapshotWithDwarfCfi) {
   EXPECT_EQ(stack.back()->function, "_start") << ::testing::PrintToString(names);
   EXPECT_EQ(builder_.ends().complete, 1u);
   EXPECT_EQ(builder_.ends().truncated + builder_.ends().failed, 0u);
+}
+
+// A runtime steps a frame of its code in no file (the leaf here) to the real frame below it; the
+// walk goes on from there, and the runtime's splice gets back what it kept of that frame beside
+// its pc, and nothing for the other frames.
+TEST_F(StackBuilderTest, ARuntimeStepsItsCodeInNoFileAndGetsItsFramesBackInTheSplice) {
+  auto owned = std::make_unique<FakeRuntime>(&frames_);
+  FakeRuntime* runtime = owned.get();
+  builder_.runtimes().Add(std::move(owned));
+  Snapshot snapshot = TakeSnapshot();
+  constexpr uint64_t kJitPc = 0x1000;  // in no mapping of this process
+  runtime->step_pc = kJitPc;
+  runtime->step_caller.assign(snapshot.regs.begin(), snapshot.regs.end());
+  Record record;
+  record.flags = EMBER_SAMPLE_USER_REGS;
+  record.regs = snapshot.regs;
+  record.regs[EMBER_USER_REG_IP] = kJitPc;
+  record.snapshot = snapshot.stack;
+  const std::vector<const Frame*>& stack = builder_.Build(record.Decode(), Self());
+  const std::vector<std::string> names = Names(stack);
+  ASSERT_GE(stack.size(), 5u) << ::testing::PrintToString(names);
+  EXPECT_THAT(stack[1]->function, HasSubstr("SnapshotCallerB"));
+  EXPECT_EQ(stack.back()->function, "_start") << ::testing::PrintToString(names);
+  ASSERT_EQ(runtime->pcs.size(), stack.size());
+  ASSERT_EQ(runtime->runtime_frames.size(), stack.size());
+  EXPECT_EQ(runtime->pcs[0], kJitPc);
+  EXPECT_EQ(runtime->runtime_frames[0],
+            (RuntimeFrame{.object = static_cast<uint64_t>(getpid()), .position = 5, .kind = 1}));
+  for (size_t i = 1; i < stack.size(); ++i) {
+    EXPECT_EQ(runtime->runtime_frames[i], RuntimeFrame{}) << i;
+  }
+  EXPECT_EQ(builder_.ends().complete, 1u);
 }
 
 // The snapshot cut short (clamped): the frames it holds, then "[truncated]", counted truncated.

@@ -454,6 +454,87 @@ TEST_F(DwarfUnwinderSelfTest, PcOutsideEveryMappingIsStillTheLeaf) {
   EXPECT_LE(result.frames.size(), DwarfUnwinder::Limits{}.max_frames);
 }
 
+// Steps one pc of code in no file to the registers of a real frame, as a runtime that knows its
+// code's frames (HotSpot's) does; every other pc is not its own.
+class OnePcStepper : public RuntimeStepper {
+ public:
+  OnePcStepper(uint64_t pc, std::span<const uint64_t> caller, bool steps)
+      : pc_(pc), caller_(caller), steps_(steps) {}
+  bool Step(uint32_t pid, const FrameRegisters& frame, bool is_return_address,
+            const StackMemory& stack, StepResult& result, RuntimeFrame& runtime_frame) override {
+    ++asked;
+    if (frame.value[kUnwindRegisterIp] != pc_) return false;
+    result.Reset();
+    runtime_frame = {.object = 0x7000, .position = 42, .kind = 3};
+    if (!steps_) return true;  // its own pc, but no caller: the walk ends there
+    for (int reg = 0; reg < kUnwindRegisterCount; ++reg) result.caller.Set(reg, caller_[reg]);
+    result.end = StepEnd::kStepped;
+    last_pid = pid;
+    last_was_return_address = is_return_address;
+    return true;
+  }
+  int asked = 0;
+  uint32_t last_pid = 0;
+  bool last_was_return_address = true;
+
+ private:
+  uint64_t pc_;
+  std::span<const uint64_t> caller_;
+  bool steps_;
+};
+
+// The caller the stepper gives is the real leaf frame, so the walk goes on from there to the
+// thread's first frame exactly as from the real leaf, one frame deeper: the runtime's frame
+// first, with what the runtime kept of it, and no other frame carrying any.
+TEST_F(DwarfUnwinderSelfTest, ARuntimeStepsItsOwnCodeAndTheWalkGoesOnToTheOutermostFrame) {
+  constexpr uint64_t kJitPc = 0x1000;  // in no mapping
+  OnePcStepper stepper(kJitPc, chain_->registers, /*steps=*/true);
+  DwarfUnwinder unwinder;
+  unwinder.set_runtime_stepper(&stepper);
+  UnwindResult real = UnwindOwn(unwinder, WholeStackOf(*chain_));
+  EXPECT_EQ(unwinder.runtime_steps(), 0u);  // every frame lay in a file
+  Capture capture = *chain_;
+  capture.registers[kUnwindRegisterIp] = kJitPc;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  EXPECT_EQ(unwinder.runtime_steps(), 1u);
+  EXPECT_EQ(stepper.last_pid, static_cast<uint32_t>(getpid()));
+  EXPECT_FALSE(stepper.last_was_return_address);
+  EXPECT_EQ(result.end, UnwindEnd::kOutermost);
+  ASSERT_EQ(result.frames.size(), real.frames.size() + 1);
+  EXPECT_EQ(result.frames[0].pc, kJitPc);
+  EXPECT_EQ(result.frames[0].runtime, (RuntimeFrame{.object = 0x7000, .position = 42, .kind = 3}));
+  for (size_t i = 1; i < result.frames.size(); ++i) {
+    EXPECT_EQ(result.frames[i].pc, real.frames[i - 1].pc) << i;
+    EXPECT_EQ(result.frames[i].runtime, RuntimeFrame{}) << i;
+  }
+}
+
+// A pc the runtime claims but cannot step ends the walk there (an error, not the frame
+// pointer's guess); a pc it does not claim is left to the frame pointer as before.
+TEST_F(DwarfUnwinderSelfTest, ARuntimeThatCannotStepItsPcEndsTheWalkAndOthersKeepFramePointers) {
+  constexpr uint64_t kJitPc = 0x1000;
+  OnePcStepper stuck(kJitPc, chain_->registers, /*steps=*/false);
+  DwarfUnwinder unwinder;
+  unwinder.set_runtime_stepper(&stuck);
+  Capture capture = *chain_;
+  capture.registers[kUnwindRegisterIp] = kJitPc;
+  UnwindResult result = UnwindOwn(unwinder, WholeStackOf(capture));
+  EXPECT_EQ(result.end, UnwindEnd::kError);
+  ASSERT_EQ(result.frames.size(), 1u);
+  EXPECT_EQ(result.frames[0].runtime.kind, 3u);
+
+  OnePcStepper other(/*pc=*/0x2000, chain_->registers, /*steps=*/true);
+  DwarfUnwinder plain;
+  DwarfUnwinder asking;
+  asking.set_runtime_stepper(&other);
+  UnwindResult by_frame_pointer = UnwindOwn(plain, WholeStackOf(capture));
+  UnwindResult asked = UnwindOwn(asking, WholeStackOf(capture));
+  EXPECT_GE(other.asked, 1);
+  EXPECT_EQ(asking.runtime_steps(), 0u);
+  EXPECT_EQ(Pcs(asked), Pcs(by_frame_pointer));
+  EXPECT_EQ(asked.end, by_frame_pointer.end);
+}
+
 TEST_F(DwarfUnwinderSelfTest, WrongRegisterCountGivesNothing) {
   DwarfUnwinder unwinder;
   UserStack stack = WholeStackOf(*chain_);
