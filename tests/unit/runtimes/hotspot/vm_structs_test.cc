@@ -248,6 +248,15 @@ TEST(VmStructsFakeTest, OffsetPastItsTypeSizeIsRefused) {
     EXPECT_TRUE(absl::StrContains(layout.status().message(), "CodeHeap::_log2_segment_size"))
         << layout.status();
   }
+  {
+    // A field of no scalar width (an embedded VirtualSpace) must still start inside its type.
+    FakeTables tables;
+    Entry(tables, "CodeHeap", "_segmap").offset = 208;
+    absl::StatusOr<HotSpotLayout> layout = BuildAndResolve(tables);
+    ASSERT_FALSE(layout.ok());
+    EXPECT_TRUE(absl::StrContains(layout.status().message(), "CodeHeap::_segmap"))
+        << layout.status();
+  }
   FakeTables tables;
   Entry(tables, "CodeHeap", "_log2_segment_size").offset = 204;  // the last int that fits
   EXPECT_TRUE(BuildAndResolve(tables).ok());
@@ -534,6 +543,25 @@ TEST_P(VmStructsLiveTest, TablesMatchTheFileAndResolve) {
     EXPECT_TRUE(f->present()) << "field #" << (f - &l.growable_array_data);
     EXPECT_GT(f->width, 0) << "field at offset " << f->offset;
   }
+  // Offsets that follow from the classes' declarations alone (same in 17 and 25): Symbol is
+  // {u4 _hash_and_refcount; u2 _length; u1 _body[]}, VirtualSpace starts with its four
+  // boundaries, PcDesc with its two ints, GrowableArrayBase with _len, Method (virtual) with
+  // _constMethod after the vtable pointer.
+  EXPECT_EQ(l.symbol_length.offset, 4u);
+  EXPECT_EQ(l.symbol_body.offset, 6u);
+  EXPECT_EQ(l.virtual_space_low_boundary.offset, 0u);
+  EXPECT_EQ(l.virtual_space_high_boundary.offset, 8u);
+  EXPECT_EQ(l.virtual_space_low.offset, 16u);
+  EXPECT_EQ(l.virtual_space_high.offset, 24u);
+  EXPECT_EQ(l.pc_desc_pc_offset.offset, 0u);
+  EXPECT_EQ(l.pc_desc_scope_decode_offset.offset, 4u);
+  EXPECT_EQ(l.growable_array_len.offset, 0u);
+  EXPECT_EQ(l.growable_array_data.offset, 8u);
+  EXPECT_EQ(l.method_const_method.offset, 8u);
+  EXPECT_EQ(l.blob_name.width, 8);  // const char*
+  EXPECT_EQ(l.nmethod_compile_id.width, 4);
+  EXPECT_EQ(l.symbol_length.width, 2);
+  EXPECT_EQ(l.code_heap_memory.width, 0);  // an embedded VirtualSpace
   EXPECT_TRUE(l.code_heap_memory.present());
   EXPECT_TRUE(l.code_heap_segmap.present());
   EXPECT_NE(l.code_heap_memory.offset, l.code_heap_segmap.offset);
