@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "elf/elf_file.h"
 #include "elf/sigbus_guard.h"
@@ -90,7 +91,8 @@ absl::StatusOr<LibjvmInfo> InspectOpen(const std::string& path, const internal::
   ScanSymbols(elf, file.file_size(), &info.symbols);
   for (const SymbolSlot& slot : kSymbols) {
     if (info.symbols.*slot.member == 0) {
-      return absl::NotFoundError(absl::StrCat(path, ": no symbol ", slot.name));
+      return WithOutcome(absl::NotFoundError(absl::StrCat(path, ": no symbol ", slot.name)),
+                         JvmOutcome::kUnsupported);
     }
   }
   absl::StatusOr<std::vector<LoadSegment>> segments = ReadLoadSegments(elf);
@@ -104,7 +106,41 @@ absl::StatusOr<LibjvmInfo> InspectOpen(const std::string& path, const internal::
   return info;
 }
 
+constexpr absl::string_view kOutcomePayload = "type.ember/hotspot.JvmOutcome";
+
 }  // namespace
+
+absl::string_view JvmOutcomeName(JvmOutcome outcome) {
+  switch (outcome) {
+    case JvmOutcome::kSupported:
+      return "supported";
+    case JvmOutcome::kNotReady:
+      return "not_ready";
+    case JvmOutcome::kUnsupported:
+      return "unsupported";
+    case JvmOutcome::kUnreadableLibjvm:
+      return "unreadable_libjvm";
+    case JvmOutcome::kUnreadableProcess:
+      return "unreadable_process";
+  }
+  return "unsupported";
+}
+
+JvmOutcome OutcomeOf(const absl::Status& status) {
+  if (status.ok()) return JvmOutcome::kSupported;
+  auto payload = status.GetPayload(kOutcomePayload);
+  if (!payload.has_value() || payload->size() != 1) return JvmOutcome::kUnreadableLibjvm;
+  const auto value = static_cast<uint8_t>(payload->Flatten()[0]);
+  if (value == 0 || value >= kJvmOutcomes) return JvmOutcome::kUnreadableLibjvm;
+  return static_cast<JvmOutcome>(value);
+}
+
+absl::Status WithOutcome(absl::Status status, JvmOutcome outcome) {
+  if (!status.ok()) {
+    status.SetPayload(kOutcomePayload, absl::Cord(std::string(1, static_cast<char>(outcome))));
+  }
+  return status;
+}
 
 bool LooksLikeLibjvmPath(const std::string& path) {
   const size_t slash = path.rfind('/');

@@ -13,11 +13,31 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/mapping.h"
 #include "common/untrusted_open.h"
 #include "elf/load_segments.h"
 
 namespace ember::hotspot {
+
+// What became of a JVM, for one log line and the outcome label of a metric. Every error of
+// DetectJvm and of vm_structs.h carries its outcome (OutcomeOf), so a caller never guesses it
+// from a status code: a file's open may fail kUnavailable too, which is no "not ready".
+enum class JvmOutcome : uint8_t {
+  kSupported = 0,          // the layout is resolved
+  kNotReady = 1,           // libjvm's tables (or the VM's statics) are not initialised: retry
+  kUnsupported = 2,        // a libjvm without an entry or symbol the layout needs, or hostile
+                           // tables; retrying will not help
+  kUnreadableLibjvm = 3,   // the libjvm.so file cannot be opened or read as x86-64 ELF
+  kUnreadableProcess = 4,  // the process's memory cannot be read (it exited, or no access)
+};
+inline constexpr size_t kJvmOutcomes = 5;
+// "supported", "not_ready", "unsupported", "unreadable_libjvm", "unreadable_process".
+absl::string_view JvmOutcomeName(JvmOutcome outcome);
+// kSupported for OK; the outcome an error was tagged with; kUnreadableLibjvm for an untagged one.
+JvmOutcome OutcomeOf(const absl::Status& status);
+// `status` (an error) tagged with `outcome`.
+absl::Status WithOutcome(absl::Status status, JvmOutcome outcome);
 
 // ELF addresses (add the load bias for process addresses) of libjvm's exported table symbols.
 // The four table pointers are in .data; every stride and offset symbol is in .bss, so its value
@@ -59,8 +79,9 @@ struct LibjvmInfo {
   VMStructsSymbols symbols;
 };
 
-// Reads one libjvm.so file. An error, naming the file and the first symbol it lacks, for a file
-// that cannot be opened, is not x86-64 ELF, or does not export every table symbol.
+// Reads one libjvm.so file. An error naming the file for a file that cannot be opened or is not
+// x86-64 ELF (kUnreadableLibjvm), or that lacks a table symbol, named (kUnsupported: another
+// JVM's libjvm.so, e.g. OpenJ9's).
 absl::StatusOr<LibjvmInfo> InspectLibjvm(const FileLocation& location);
 
 // True for paths whose file name is exactly libjvm.so (any directory).

@@ -139,9 +139,37 @@ absl::Status ForEachEntry(TableReader& reader, const JvmProcess& jvm, absl::stri
 
 }  // namespace
 
-bool IsNotReady(const absl::Status& status) { return absl::IsUnavailable(status); }
+bool IsNotReady(const absl::Status& status) { return OutcomeOf(status) == JvmOutcome::kNotReady; }
+
+namespace {
+
+// Every error made here, tagged by its code (each code has one meaning in this file).
+absl::Status Tagged(absl::Status status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return status;
+    case absl::StatusCode::kUnavailable:
+      return WithOutcome(std::move(status), JvmOutcome::kNotReady);
+    case absl::StatusCode::kFailedPrecondition:
+      return WithOutcome(std::move(status), JvmOutcome::kUnreadableProcess);
+    default:
+      return WithOutcome(std::move(status), JvmOutcome::kUnsupported);
+  }
+}
+
+absl::StatusOr<VMTables> ReadTables(MemoryReader& memory, const JvmProcess& jvm);
+
+}  // namespace
 
 absl::StatusOr<VMTables> ReadVMTables(MemoryReader& memory, const JvmProcess& jvm) {
+  absl::StatusOr<VMTables> tables = ReadTables(memory, jvm);
+  if (!tables.ok()) return Tagged(tables.status());
+  return tables;
+}
+
+namespace {
+
+absl::StatusOr<VMTables> ReadTables(MemoryReader& memory, const JvmProcess& jvm) {
   const VMStructsSymbols& sym = jvm.libjvm->symbols;
   TableReader reader(memory);
   VMTables tables;
@@ -224,8 +252,6 @@ absl::StatusOr<VMTables> ReadVMTables(MemoryReader& memory, const JvmProcess& jv
   if (!status.ok()) return status;
   return tables;
 }
-
-namespace {
 
 // Looks entries up by name and keeps the first error, so the caller can ask for every field
 // and report the first one missing.
@@ -364,10 +390,7 @@ class Resolver {
   absl::Status status_;
 };
 
-}  // namespace
-
-absl::StatusOr<HotSpotLayout> ResolveLayout(const VMTables& tables, uint64_t bias,
-                                            MemoryReader& reader) {
+absl::StatusOr<HotSpotLayout> Resolve(const VMTables& tables, uint64_t bias, MemoryReader& reader) {
   Resolver r(tables, bias);
   HotSpotLayout l;
 
@@ -498,6 +521,15 @@ absl::StatusOr<HotSpotLayout> ResolveLayout(const VMTables& tables, uint64_t bia
   l.unsigned5_excluded = l.major >= 20 ? 1 : 0;
   if (!r.status().ok()) return r.status();
   return l;
+}
+
+}  // namespace
+
+absl::StatusOr<HotSpotLayout> ResolveLayout(const VMTables& tables, uint64_t bias,
+                                            MemoryReader& reader) {
+  absl::StatusOr<HotSpotLayout> layout = Resolve(tables, bias, reader);
+  if (!layout.ok()) return Tagged(layout.status());
+  return layout;
 }
 
 absl::StatusOr<HotSpotLayout> ReadHotSpotLayout(MemoryReader& reader, const JvmProcess& jvm) {

@@ -51,14 +51,15 @@ struct VMTables {
   std::vector<std::pair<std::string, uint64_t>> long_constants;
 };
 
-// Status codes, so callers can tell them apart without reading the message:
-// - kUnavailable: the tables are not initialised yet (a stride symbol reads 0 or a table pointer
-//   is null): libjvm's initialisers have not run; ask again later (IsNotReady).
-// - kUnimplemented: this build lacks an entry the layout needs; the message names the first
-//   missing one ("CodeCache::_heaps"). Asking again will not help.
-// - kDataLoss: the tables break a bound above (stride, count, terminator, name, offset past its
-//   type's size).
-// - kFailedPrecondition: process memory could not be read (the process exited, or no access).
+// Errors, each tagged with its outcome (OutcomeOf in jvm_detect.h):
+// - kNotReady (code kUnavailable): the tables are not initialised yet (a stride symbol reads 0 or
+//   a table pointer is null): libjvm's initialisers have not run; ask again later.
+// - kUnsupported, code kUnimplemented: this build lacks an entry the layout needs; the message
+//   names the first missing one ("CodeCache::_heaps").
+// - kUnsupported, code kDataLoss: the tables break a bound above (stride, count, terminator,
+//   name, offset past its type's size).
+// - kUnreadableProcess (code kFailedPrecondition): process memory could not be read.
+// OutcomeOf(status) == JvmOutcome::kNotReady.
 bool IsNotReady(const absl::Status& status);
 
 // Reads the four tables of the process whose libjvm `jvm` describes.

@@ -138,6 +138,10 @@ TEST(JvmDetectTest, BrokenLibjvmGivesAClearError) {
     ASSERT_FALSE(info.ok()) << c.name;
     EXPECT_TRUE(absl::StrContains(info.status().message(), path)) << info.status();
     EXPECT_TRUE(absl::StrContains(info.status().message(), c.message)) << info.status();
+    EXPECT_EQ(OutcomeOf(info.status()), std::string(c.name) == "no_symbols"
+                                            ? JvmOutcome::kUnsupported
+                                            : JvmOutcome::kUnreadableLibjvm)
+        << c.name;
 
     // Through DetectJvm, as a process's mapping of it.
     MemoryMapping mapping;
@@ -166,7 +170,8 @@ TEST(JvmDetectTest, MissingFileIsAnError) {
   mapping.file = FileIdentity{1, 12345};
   std::vector<MemoryMapping> maps = {mapping};
   absl::StatusOr<std::optional<JvmProcess>> found = DetectJvm(maps, "");
-  EXPECT_FALSE(found.ok());
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(OutcomeOf(found.status()), JvmOutcome::kUnreadableLibjvm);
 }
 
 }  // namespace

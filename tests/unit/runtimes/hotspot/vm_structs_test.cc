@@ -134,6 +134,7 @@ TEST(VmStructsFakeTest, ZeroStrideIsNotReady) {
     absl::StatusOr<HotSpotLayout> layout = Resolve(tables, memory);
     ASSERT_FALSE(layout.ok());
     EXPECT_TRUE(IsNotReady(layout.status())) << layout.status();
+    EXPECT_EQ(OutcomeOf(layout.status()), JvmOutcome::kNotReady);
     EXPECT_TRUE(absl::StrContains(layout.status().message(), "not ready")) << layout.status();
   }
 }
@@ -161,6 +162,7 @@ TEST(VmStructsFakeTest, HugeStrideIsRefused) {
     absl::StatusOr<HotSpotLayout> layout = Resolve(tables, memory);
     ASSERT_FALSE(layout.ok());
     EXPECT_EQ(layout.status().code(), absl::StatusCode::kDataLoss) << layout.status();
+    EXPECT_EQ(OutcomeOf(layout.status()), JvmOutcome::kUnsupported);
     EXPECT_TRUE(absl::StrContains(layout.status().message(), "stride")) << layout.status();
   }
 }
@@ -204,6 +206,7 @@ TEST(VmStructsFakeTest, TableRunningIntoUnmappedMemoryFails) {
   absl::StatusOr<HotSpotLayout> layout = Resolve(tables, memory);
   ASSERT_FALSE(layout.ok());
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kFailedPrecondition) << layout.status();
+  EXPECT_EQ(OutcomeOf(layout.status()), JvmOutcome::kUnreadableProcess);
 }
 
 TEST(VmStructsFakeTest, UnterminatedNameIsRefused) {
@@ -247,6 +250,7 @@ TEST(VmStructsFakeTest, OffsetPastItsTypeSizeIsRefused) {
     EXPECT_EQ(layout.status().code(), absl::StatusCode::kDataLoss) << layout.status();
     EXPECT_TRUE(absl::StrContains(layout.status().message(), "CodeHeap::_log2_segment_size"))
         << layout.status();
+    EXPECT_EQ(OutcomeOf(layout.status()), JvmOutcome::kUnsupported);
   }
   {
     // A field of no scalar width (an embedded VirtualSpace) must still start inside its type.
@@ -284,6 +288,7 @@ TEST(VmStructsFakeTest, MissingEntryIsNamed) {
     absl::StatusOr<HotSpotLayout> layout = BuildAndResolve(tables);
     ASSERT_FALSE(layout.ok()) << type << "::" << field;
     EXPECT_EQ(layout.status().code(), absl::StatusCode::kUnimplemented) << layout.status();
+    EXPECT_EQ(OutcomeOf(layout.status()), JvmOutcome::kUnsupported);
     EXPECT_TRUE(absl::StrContains(layout.status().message(), type + "::" + field))
         << layout.status();
     EXPECT_FALSE(IsNotReady(layout.status()));
@@ -392,6 +397,19 @@ TEST(VmStructsFakeTest, LayoutCacheReadsOncePerBuild) {
   ASSERT_TRUE(cache.Get(memory, tables.Process("")).ok());
   ASSERT_TRUE(cache.Get(memory, tables.Process("")).ok());
   EXPECT_GT(memory.reads(), unkeyed + 200);
+}
+
+TEST(VmStructsFakeTest, OnlyTaggedErrorsAreNotReady) {
+  // A file's open can fail kUnavailable: untagged, it is no "not ready".
+  EXPECT_FALSE(IsNotReady(absl::UnavailableError("resource temporarily unavailable")));
+  EXPECT_EQ(OutcomeOf(absl::UnavailableError("x")), JvmOutcome::kUnreadableLibjvm);
+  EXPECT_EQ(OutcomeOf(absl::OkStatus()), JvmOutcome::kSupported);
+  for (JvmOutcome outcome : {JvmOutcome::kNotReady, JvmOutcome::kUnsupported,
+                             JvmOutcome::kUnreadableLibjvm, JvmOutcome::kUnreadableProcess}) {
+    EXPECT_EQ(OutcomeOf(WithOutcome(absl::InternalError("x"), outcome)), outcome);
+  }
+  EXPECT_EQ(JvmOutcomeName(JvmOutcome::kNotReady), "not_ready");
+  EXPECT_EQ(JvmOutcomeName(JvmOutcome::kUnreadableProcess), "unreadable_process");
 }
 
 // ---- Live JVMs ----
