@@ -11,6 +11,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "elf/elf_file.h"
 #include "elf/sigbus_guard.h"
 
@@ -188,7 +189,8 @@ absl::StatusOr<std::shared_ptr<const LibjvmInfo>> LibjvmFiles::Inspect(
 }
 
 absl::StatusOr<std::optional<JvmProcess>> DetectJvm(std::span<const MemoryMapping> mappings,
-                                                    const std::string& root, LibjvmFiles* files) {
+                                                    const std::string& root, LibjvmFiles* files,
+                                                    const std::string& proc_dir) {
   const MemoryMapping* found = nullptr;
   for (const MemoryMapping& mapping : mappings) {
     if (mapping.IsFileBacked() && LooksLikeLibjvmPath(mapping.path)) {
@@ -197,7 +199,10 @@ absl::StatusOr<std::optional<JvmProcess>> DetectJvm(std::span<const MemoryMappin
     }
   }
   if (found == nullptr) return std::nullopt;
-  const FileLocation location(root, found->path, found->file);
+  const FileLocation location(
+      root, found->path, found->file,
+      proc_dir.empty() ? std::string()
+                       : absl::StrFormat("%s/map_files/%x-%x", proc_dir, found->start, found->end));
   absl::StatusOr<std::shared_ptr<const LibjvmInfo>> libjvm =
       files != nullptr ? files->Inspect(location) : [&]() {
         absl::StatusOr<LibjvmInfo> info = InspectLibjvm(location);

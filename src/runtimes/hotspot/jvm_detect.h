@@ -115,9 +115,11 @@ class LibjvmFiles {
 // Finds libjvm.so among `mappings` (one process's /proc/PID/maps) and inspects it, opened under
 // `root` (e.g. "/proc/PID/root") with the identity its maps line names. nullopt when no mapping is
 // libjvm.so; an error when one is but its file cannot be read or placed. `files`, when given,
-// caches the file's reading.
+// caches the file's reading. `proc_dir` ("/proc/PID"), when given, lets the file be opened
+// through its map_files entry first: a JDK upgraded under a running JVM has replaced the path.
 absl::StatusOr<std::optional<JvmProcess>> DetectJvm(std::span<const MemoryMapping> mappings,
                                                     const std::string& root,
-                                                    LibjvmFiles* files = nullptr);
+                                                    LibjvmFiles* files = nullptr,
+                                                    const std::string& proc_dir = "");
 
 }  // namespace ember::hotspot

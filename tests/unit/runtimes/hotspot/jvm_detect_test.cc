@@ -2,7 +2,9 @@
 // on broken libjvm.so files.
 #include "runtimes/hotspot/jvm_detect.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtimes/process_memory.h"
 #include "support/temp_dir.h"
 #include "vm_live_jvm.h"
@@ -93,6 +96,42 @@ TEST(JvmDetectTest, DetectsLiveJvmsThroughTheirRoot) {
     EXPECT_EQ((*again)->libjvm.get(), process.libjvm.get());
     EXPECT_EQ(files.size(), 1u);
   }
+}
+
+TEST(JvmDetectTest, ReplacedLibjvmIsReadThroughMapFiles) {
+  // This process maps a copy of libjvm.so, whose path then names another file, as a JDK upgraded
+  // under a running JVM leaves it. The map_files entry (a magic link only CAP_SYS_ADMIN may open)
+  // is stood in for by a hard link to the mapped file, under a directory of the test's own.
+  testing::TempDir dir("ember_jvm_replaced");
+  std::filesystem::create_directories(dir.path() + "/lib/server");
+  std::filesystem::create_directories(dir.path() + "/proc/map_files");
+  const std::string path = dir.path() + "/lib/server/libjvm.so";
+  std::filesystem::copy_file(Libjvm(live::kJdk17), path);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* image = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  ASSERT_NE(image, MAP_FAILED);
+  const auto start = reinterpret_cast<uint64_t>(image);
+  std::filesystem::create_hard_link(
+      path, absl::StrFormat("%s/proc/map_files/%x-%x", dir.path(), start, start + 4096));
+  std::filesystem::remove(path);
+  testing::WriteFile(path, "not the file the process maps");
+
+  const std::string self = absl::StrCat("/proc/", getpid());
+  absl::StatusOr<std::vector<MemoryMapping>> maps = ParseProcMaps(live::ReadText(self + "/maps"));
+  munmap(image, 4096);
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  absl::StatusOr<std::optional<JvmProcess>> by_path = DetectJvm(*maps, self + "/root");
+  EXPECT_FALSE(by_path.ok());  // the path names another file now
+  absl::StatusOr<std::optional<JvmProcess>> found =
+      DetectJvm(*maps, self + "/root", nullptr, dir.path() + "/proc");
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_TRUE(found->has_value());
+  absl::StatusOr<LibjvmInfo> original = InspectLibjvm(Libjvm(live::kJdk17));
+  ASSERT_TRUE(original.ok());
+  EXPECT_EQ((*found)->libjvm->build_id, original->build_id);
+  EXPECT_EQ((*found)->bias, start);
 }
 
 TEST(JvmDetectTest, ProcessWithoutJvmIsNotDetected) {
