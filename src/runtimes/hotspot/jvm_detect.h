@@ -97,6 +97,7 @@ struct JvmProcess {
 
 // Remembers what libjvm files said, keyed by device and inode (as their maps lines name them),
 // so that a fleet of JVMs of one JDK opens its libjvm once. Bounded: the oldest entry goes.
+// Not thread-safe.
 class LibjvmFiles {
  public:
   explicit LibjvmFiles(size_t capacity = 8) : capacity_(capacity) {}

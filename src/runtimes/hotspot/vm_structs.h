@@ -76,6 +76,7 @@ absl::StatusOr<HotSpotLayout> ReadHotSpotLayout(MemoryReader& reader, const JvmP
 
 // Layouts by libjvm build id, so that a second JVM of the same build reads none of its tables.
 // Bounded: the least recently used build goes. A libjvm without a build id is never cached.
+// Not thread-safe: one owner (the runtime, on the process table's thread) asks it.
 class LayoutCache {
  public:
   explicit LayoutCache(size_t capacity = 8) : capacity_(capacity) {}
