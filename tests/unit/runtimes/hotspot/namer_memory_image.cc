@@ -7,6 +7,11 @@
 #include <stdexcept>
 
 namespace ember::hotspot::testing {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+}  // namespace
 
 void WriteUnsigned5(uint32_t value, uint8_t excluded, std::vector<uint8_t>* out) {
   const uint32_t x = excluded;
@@ -157,9 +162,9 @@ JvmImage::JvmImage(Jdk jdk) : jdk_(jdk), layout_(NamerLayout(jdk)) {}
 
 uint64_t JvmImage::Alloc(size_t size) {
   const uint64_t address = next_;
-  memory_.Map(address, size);
-  // A gap after each region: a read past its end fails as an unmapped page would.
-  next_ += (size + 0x1000 + 15) & ~uint64_t{15};
+  const uint64_t mapped = (size + kPage - 1) / kPage * kPage;
+  memory_.Map(address, mapped);
+  next_ += mapped + kPage;
   return address;
 }
 

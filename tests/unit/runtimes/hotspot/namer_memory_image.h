@@ -83,7 +83,7 @@ struct MethodSpec {
   std::string signature;
   uint16_t code_size = 16;
   // Line table pairs (bci, line); empty: the method has no line table.
-  std::vector<std::pair<int32_t, int32_t>> lines;
+  std::vector<std::pair<int32_t, int32_t>> lines = {};
 };
 
 // Objects laid out in a FakeMemory as the JVM would hold them.
@@ -93,7 +93,8 @@ class JvmImage {
   const HotSpotLayout& layout() const { return layout_; }
   FakeMemory& memory() { return memory_; }
 
-  // A fresh region of `size` bytes (zeroed), 16-byte aligned, apart from every other.
+  // A fresh region of `size` bytes (zeroed) at the start of whole pages, as the JVM's memory is
+  // mapped, with an unmapped page after it.
   uint64_t Alloc(size_t size);
   // A Symbol holding `bytes` as they are (modified UTF-8 is the caller's).
   uint64_t AddSymbol(std::string_view bytes);

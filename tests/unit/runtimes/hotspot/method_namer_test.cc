@@ -1,0 +1,306 @@
+// The method namer over a synthetic JVM memory image laid out with JDK 17's and JDK 25's type
+// sizes and forms: names, source files, lines, inlined scopes, caches and hostile memory.
+#include "runtimes/hotspot/method_namer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "namer_memory_image.h"
+
+namespace ember::hotspot {
+namespace {
+
+using testing::EncodePcDescs;
+using testing::JavaClass;
+using testing::Jdk;
+using testing::JvmImage;
+using testing::MethodSpec;
+using testing::ScopesWriter;
+
+class MethodNamerTest : public ::testing::TestWithParam<Jdk> {
+ protected:
+  MethodNamerTest() : image_(GetParam()) {
+    foo_ = image_.AddClass("com/example/Foo", "Foo.java");
+    bar_ = image_.AddMethod(foo_, {.name = "bar",
+                                   .signature = "(ILjava/lang/String;)V",
+                                   .code_size = 400,
+                                   .lines = {{0, 20}, {6, 21}, {40, 25}, {300, 90}}});
+  }
+  JvmImage image_;
+  JavaClass foo_;
+  uint64_t bar_ = 0;
+};
+
+TEST_P(MethodNamerTest, NamesAnInterpretedFrame) {
+  MethodNamer namer(image_.layout());
+  JavaFrame frame;
+  ASSERT_EQ(namer.NameInterpreted(image_.memory(), bar_, image_.CodeStartOf(bar_) + 45, &frame),
+            NameStatus::kOk);
+  ASSERT_NE(frame.method, nullptr);
+  EXPECT_EQ(frame.method->class_name, "com.example.Foo");
+  EXPECT_EQ(frame.method->method_name, "bar");
+  EXPECT_EQ(frame.method->signature, "(ILjava/lang/String;)V");
+  EXPECT_EQ(frame.method->function, "com.example.Foo.bar");
+  EXPECT_EQ(frame.method->source_file, "Foo.java");
+  EXPECT_EQ(frame.bci, 45);
+  EXPECT_EQ(frame.line, 25u);
+  // The escaped entry (bci step of 260).
+  ASSERT_EQ(namer.NameInterpreted(image_.memory(), bar_, image_.CodeStartOf(bar_) + 399, &frame),
+            NameStatus::kOk);
+  EXPECT_EQ(frame.line, 90u);
+
+  Frame profile_frame;
+  FillFrame(frame, &profile_frame);
+  EXPECT_EQ(profile_frame.kind, FrameKind::kJvm);
+  EXPECT_EQ(profile_frame.function, "com.example.Foo.bar");
+  EXPECT_EQ(profile_frame.source_file, "Foo.java");
+  EXPECT_EQ(profile_frame.line, 90u);
+
+  // A bcp outside the bytecodes (a native method's 0, or past the end): no bci, no line.
+  for (uint64_t bcp : {uint64_t{0}, image_.CodeStartOf(bar_) + 400, image_.CodeStartOf(bar_) - 1}) {
+    ASSERT_EQ(namer.NameInterpreted(image_.memory(), bar_, bcp, &frame), NameStatus::kOk);
+    EXPECT_EQ(frame.bci, -1);
+    EXPECT_EQ(frame.line, 0u);
+  }
+  EXPECT_EQ(namer.stats().methods_named, 1u);
+}
+
+TEST_P(MethodNamerTest, HiddenClassesNoSourceNoLines) {
+  JavaClass lambda = image_.AddClass("com/example/Foo$$Lambda+0x0000000801001234", "");
+  const uint64_t run = image_.AddMethod(lambda, {.name = "run", .signature = "()V"});
+  MethodNamer namer(image_.layout());
+  JavaFrame frame;
+  ASSERT_EQ(namer.NameInterpreted(image_.memory(), run, image_.CodeStartOf(run) + 3, &frame),
+            NameStatus::kOk);
+  EXPECT_EQ(frame.method->function, "com.example.Foo$$Lambda+<hidden>.run");
+  EXPECT_EQ(frame.method->source_file, "");
+  EXPECT_EQ(frame.bci, 3);
+  EXPECT_EQ(frame.line, 0u);
+  EXPECT_EQ(JavaClassName("a/b/C+0xzz"), "a.b.C+0xzz");
+}
+
+TEST_P(MethodNamerTest, InlinedScopesInnermostFirst) {
+  const uint8_t x = image_.layout().unsigned5_excluded;
+  const uint64_t helper = image_.AddMethod(
+      foo_, {.name = "helper", .signature = "()I", .code_size = 30, .lines = {{0, 50}, {7, 52}}});
+  const uint64_t leaf = image_.AddMethod(
+      foo_, {.name = "leaf", .signature = "(J)J", .code_size = 10, .lines = {{0, 60}, {2, 61}}});
+  // metadata[0] = bar (index 1), [1] = helper, [2] = leaf.
+  ScopesWriter scopes(x);
+  const int32_t outer = scopes.Add(0, 1, 40);
+  const int32_t middle = scopes.Add(outer, 2, 7);
+  const int32_t inner = scopes.Add(middle, 3, 2);
+  const int32_t call_in_bar = scopes.Add(0, 1, 6);
+  const std::vector<uint8_t> pcs = EncodePcDescs({{40, inner}, {80, call_in_bar}});
+  const uint64_t nmethod = image_.AddNmethod(bar_, 77, {bar_, helper, leaf}, scopes.bytes(), pcs);
+
+  MethodNamer namer(image_.layout());
+  std::vector<JavaFrame> frames;
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 40, PcMatch::kExact, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.leaf");
+  EXPECT_EQ(frames[0].bci, 2);
+  EXPECT_EQ(frames[0].line, 61u);
+  EXPECT_EQ(frames[1].method->function, "com.example.Foo.helper");
+  EXPECT_EQ(frames[1].line, 52u);
+  EXPECT_EQ(frames[2].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(frames[2].line, 25u);
+
+  // The leaf's pc before the PcDesc: the next one at or after it.
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 33, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  EXPECT_EQ(frames.size(), 3u);
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 41, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].line, 21u);
+  // Past the last PcDesc: the nmethod's own method, line unknown.
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 500, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(frames[0].line, 0u);
+  // A return address with no PcDesc of its own: named by the nmethod's method, counted.
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 41, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(namer.stats().scopes_failed, 1u);
+  EXPECT_EQ(namer.stats().nmethods_decoded, 1u);  // the tables were read once
+
+  // Another compile id: freed, and another nmethod at its address.
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 78, 40, PcMatch::kExact, &frames),
+            NameStatus::kStale);
+  EXPECT_TRUE(frames.empty());
+  EXPECT_EQ(namer.stats().nmethods_stale, 1u);
+}
+
+TEST_P(MethodNamerTest, CachedUntilTheConstMethodChanges) {
+  MethodNamer namer(image_.layout());
+  const MethodInfo* first = namer.NameMethod(image_.memory(), bar_);
+  ASSERT_NE(first, nullptr);
+  const uint64_t reads = image_.memory().reads();
+  EXPECT_EQ(namer.NameMethod(image_.memory(), bar_), first);
+  EXPECT_EQ(image_.memory().reads(), reads);  // checked once per generation only
+  namer.NextGeneration();
+  EXPECT_EQ(namer.NameMethod(image_.memory(), bar_), first);
+  EXPECT_EQ(image_.memory().reads(), reads + 1);  // the ConstMethod* again
+
+  // The class was unloaded and another method's ConstMethod lies behind the same Method*.
+  JavaClass other = image_.AddClass("org/other/Baz", "Baz.java");
+  const uint64_t qux = image_.AddMethod(other, {.name = "qux", .signature = "()V"});
+  image_.memory().Put<uint64_t>(bar_ + image_.layout().method_const_method.offset,
+                                image_.ConstMethodOf(qux));
+  namer.NextGeneration();
+  const MethodInfo* renamed = namer.NameMethod(image_.memory(), bar_);
+  ASSERT_NE(renamed, nullptr);
+  EXPECT_EQ(renamed->function, "org.other.Baz.qux");
+  EXPECT_EQ(namer.stats().methods_renamed, 1u);
+  EXPECT_EQ(namer.stats().methods_named, 2u);
+
+  // Unused for two generations: dropped, and read again when seen.
+  namer.NextGeneration();
+  namer.NextGeneration();
+  ASSERT_NE(namer.NameMethod(image_.memory(), bar_), nullptr);
+  EXPECT_EQ(namer.stats().methods_named, 3u);
+}
+
+TEST_P(MethodNamerTest, ModifiedUtf8) {
+  // A supplementary character as a surrogate pair of three bytes each, and the two-byte NUL.
+  JavaClass odd = image_.AddClass("p/\xed\xa0\xbd\xed\xb8\x80", "");
+  const uint64_t method = image_.AddMethod(odd, {.name = "a\xc0\x80z", .signature = "()V"});
+  MethodNamer namer(image_.layout());
+  const MethodInfo* info = namer.NameMethod(image_.memory(), method);
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->function, "p.\xf0\x9f\x98\x80.a?z");
+  EXPECT_EQ(ModifiedUtf8ToUtf8("\xc3\xa9t\xc3\xa9"), "\xc3\xa9t\xc3\xa9");
+  for (std::string_view bad :
+       {std::string_view("a\0b", 3), std::string_view("\xff"), std::string_view("\xc3"),
+        std::string_view("\xed\xa0\xbd"), std::string_view("\xed\xb8\x80"),
+        std::string_view("\xf0\x9f\x98\x80"), std::string_view("\xc1\x81")}) {
+    EXPECT_FALSE(ModifiedUtf8ToUtf8(bad).has_value()) << bad;
+  }
+}
+
+TEST_P(MethodNamerTest, HostileMethodsAreCountedFailures) {
+  const HotSpotLayout& layout = image_.layout();
+  MethodNamer namer(layout);
+  NameStatus status;
+  // Pointers that are no pointers, or point at nothing.
+  EXPECT_EQ(namer.NameMethod(image_.memory(), 0, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kImplausible);
+  EXPECT_EQ(namer.NameMethod(image_.memory(), ~uint64_t{0} - 4, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kImplausible);
+  EXPECT_EQ(namer.NameMethod(image_.memory(), 0x1000, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kReadFailed);
+  EXPECT_EQ(namer.stats().methods_implausible, 2u);
+  EXPECT_EQ(namer.stats().methods_read_failed, 1u);
+
+  // A method name of bytes that are not (modified) UTF-8.
+  JavaClass bad = image_.AddClass("com/example/Bad", "Bad.java");
+  const uint64_t garbled = image_.AddMethod(bad, {.name = "x\xff\xfe", .signature = "()V"});
+  EXPECT_EQ(namer.NameMethod(image_.memory(), garbled, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kImplausible);
+
+  // A Symbol whose length runs past its memory: one bounded read that fails.
+  JavaClass huge = image_.AddClass("com/example/Huge", "");
+  const uint64_t long_name = image_.AddSymbol("short");
+  image_.memory().Put<uint16_t>(long_name + layout.symbol_length.offset, 0xFFFF);
+  const uint64_t method = image_.AddMethod(huge, {.name = "m", .signature = "()V"});
+  image_.memory().Put<uint16_t>(
+      image_.ConstMethodOf(method) + layout.const_method_name_index.offset,
+      image_.AddPoolSymbol(huge, long_name));
+  EXPECT_EQ(namer.NameMethod(image_.memory(), method, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kReadFailed);
+
+  // No pool holder.
+  JavaClass orphan = image_.AddClass("com/example/Orphan", "");
+  const uint64_t orphaned = image_.AddMethod(orphan, {.name = "o", .signature = "()V"});
+  image_.memory().Put<uint64_t>(orphan.pool + layout.constant_pool_pool_holder.offset, 0);
+  EXPECT_EQ(namer.NameMethod(image_.memory(), orphaned, &status), nullptr);
+  EXPECT_EQ(status, NameStatus::kImplausible);
+  EXPECT_EQ(namer.stats().methods_named, 0u);
+  EXPECT_LE(image_.memory().largest_read(), 0xFFFFu);
+}
+
+TEST_P(MethodNamerTest, BadSourceOrLinesStillName) {
+  const HotSpotLayout& layout = image_.layout();
+  // A line table that never ends (no terminator before its memory does).
+  JavaClass loose = image_.AddClass("com/example/Loose", "Loose.java");
+  const uint64_t method = image_.AddMethod(
+      loose, {.name = "spin", .signature = "()V", .code_size = 8, .lines = {{0, 3}, {4, 4}}});
+  const uint64_t table = image_.CodeStartOf(method) + 8;
+  const std::vector<uint8_t> no_end((table | 0xFFF) + 1 - table, 0x09);
+  image_.memory().Write(table, no_end.data(), no_end.size());
+  // The source file's symbol is not UTF-8.
+  image_.memory().Put<uint16_t>(loose.pool + layout.constant_pool_source_file_name_index.offset,
+                                image_.AddPoolSymbol(loose, image_.AddSymbol("\x80.java")));
+  MethodNamer namer(layout);
+  JavaFrame frame;
+  ASSERT_EQ(namer.NameInterpreted(image_.memory(), method, image_.CodeStartOf(method) + 5, &frame),
+            NameStatus::kOk);
+  EXPECT_EQ(frame.method->function, "com.example.Loose.spin");
+  EXPECT_EQ(frame.method->source_file, "");
+  EXPECT_EQ(frame.bci, 5);
+  EXPECT_EQ(frame.line, 0u);
+  EXPECT_EQ(namer.stats().line_tables_failed, 1u);
+  EXPECT_EQ(namer.stats().source_files_failed, 1u);
+}
+
+TEST_P(MethodNamerTest, HostileNmethods) {
+  const HotSpotLayout& layout = image_.layout();
+  const uint8_t x = layout.unsigned5_excluded;
+  ScopesWriter scopes(x);
+  const int32_t first = scopes.Add(0, 1, 6);
+  // A scope naming metadata index 9 of 1, and one whose sender is itself.
+  const int32_t out_of_range = scopes.Add(first, 9, 6);
+  const int32_t self = static_cast<int32_t>(scopes.bytes().size());
+  scopes.AddRaw(static_cast<uint32_t>(self), 1, 1);
+  const std::vector<uint8_t> pcs = EncodePcDescs({{10, out_of_range}, {20, self}});
+  const uint64_t nmethod = image_.AddNmethod(bar_, 5, {bar_}, scopes.bytes(), pcs);
+  MethodNamer namer(layout);
+  std::vector<JavaFrame> frames;
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 10, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  EXPECT_TRUE(frames.empty());
+  // The loop stops after one scope; its method is still named.
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 20, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(namer.stats().scopes_failed, 2u);
+
+  // Table bounds out of order, or over 1 MiB: refused before any table is read.
+  const uint64_t broken = image_.AddNmethod(bar_, 6, {bar_}, scopes.bytes(), pcs);
+  if (GetParam() == Jdk::k17) {
+    image_.memory().Put<int32_t>(broken + layout.nmethod_dependencies_offset.offset, 1 << 30);
+  } else {
+    image_.memory().Put<int32_t>(broken + layout.nmethod_immutable_data_size.offset, 1 << 30);
+  }
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), broken, 6, 10, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  const uint64_t reversed = image_.AddNmethod(bar_, 7, {bar_}, scopes.bytes(), pcs);
+  image_.memory().Put<int32_t>(reversed + layout.nmethod_scopes_pcs_offset.offset, -64);
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), reversed, 7, 10, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  EXPECT_EQ(namer.stats().nmethods_implausible, 2u);
+  EXPECT_LE(image_.memory().largest_read(), kMaxScopeTableBytes);
+  // Gone: the nmethod's memory unmapped.
+  const uint64_t gone = image_.AddNmethod(bar_, 8, {bar_}, scopes.bytes(), pcs);
+  image_.memory().Unmap(gone);
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), gone, 8, 10, PcMatch::kExact, &frames),
+            NameStatus::kReadFailed);
+  EXPECT_EQ(namer.stats().nmethods_read_failed, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Jdks, MethodNamerTest, ::testing::Values(Jdk::k17, Jdk::k25),
+                         [](const ::testing::TestParamInfo<Jdk>& info) {
+                           return info.param == Jdk::k17 ? std::string("Jdk17")
+                                                         : std::string("Jdk25");
+                         });
+
+}  // namespace
+}  // namespace ember::hotspot
