@@ -3,11 +3,23 @@
 #include "runtimes/hotspot/method_namer.h"
 
 #include <gtest/gtest.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "namer_live_layout.h"
 #include "namer_memory_image.h"
+#include "runtimes/process_memory.h"
+#include "support/nm_symbols.h"
+#include "support/subprocess.h"
+#include "support/temp_dir.h"
 
 namespace ember::hotspot {
 namespace {
@@ -295,6 +307,115 @@ TEST_P(MethodNamerTest, HostileNmethods) {
             NameStatus::kReadFailed);
   EXPECT_EQ(namer.stats().nmethods_read_failed, 1u);
 }
+
+// A Java program that spins in one interpreted method; the lines of its loop are 5 to 7.
+constexpr std::string_view kSpinSource = R"(public class NamerSpin {
+  static volatile long sink;
+  static long spin(long n) {
+    long acc = 0;
+    for (long i = 0; i < n; i++) {
+      acc += i * 31 + (acc >>> 3);
+    }
+    return acc;
+  }
+  public static void main(String[] args) {
+    System.out.println("ready");
+    System.out.flush();
+    while (true) sink += spin(1000000);
+  }
+}
+)";
+
+struct SampledFrame {
+  std::string function;
+  std::string source_file;
+  int32_t bci = -1;
+  uint32_t line = 0;
+};
+
+// Stops thread `tid` (PTRACE_SEIZE + PTRACE_INTERRUPT) and, when its pc is in the interpreter,
+// names the Method* in its frame's slot (fp - 3 words) and the bcp in r13, as the walk does for
+// a leaf interpreted frame.
+std::optional<SampledFrame> SampleThread(pid_t pid, pid_t tid, const testing::LiveJvm& jvm,
+                                         MethodNamer& namer) {
+  if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) return std::nullopt;
+  std::optional<SampledFrame> sampled;
+  int status = 0;
+  user_regs_struct regs{};
+  if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) == 0 &&
+      waitpid(tid, &status, __WALL) == tid && ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 &&
+      regs.rip >= jvm.interpreter_low && regs.rip < jvm.interpreter_high) {
+    ProcessMemoryReader memory(pid);
+    uint64_t method = 0;
+    JavaFrame frame;
+    if (memory.Read(regs.rbp - 24, &method, sizeof(method)) &&
+        namer.NameInterpreted(memory, method, regs.r13, &frame) == NameStatus::kOk) {
+      sampled =
+          SampledFrame{frame.method->function, frame.method->source_file, frame.bci, frame.line};
+    }
+  }
+  ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  return sampled;
+}
+
+struct LiveJdk {
+  const char* name;
+  const char* home;
+  const char* package;
+  uint32_t major;
+};
+
+void PrintTo(const LiveJdk& jdk, std::ostream* out) { *out << jdk.name; }
+
+class MethodNamerLiveTest : public ::testing::TestWithParam<LiveJdk> {};
+
+TEST_P(MethodNamerLiveTest, NamesTheSpinningMethodOfAnInterpretedJvm) {
+  const std::string java_home = GetParam().home;
+  ASSERT_TRUE(std::filesystem::exists(java_home + "/bin/javac"))
+      << java_home << "/bin/javac is missing: install " << GetParam().package;
+  ember::testing::TempDir dir("namer-jvm");
+  ASSERT_FALSE(dir.path().empty());
+  ember::testing::WriteFile(dir.path() + "/NamerSpin.java", kSpinSource);
+  ember::testing::CommandOutput(java_home + "/bin/javac -g -d " + dir.path() + " " + dir.path() +
+                                "/NamerSpin.java");
+  ember::testing::Subprocess java({java_home + "/bin/java", "-Xint", "-XX:+UseSerialGC", "-Xmx64m",
+                                   "-cp", dir.path(), "NamerSpin"});
+  ASSERT_TRUE(java.WaitForOutput("ready", std::chrono::seconds(30))) << java.output();
+
+  testing::LiveJvm jvm;
+  std::string error;
+  ASSERT_TRUE(testing::ReadLiveJvm(java.pid(), &jvm, &error)) << error;
+  ASSERT_EQ(jvm.layout.major, GetParam().major);
+  ASSERT_LT(jvm.interpreter_low, jvm.interpreter_high);
+  MethodNamer namer(jvm.layout);
+
+  std::optional<SampledFrame> found;
+  for (int attempt = 0; attempt < 300 && !found; ++attempt) {
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(java.pid()) + "/task")) {
+      const pid_t tid = std::stoi(task.path().filename().string());
+      std::optional<SampledFrame> sampled = SampleThread(java.pid(), tid, jvm, namer);
+      if (sampled && sampled->function == "NamerSpin.spin") {
+        found = sampled;
+        break;
+      }
+    }
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(found.has_value()) << "no interpreted sample in NamerSpin.spin";
+  EXPECT_EQ(found->source_file, "NamerSpin.java");
+  EXPECT_GE(found->bci, 0);
+  EXPECT_GE(found->line, 4u) << "bci " << found->bci;
+  EXPECT_LE(found->line, 8u) << "bci " << found->bci;
+}
+
+// Debian's JDK 17 (UNSIGNED5 with no excluded byte, ConstMethod::_flags a u2) and Temurin's 25
+// (one excluded byte, ConstMethod::_flags._flags a u4), where this machine has them.
+INSTANTIATE_TEST_SUITE_P(
+    Jdks, MethodNamerLiveTest,
+    ::testing::Values(LiveJdk{"Jdk17", EMBER_JDK17_HOME, "openjdk-17-jdk-headless", 17},
+                      LiveJdk{"Jdk25", EMBER_JDK25_HOME, "Temurin 25 (temurin-25-jdk)", 25}),
+    [](const ::testing::TestParamInfo<LiveJdk>& info) { return std::string(info.param.name); });
 
 INSTANTIATE_TEST_SUITE_P(Jdks, MethodNamerTest, ::testing::Values(Jdk::k17, Jdk::k25),
                          [](const ::testing::TestParamInfo<Jdk>& info) {
