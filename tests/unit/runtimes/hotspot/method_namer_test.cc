@@ -327,6 +327,7 @@ constexpr std::string_view kSpinSource = R"(public class NamerSpin {
 )";
 
 struct SampledFrame {
+  uint64_t method = 0;  // Method*
   std::string function;
   std::string source_file;
   int32_t bci = -1;
@@ -350,8 +351,8 @@ std::optional<SampledFrame> SampleThread(pid_t pid, pid_t tid, const testing::Li
     JavaFrame frame;
     if (memory.Read(regs.rbp - 24, &method, sizeof(method)) &&
         namer.NameInterpreted(memory, method, regs.r13, &frame) == NameStatus::kOk) {
-      sampled =
-          SampledFrame{frame.method->function, frame.method->source_file, frame.bci, frame.line};
+      sampled = SampledFrame{method, frame.method->function, frame.method->source_file, frame.bci,
+                             frame.line};
     }
   }
   ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
@@ -407,6 +408,146 @@ TEST_P(MethodNamerLiveTest, NamesTheSpinningMethodOfAnInterpretedJvm) {
   EXPECT_GE(found->bci, 0);
   EXPECT_GE(found->line, 4u) << "bci " << found->bci;
   EXPECT_LE(found->line, 8u) << "bci " << found->bci;
+}
+
+// A hot method with a small one inlined into it, and in that one a call that is never inlined
+// (so the inlined scope has PcDescs of its own); `drive` is kept interpreted, spinning long
+// enough in its own loop for a sample to find a Method* of the class.
+constexpr std::string_view kHotSource = R"(public class NamerHot {
+  static volatile long sink;
+  static long rare(long i) { return i * 7; }
+  static long mix(long a, long i) {
+    if ((i & 0xFFFF) == 0) a ^= rare(i);
+    return a + i * 31 + (a >>> 3);
+  }
+  static long hot(long n) {
+    long acc = 0;
+    for (long i = 0; i < n; i++) {
+      acc = mix(acc, i);
+    }
+    return acc;
+  }
+  static void drive() {
+    while (true) {
+      for (int k = 0; k < 20000; k++) sink += k;
+      sink += hot(20000);
+    }
+  }
+  public static void main(String[] args) {
+    System.out.println("ready");
+    System.out.flush();
+    drive();
+  }
+}
+)";
+
+uint64_t ReadWord(MemoryReader& memory, uint64_t address) {
+  uint64_t value = 0;
+  memory.Read(address, &value, sizeof(value));
+  return value;
+}
+
+TEST_P(MethodNamerLiveTest, NamesTheInlinedScopesOfACompiledMethod) {
+  const std::string java_home = GetParam().home;
+  ASSERT_TRUE(std::filesystem::exists(java_home + "/bin/javac"))
+      << java_home << "/bin/javac is missing: install " << GetParam().package;
+  ember::testing::TempDir dir("namer-jvm");
+  ASSERT_FALSE(dir.path().empty());
+  ember::testing::WriteFile(dir.path() + "/NamerHot.java", kHotSource);
+  ember::testing::CommandOutput(java_home + "/bin/javac -g -d " + dir.path() + " " + dir.path() +
+                                "/NamerHot.java");
+  ember::testing::Subprocess java(
+      {java_home + "/bin/java", "-XX:+UseSerialGC", "-Xmx64m", "-XX:CompileCommand=quiet",
+       "-XX:CompileCommand=exclude,NamerHot::drive", "-XX:CompileCommand=dontinline,NamerHot::rare",
+       "-cp", dir.path(), "NamerHot"});
+  ASSERT_TRUE(java.WaitForOutput("ready", std::chrono::seconds(30))) << java.output();
+  testing::LiveJvm jvm;
+  std::string error;
+  ASSERT_TRUE(testing::ReadLiveJvm(java.pid(), &jvm, &error)) << error;
+  const HotSpotLayout& layout = jvm.layout;
+  MethodNamer namer(layout);
+  ProcessMemoryReader memory(java.pid());
+
+  // A Method* of the class from an interpreted sample, then `hot` among its class's methods.
+  uint64_t any_method = 0;
+  for (int attempt = 0; attempt < 500 && any_method == 0; ++attempt) {
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(java.pid()) + "/task")) {
+      std::optional<SampledFrame> sampled =
+          SampleThread(java.pid(), std::stoi(task.path().filename().string()), jvm, namer);
+      if (sampled && sampled->function.starts_with("NamerHot.")) {
+        any_method = sampled->method;
+        break;
+      }
+    }
+    if (any_method == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(any_method, 0u) << "no interpreted sample of NamerHot";
+  const uint64_t pool =
+      ReadWord(memory, ReadWord(memory, any_method + layout.method_const_method.offset) +
+                           layout.const_method_constants.offset);
+  const uint64_t klass = ReadWord(memory, pool + layout.constant_pool_pool_holder.offset);
+  const uint64_t methods = ReadWord(memory, klass + jvm.instance_klass_methods.offset);
+  int32_t count = 0;
+  ASSERT_TRUE(memory.Read(methods, &count, sizeof(count)));
+  ASSERT_GT(count, 0);
+  ASSERT_LT(count, 100);
+  uint64_t hot = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const uint64_t method = ReadWord(memory, methods + jvm.method_array_data + 8 * i);
+    const MethodInfo* info = namer.NameMethod(memory, method);
+    if (info != nullptr && info->function == "NamerHot.hot") hot = method;
+  }
+  ASSERT_NE(hot, 0u);
+
+  // Its nmethod once compiled (C1 first, then C2: whichever is there), and every pc of its code
+  // that has a PcDesc named.
+  bool inlined = false;
+  std::string seen;
+  for (int attempt = 0; attempt < 200 && !inlined; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t nmethod = ReadWord(memory, hot + jvm.method_code.offset);
+    if (nmethod == 0) continue;
+    int32_t compile_id = 0;
+    uint64_t code_begin = 0, code_end = 0;
+    ASSERT_TRUE(memory.Read(nmethod + layout.nmethod_compile_id.offset, &compile_id, 4));
+    ASSERT_TRUE(memory.Read(nmethod + layout.blob_code_begin.offset, &code_begin,
+                            layout.blob_code_begin.width));
+    ASSERT_TRUE(
+        memory.Read(nmethod + layout.blob_code_end.offset, &code_end, layout.blob_code_end.width));
+    if (layout.code_as_offsets) {
+      code_begin = static_cast<uint32_t>(code_begin) + nmethod;
+      code_end = static_cast<uint32_t>(code_end) + nmethod;
+    }
+    ASSERT_LT(code_begin, code_end);
+    ASSERT_LT(code_end - code_begin, 1u << 20);
+    int named = 0;
+    std::vector<JavaFrame> frames;
+    for (int32_t pc = 0; pc < static_cast<int32_t>(code_end - code_begin); ++pc) {
+      const NameStatus status =
+          namer.NameCompiled(memory, nmethod, compile_id, pc, PcMatch::kExact, &frames);
+      if (status == NameStatus::kStale) break;  // recompiled meanwhile: try the next one
+      if (status != NameStatus::kOk) continue;
+      ++named;
+      ASSERT_FALSE(frames.empty());
+      EXPECT_EQ(frames.back().method->function, "NamerHot.hot");
+      for (const JavaFrame& frame : frames) {
+        EXPECT_EQ(frame.method->source_file, "NamerHot.java");
+        EXPECT_TRUE(frame.line == 0 || (frame.line >= 3 && frame.line <= 14)) << frame.line;
+      }
+      if (frames.size() >= 2 && frames.front().method->function == "NamerHot.mix" &&
+          frames.front().line == 5) {
+        inlined = true;
+      }
+      seen = "";
+      for (const JavaFrame& frame : frames) {
+        seen += frame.method->function + ":" + std::to_string(frame.line) + " ";
+      }
+    }
+    if (named == 0) continue;
+  }
+  EXPECT_TRUE(inlined) << "no PcDesc of NamerHot.mix inlined in NamerHot.hot; last: " << seen;
+  EXPECT_EQ(namer.stats().nmethods_implausible, 0u);
 }
 
 // Debian's JDK 17 (UNSIGNED5 with no excluded byte, ConstMethod::_flags a u2) and Temurin's 25

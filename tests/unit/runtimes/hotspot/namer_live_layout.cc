@@ -176,6 +176,40 @@ bool ReadLiveJvm(pid_t pid, LiveJvm* jvm, std::string* error) {
   field("Klass::_name", &layout.klass_name);
   field("Symbol::_length", &layout.symbol_length);
   field("Symbol::_body", &layout.symbol_body);
+  // Compiled code: the nmethod's method and id, its PcDescs, and its scope tables in whichever
+  // form this JDK has.
+  if (fields.contains("nmethod::_method")) {
+    field("nmethod::_method", &layout.nmethod_method);
+  } else {
+    field("CompiledMethod::_method", &layout.nmethod_method);
+  }
+  field("nmethod::_compile_id", &layout.nmethod_compile_id);
+  field("nmethod::_scopes_pcs_offset", &layout.nmethod_scopes_pcs_offset);
+  if (fields.contains("nmethod::_immutable_data")) {
+    field("nmethod::_immutable_data", &layout.nmethod_immutable_data);
+    field("nmethod::_immutable_data_size", &layout.nmethod_immutable_data_size);
+    field("nmethod::_scopes_data_offset", &layout.nmethod_scopes_data_offset);
+    field("CodeBlob::_mutable_data", &layout.blob_mutable_data);
+    field("CodeBlob::_mutable_data_size", &layout.blob_mutable_data_size);
+    field("CodeBlob::_relocation_size", &layout.blob_relocation_size);
+    layout.code_as_offsets = true;
+    field("CodeBlob::_code_offset", &layout.blob_code_begin);
+    field("CodeBlob::_data_offset", &layout.blob_code_end);
+  } else {
+    field("CompiledMethod::_scopes_data_begin", &layout.nmethod_scopes_data_begin);
+    field("nmethod::_metadata_offset", &layout.nmethod_metadata_offset);
+    field("nmethod::_dependencies_offset", &layout.nmethod_dependencies_offset);
+    field("CodeBlob::_code_begin", &layout.blob_code_begin);
+    field("CodeBlob::_code_end", &layout.blob_code_end);
+  }
+  field("PcDesc::_pc_offset", &layout.pc_desc_pc_offset);
+  field("PcDesc::_scope_decode_offset", &layout.pc_desc_scope_decode_offset);
+  layout.pc_desc_size = static_cast<uint32_t>(sizes["PcDesc"]);
+  field("InstanceKlass::_methods", &jvm->instance_klass_methods);
+  field("Method::_code", &jvm->method_code);
+  Field array_data;
+  field("Array<Method*>::_data", &array_data);
+  jvm->method_array_data = array_data.offset;
   layout.const_method_size = static_cast<uint32_t>(sizes["ConstMethod"]);
   layout.constant_pool_size = static_cast<uint32_t>(sizes["ConstantPool"]);
   layout.major = 0;

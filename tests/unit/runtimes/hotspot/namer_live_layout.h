@@ -16,6 +16,11 @@ struct LiveJvm {
   HotSpotLayout layout;
   uint64_t interpreter_low = 0;  // [low, high): the template interpreter's code
   uint64_t interpreter_high = 0;
+  // What the test reads besides the namer: InstanceKlass._methods (Array<Method*>*) and the
+  // offset of that array's elements, Method._code (the nmethod callers enter).
+  Field instance_klass_methods;
+  uint32_t method_array_data = 0;
+  Field method_code;
 };
 
 // Fills `jvm` from process `pid`; false with `*error` saying what was missing.
