@@ -124,11 +124,12 @@ NameStatus MethodNamer::ReadSymbol(MemoryReader& memory, uint64_t symbol, std::s
   uint64_t length = 0;
   NameStatus status = ReadField(memory, symbol, layout_.symbol_length, &length);
   if (status != NameStatus::kOk) return status;
-  length &= 0xFFFF;  // a u2, also where it is the upper half of a wider field
+  length &= 0xFFFF;  // a u2 (JDK 11's length is the upper half of a u4: the layout points at it)
   auto it = symbols_.find(symbol);
-  if (it != symbols_.end() && it->second.length == length) {
-    // The length read again is the check that the Symbol is still the one cached (Symbols are
-    // freed only with their classes, and a Method* named from it is checked by its ConstMethod*).
+  // Symbols are freed with their classes and their memory reused: a cached one is used as is
+  // while its length holds within a generation, and its bytes are compared once per generation.
+  const bool cached = it != symbols_.end() && it->second.length == length;
+  if (cached && it->second.checked == generation_) {
     it->second.generation = generation_;
     *out = it->second.text;
     return NameStatus::kOk;
@@ -138,17 +139,24 @@ NameStatus MethodNamer::ReadSymbol(MemoryReader& memory, uint64_t symbol, std::s
   if (length > 0 && !memory.Read(symbol + layout_.symbol_body.offset, raw.data(), length)) {
     return NameStatus::kReadFailed;
   }
+  if (cached && it->second.raw == raw) {
+    it->second.generation = generation_;
+    it->second.checked = generation_;
+    *out = it->second.text;
+    return NameStatus::kOk;
+  }
   std::optional<std::string> text = ModifiedUtf8ToUtf8(raw);
   if (!text) return NameStatus::kImplausible;
   *out = *text;
+  SymbolEntry entry{.raw = std::move(raw),
+                    .text = std::move(*text),
+                    .length = static_cast<uint16_t>(length),
+                    .generation = generation_,
+                    .checked = generation_};
   if (it != symbols_.end()) {
-    it->second = {.text = std::move(*text),
-                  .length = static_cast<uint16_t>(length),
-                  .generation = generation_};
+    it->second = std::move(entry);
   } else if (symbols_.size() < kMaxCachedSymbols) {
-    symbols_.emplace(symbol, SymbolEntry{.text = std::move(*text),
-                                         .length = static_cast<uint16_t>(length),
-                                         .generation = generation_});
+    symbols_.emplace(symbol, std::move(entry));
   }
   return NameStatus::kOk;
 }

@@ -118,6 +118,7 @@ class MethodNamer {
     uint64_t checked = 0;     // generation its ConstMethod* was last compared
   };
   struct SymbolEntry {
+    std::string raw;  // the Symbol's bytes, to compare with what its address holds later
     std::string text;
     uint16_t length = 0;
     uint64_t generation = 0;

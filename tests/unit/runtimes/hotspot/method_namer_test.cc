@@ -180,6 +180,21 @@ TEST_P(MethodNamerTest, CachedUntilTheConstMethodChanges) {
   EXPECT_EQ(namer.stats().methods_named, 3u);
 }
 
+TEST_P(MethodNamerTest, ReusedSymbolMemoryIsReadAgainNextGeneration) {
+  MethodNamer namer(image_.layout());
+  ASSERT_NE(namer.NameMethod(image_.memory(), bar_), nullptr);
+  // The class's name Symbol freed and another of the same length made at its address.
+  uint64_t symbol = 0;
+  image_.memory().Read(foo_.klass + image_.layout().klass_name.offset, &symbol, sizeof(symbol));
+  image_.memory().Write(symbol + image_.layout().symbol_body.offset, "com/example/Goo", 15);
+  const uint64_t other = image_.AddMethod(foo_, {.name = "other", .signature = "()V"});
+  // Within the generation the cached text stands; in the next the bytes are compared.
+  EXPECT_EQ(namer.NameMethod(image_.memory(), other)->function, "com.example.Foo.other");
+  namer.NextGeneration();
+  const uint64_t third = image_.AddMethod(foo_, {.name = "third", .signature = "()V"});
+  EXPECT_EQ(namer.NameMethod(image_.memory(), third)->function, "com.example.Goo.third");
+}
+
 TEST_P(MethodNamerTest, ModifiedUtf8) {
   // A supplementary character as a surrogate pair of three bytes each, and the two-byte NUL.
   JavaClass odd = image_.AddClass("p/\xed\xa0\xbd\xed\xb8\x80", "");
