@@ -261,8 +261,8 @@ void MethodNamer::CountMethodFailure(NameStatus status) {
   }
 }
 
-const MethodInfo* MethodNamer::NameMethod(MemoryReader& memory, uint64_t method,
-                                          NameStatus* status) {
+const MethodInfo* MethodNamer::NameMethod(MemoryReader& memory, uint64_t method, NameStatus* status,
+                                          std::optional<uint32_t> const_method_cookie) {
   NameStatus ignored;
   if (status == nullptr) status = &ignored;
   *status = NameStatus::kOk;
@@ -271,18 +271,34 @@ const MethodInfo* MethodNamer::NameMethod(MemoryReader& memory, uint64_t method,
     ++stats_.methods_implausible;
     return nullptr;
   }
+  auto sampled = [&](uint64_t const_method) {
+    return !const_method_cookie || ConstMethodCookie(const_method) == *const_method_cookie;
+  };
+  auto stale = [&] {
+    *status = NameStatus::kStale;
+    ++stats_.methods_stale;
+    return nullptr;
+  };
   auto it = methods_.find(method);
   if (it != methods_.end()) {
     MethodEntry& entry = it->second;
+    const bool seen = sampled(entry.info->const_method);
+    if (seen && entry.checked == generation_) {
+      entry.generation = generation_;
+      return entry.info.get();
+    }
     uint64_t const_method = 0;
-    // Unreadable now (the process is going): keep the name it had.
-    if (entry.checked == generation_ ||
+    // Unreadable now (the process is going): keep what it was.
+    const bool unchanged =
         ReadField(memory, method, layout_.method_const_method, &const_method) != NameStatus::kOk ||
-        const_method == entry.info->const_method) {
+        const_method == entry.info->const_method;
+    if (unchanged && seen) {
       entry.checked = generation_;
       entry.generation = generation_;
       return entry.info.get();
     }
+    // The sample saw another method than the one cached, which is still there.
+    if (unchanged) return stale();
     retired_.push_back(std::move(entry.info));
     methods_.erase(it);
     ++stats_.methods_renamed;
@@ -303,6 +319,8 @@ const MethodInfo* MethodNamer::NameMethod(MemoryReader& memory, uint64_t method,
     ++stats_.not_cached;
     retired_.push_back(std::move(info));
   }
+  // Named as it is now; but the sample saw an earlier method at this address.
+  if (!sampled(out->const_method)) return stale();
   return out;
 }
 
@@ -322,9 +340,10 @@ uint32_t MethodNamer::LineOf(const MethodInfo& method, int32_t bci) const {
 }
 
 NameStatus MethodNamer::NameInterpreted(MemoryReader& memory, uint64_t method, uint64_t bcp,
-                                        JavaFrame* out) {
+                                        JavaFrame* out,
+                                        std::optional<uint32_t> const_method_cookie) {
   NameStatus status;
-  const MethodInfo* info = NameMethod(memory, method, &status);
+  const MethodInfo* info = NameMethod(memory, method, &status, const_method_cookie);
   *out = {};
   if (info == nullptr) return status;
   out->method = info;

@@ -65,6 +65,7 @@ struct JavaFrame {
 struct MethodNamerStats {
   uint64_t methods_named = 0;    // Method*s named (cache misses)
   uint64_t methods_renamed = 0;  // cached Method*s whose ConstMethod changed (reuse, redefinition)
+  uint64_t methods_stale = 0;    // a sample's ConstMethod cookie not the method's now
   uint64_t methods_read_failed = 0;
   uint64_t methods_implausible = 0;  // bad UTF-8, null symbols, sizes out of range
   // Methods named without their source file or lines: those did not read or decode.
@@ -87,8 +88,11 @@ class MethodNamer {
 
   // The names of `method` (a Method*). A cached Method* is checked once per generation: its
   // ConstMethod* read again must be the one it was named with. nullptr on failure (counted, with
-  // the reason in `*status` when given).
-  const MethodInfo* NameMethod(MemoryReader& memory, uint64_t method, NameStatus* status = nullptr);
+  // the reason in `*status` when given). `const_method_cookie`, when the sample recorded one
+  // (ConstMethodCookie of the ConstMethod* it saw), must match the method named, else kStale:
+  // the method was unloaded or redefined since the sample.
+  const MethodInfo* NameMethod(MemoryReader& memory, uint64_t method, NameStatus* status = nullptr,
+                               std::optional<uint32_t> const_method_cookie = std::nullopt);
 
   // The bytecode index of the bytecode pointer `bcp` of an interpreted frame of `method`; nullopt
   // when it does not point into the method's bytecodes.
@@ -96,8 +100,10 @@ class MethodNamer {
   // The source line of `bci` in `method` (its copied line table); 0 when unknown.
   uint32_t LineOf(const MethodInfo& method, int32_t bci) const;
 
-  // An interpreted frame: its Method* and bytecode pointer (0 when unknown, e.g. a native method).
-  NameStatus NameInterpreted(MemoryReader& memory, uint64_t method, uint64_t bcp, JavaFrame* out);
+  // An interpreted frame: its Method* and bytecode pointer (0 when unknown, e.g. a native method),
+  // and the cookie of its ConstMethod* when the sample has one (see NameMethod).
+  NameStatus NameInterpreted(MemoryReader& memory, uint64_t method, uint64_t bcp, JavaFrame* out,
+                             std::optional<uint32_t> const_method_cookie = std::nullopt);
 
   // The Java frames of compiled code at `pc_offset` bytes past the code start of the nmethod at
   // `nmethod`, innermost (the most deeply inlined) first; `compile_id` is the one recorded with
@@ -158,6 +164,12 @@ class MethodNamer {
   uint64_t generation_ = 0;
   MethodNamerStats stats_;
 };
+
+// What a sample records of an interpreted frame's ConstMethod* to tell the method it saw from a
+// later one at the same Method* (the walk's 32-bit check word).
+inline uint32_t ConstMethodCookie(uint64_t const_method) {
+  return static_cast<uint32_t>(const_method >> 3);
+}
 
 // "com/example/Foo" -> "com.example.Foo", a hidden class's "+0x1234abcd" -> "+<hidden>".
 std::string JavaClassName(std::string_view internal_name);

@@ -180,6 +180,34 @@ TEST_P(MethodNamerTest, CachedUntilTheConstMethodChanges) {
   EXPECT_EQ(namer.stats().methods_named, 3u);
 }
 
+TEST_P(MethodNamerTest, SampledConstMethodCookie) {
+  MethodNamer namer(image_.layout());
+  const uint32_t cookie = ConstMethodCookie(image_.ConstMethodOf(bar_));
+  JavaFrame frame;
+  const uint64_t bcp = image_.CodeStartOf(bar_) + 6;
+  ASSERT_EQ(namer.NameInterpreted(image_.memory(), bar_, bcp, &frame, cookie), NameStatus::kOk);
+  EXPECT_EQ(frame.line, 21u);
+  // Another cookie than the method there now (cached, or named afresh): the sample saw a method
+  // since unloaded.
+  EXPECT_EQ(namer.NameInterpreted(image_.memory(), bar_, bcp, &frame, cookie + 1),
+            NameStatus::kStale);
+  MethodNamer fresh(image_.layout());
+  EXPECT_EQ(fresh.NameInterpreted(image_.memory(), bar_, bcp, &frame, cookie + 1),
+            NameStatus::kStale);
+  EXPECT_EQ(fresh.stats().methods_stale, 1u);
+  // Redefined: a new ConstMethod behind the same Method*, and a sample that saw it, named at once
+  // in the same generation.
+  const uint64_t qux = image_.AddMethod(foo_, {.name = "qux", .signature = "()V"});
+  image_.memory().Put<uint64_t>(bar_ + image_.layout().method_const_method.offset,
+                                image_.ConstMethodOf(qux));
+  const MethodInfo* renamed = namer.NameMethod(image_.memory(), bar_, nullptr,
+                                               ConstMethodCookie(image_.ConstMethodOf(qux)));
+  ASSERT_NE(renamed, nullptr);
+  EXPECT_EQ(renamed->function, "com.example.Foo.qux");
+  EXPECT_EQ(namer.stats().methods_renamed, 1u);
+  EXPECT_EQ(namer.stats().methods_stale, 1u);
+}
+
 TEST_P(MethodNamerTest, ReusedSymbolMemoryIsReadAgainNextGeneration) {
   MethodNamer namer(image_.layout());
   ASSERT_NE(namer.NameMethod(image_.memory(), bar_), nullptr);
