@@ -30,7 +30,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kMain = 0, kSpinA = 1, kSpinB = 2, kSleeper = 3, kVforker = 4;
+constexpr int kVforker = 4;
+// The counters of the threads every spinner runs.
+constexpr int kAlways[] = {0, 1, 2, 3, 5};
 
 struct Mapping {
   uint64_t start = 0;
@@ -100,11 +102,12 @@ class Spinner {
               2)
         << process_.output();
     for (const NmSymbol& symbol : NmSizedSymbols(EMBER_THREAD_SPINNER, "Tt", false)) {
-      if (symbol.name == "SpinMain" || symbol.name == "SpinA" || symbol.name == "SpinB") {
+      if (symbol.name == "SpinMain" || symbol.name == "SpinA" || symbol.name == "SpinB" ||
+          symbol.name == "SpinRegisters") {
         functions_.push_back(symbol);
       }
     }
-    ASSERT_EQ(functions_.size(), 3u);
+    ASSERT_EQ(functions_.size(), 4u);
     for (const NmSymbol& symbol : functions_) {
       if (symbol.name == "SpinMain") bias_ = spin_main - symbol.address;
     }
@@ -157,9 +160,11 @@ TEST(ThreadCaptureTest, StopsEveryThreadWithItsRegistersAndStackAndLetsThemRunOn
         called = true;
         // The threads stand still while the callback runs: no counter moves.
         std::vector<uint64_t> before;
-        for (int i = kMain; i <= kSleeper; ++i) before.push_back(spinner.Counter(i));
+        for (int i : kAlways) before.push_back(spinner.Counter(i));
         std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        for (int i = kMain; i <= kSleeper; ++i) EXPECT_EQ(spinner.Counter(i), before[i]) << i;
+        for (size_t i = 0; i < before.size(); ++i) {
+          EXPECT_EQ(spinner.Counter(kAlways[i]), before[i]) << kAlways[i];
+        }
         ProcessMemoryReader memory(spinner.pid());
         for (const CapturedThread& thread : stopped.threads) {
           uint64_t live = 0, copied = 0;
@@ -176,13 +181,16 @@ TEST(ThreadCaptureTest, StopsEveryThreadWithItsRegistersAndStackAndLetsThemRunOn
   ASSERT_TRUE(capture.ok()) << capture.status();
   EXPECT_TRUE(called);
   EXPECT_EQ(capture->pid, spinner.pid());
-  ASSERT_EQ(capture->threads.size(), 4u);
+  ASSERT_EQ(capture->threads.size(), 5u);
 
   const std::vector<Mapping> maps = Maps(spinner.pid());
   const uint64_t start_stack =
       std::stoull(StatField(absl::StrCat("/proc/", spinner.pid(), "/stat"), 28));
-  const std::vector<std::pair<std::string, std::string>> expected = {
-      {"spin-main", "SpinMain"}, {"spin-a", "SpinA"}, {"spin-b", "SpinB"}, {"sleeper", ""}};
+  const std::vector<std::pair<std::string, std::string>> expected = {{"spin-main", "SpinMain"},
+                                                                     {"spin-a", "SpinA"},
+                                                                     {"spin-b", "SpinB"},
+                                                                     {"spin-regs", "SpinRegisters"},
+                                                                     {"sleeper", ""}};
   for (const auto& [comm, function] : expected) {
     const CapturedThread* thread = capture->Find(TidNamed(spinner.pid(), comm));
     ASSERT_NE(thread, nullptr) << comm;
@@ -208,7 +216,15 @@ TEST(ThreadCaptureTest, StopsEveryThreadWithItsRegistersAndStackAndLetsThemRunOn
   }
   EXPECT_EQ(capture->threads[0].tid, spinner.pid());  // by tid: the main thread first
 
-  for (int i = kMain; i <= kSleeper; ++i) EXPECT_TRUE(spinner.Moves(i)) << i;
+  // Each register in its DWARF place (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
+  const CapturedThread* known = capture->Find(TidNamed(spinner.pid(), "spin-regs"));
+  ASSERT_NE(known, nullptr);
+  for (int reg = 0; reg < 16; ++reg) {
+    if (reg == kThreadRegisterBp || reg == kThreadRegisterSp) continue;
+    EXPECT_EQ(known->regs[reg], 0x5eed0000u + reg) << "DWARF register " << reg;
+  }
+
+  for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
 }
 
 TEST(ThreadCaptureTest, ClampsEachCopyToStackBytes) {
@@ -222,7 +238,7 @@ TEST(ThreadCaptureTest, ClampsEachCopyToStackBytes) {
     EXPECT_EQ(thread.stack.size(), 64u) << thread.comm;
     EXPECT_TRUE(thread.clamped) << thread.comm;
   }
-  for (int i = kMain; i <= kSleeper; ++i) EXPECT_TRUE(spinner.Moves(i)) << i;
+  for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
 }
 
 TEST(ThreadCaptureTest, AnErrorWhileStoppedIsReturnedAndEveryThreadIsLetGo) {
@@ -239,7 +255,7 @@ TEST(ThreadCaptureTest, AnErrorWhileStoppedIsReturnedAndEveryThreadIsLetGo) {
       },
       CaptureOptions{});
   EXPECT_EQ(capture.status(), absl::DataLossError("walk failed"));
-  for (int i = kMain; i <= kSleeper; ++i) EXPECT_TRUE(spinner.Moves(i)) << i;
+  for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
   // Nothing is left attached: the next capture succeeds.
   EXPECT_TRUE(CaptureThreads(spinner.pid(), 256).ok());
 }
@@ -266,7 +282,7 @@ TEST(ThreadCaptureTest, AThreadThatDoesNotStopFailsTheCaptureInTimeAndIsLetGoToo
               HasSubstr(absl::StrCat("thread ", vforker, " (vforker) of process ", spinner.pid(),
                                      " did not stop within 300 ms")));
   EXPECT_LT(took, std::chrono::seconds(10));  // bounded, not a hang
-  for (int i = kMain; i <= kSleeper; ++i) EXPECT_TRUE(spinner.Moves(i)) << i;
+  for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
   // Out of vfork, the thread that never stopped runs on rather than stopping for a tracer that
   // has gone.
   EXPECT_EQ(spinner.Counter(kVforker), 1u);
