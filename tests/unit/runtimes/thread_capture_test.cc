@@ -227,6 +227,30 @@ TEST(ThreadCaptureTest, StopsEveryThreadWithItsRegistersAndStackAndLetsThemRunOn
   for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
 }
 
+TEST(ThreadCaptureTest, AStoppedProcessIsCapturedAndStaysStoppedUntilContinued) {
+  Spinner spinner;
+  ASSERT_NO_FATAL_FAILURE(spinner.Start());
+  // As a fixture recorder stops a JVM first: every thread in group stop before the capture.
+  ASSERT_EQ(kill(spinner.pid(), SIGSTOP), 0);
+  const std::string stat = absl::StrCat("/proc/", spinner.pid(), "/stat");
+  for (int i = 0; i < 5000 && StatField(stat, 3) != "T"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  absl::StatusOr<ThreadCapture> capture = CaptureThreads(spinner.pid(), 256);
+  ASSERT_TRUE(capture.ok()) << capture.status();
+  ASSERT_EQ(capture->threads.size(), 5u);
+  const CapturedThread* spin_a = capture->Find(TidNamed(spinner.pid(), "spin-a"));
+  ASSERT_NE(spin_a, nullptr);
+  EXPECT_TRUE(spinner.InFunction(spin_a->ip(), "SpinA"));
+  // Let go, the threads are back in the stop they were in.
+  const uint64_t before = spinner.Counter(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(spinner.Counter(1), before);
+  EXPECT_EQ(StatField(stat, 3), "T");
+  ASSERT_EQ(kill(spinner.pid(), SIGCONT), 0);
+  for (int i : kAlways) EXPECT_TRUE(spinner.Moves(i)) << i;
+}
+
 TEST(ThreadCaptureTest, ClampsEachCopyToStackBytes) {
   Spinner spinner;
   ASSERT_NO_FATAL_FAILURE(spinner.Start());
