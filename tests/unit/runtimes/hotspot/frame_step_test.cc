@@ -179,9 +179,12 @@ TEST_P(FrameStepTest, LeafInPrologue) {
   const Chain c = BuildChain();
   const uint64_t sp = c.interpreted_sp - 0x100;
   const uint64_t pc = jvm.nmethod.code_begin + 4;  // before frame_complete
-  // Nothing pushed yet: [sp] is the return address; a stale code address lies above.
+  // Nothing pushed yet: [sp] is the return address; stale code addresses lie above it, one
+  // where the complete frame would have its return address.
+  const uint64_t frame = FakeJvm::kNmethodFrameWords * 8;
   jvm.PutStack(sp, c.compiled_pc);
   jvm.PutStack(sp + 8, 0x5555);
+  jvm.PutStack(sp + frame - 8, jvm.runtime_stub.code_begin);
   StepResult r = Step(Regs(pc, sp, kNativeFp), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
@@ -199,7 +202,6 @@ TEST_P(FrameStepTest, LeafInPrologue) {
   EXPECT_EQ(r.caller.value[kRegBp], kNativeFp);
 
   // After sub rsp: the whole frame, though [sp] holds a stale code address.
-  const uint64_t frame = FakeJvm::kNmethodFrameWords * 8;
   jvm.PutStack(sp, jvm.runtime_stub.code_begin + 8);
   jvm.PutStack(sp + 8, 0);
   jvm.PutStack(sp + frame - 16, kNativeFp);

@@ -163,6 +163,10 @@ FakeBlob FakeJvm::PutBlob(uint64_t segment, uint64_t segments, const std::string
   SetField(blob.address, layout.blob_size, static_cast<int64_t>(end - blob.address));
   SetField(blob.address, layout.blob_frame_size, frame_words);
   SetField(blob.address, layout.blob_frame_complete_offset, frame_complete);
+  if (layout.blob_frame_complete_offset.width == 2) {
+    // Bytes after a 16-bit field that a 32-bit read would take in.
+    memory.Put<uint16_t>(blob.address + layout.blob_frame_complete_offset.offset + 2, 0x7777);
+  }
   if (layout.code_as_offsets) {
     SetField(blob.address, layout.blob_code_begin,
              static_cast<int64_t>(blob.code_begin - blob.address));
