@@ -45,16 +45,22 @@ void SetCaller(StepResult& result, uint64_t pc, uint64_t sp, bool fp_known, uint
   result.outcome = StepOutcome::kStepped;
 }
 
-// The leaf's shape from the code bytes at its pc: in an epilogue after `add rsp` the frame is gone
-// but rbp and the return address; after `pop rbp` only the return address; before `leave` an rbp
-// frame. The return safepoint poll (`cmp rsp, [r15 + d]; ja slow`) sits between `pop rbp` and
-// `ret`, as does the older `test eax, [r10]`.
-LeafShape EpilogueShape(const uint8_t* code, size_t size) {
+// The leaf's shape from the code bytes at its pc (an instruction's start): in an epilogue after
+// `add rsp` the frame is gone but rbp and the return address; after `pop rbp` only the return
+// address; before `leave` an rbp frame. The return safepoint poll (`cmp rsp, [r15 + d]; ja slow`)
+// sits between `pop rbp` and `ret`, as does the older `test eax, [r10]`.
+LeafShape ShapeFromCode(const uint8_t* code, size_t size) {
   if (size < 1) return LeafShape::kComplete;
   const uint8_t b0 = code[0];
   if (b0 == 0xC3 || b0 == 0xC2) return LeafShape::kPcOnly;  // ret
   if (b0 == 0x5D) return LeafShape::kFpPc;                  // pop rbp
   if (b0 == 0xC9) return LeafShape::kFramePointer;          // leave
+  // The first instructions of an rbp frame (`enter`): before them rbp is still the caller's,
+  // which often lies in the stack just above and would pass for this frame's.
+  if (b0 == 0x55) return LeafShape::kPcOnly;  // push rbp
+  if (size >= 3 && b0 == 0x48 && code[1] == 0x89 && code[2] == 0xE5) {
+    return LeafShape::kFpPc;  // mov rbp, rsp
+  }
   auto jump_then_ret = [&](size_t at) {
     if (at + 6 < size && code[at] == 0x0F && code[at + 1] == 0x87 && code[at + 6] == 0xC3) {
       return true;  // ja rel32; ret
@@ -354,7 +360,7 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
     const uint64_t available = blob.code_end - pc;
     code_size = available < sizeof(code) ? available : sizeof(code);
     if (code_size > 0 && !memory_.Read(pc, code, code_size)) code_size = 0;
-    const LeafShape epilogue = EpilogueShape(code, code_size);
+    const LeafShape epilogue = ShapeFromCode(code, code_size);
     const bool need_code = is_nmethod;
     if (epilogue != LeafShape::kComplete) {
       out.flags |= kFrameInPrologueOrEpilogue;

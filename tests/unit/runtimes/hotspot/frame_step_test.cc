@@ -345,7 +345,23 @@ TEST_P(FrameStepTest, StubWithFramePointerAndFramelessLeaf) {
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kStub);
   EXPECT_EQ(r.caller.value[kRegSp], fp + 16);
   EXPECT_EQ(r.caller.value[kRegBp], c.interpreted_fp);
+  // As the leaf at its `push rbp`, rbp still the caller's: only the return address.
+  jvm.PutStack(sp, c.compiled_pc);
+  jvm.memory.PutBytes(jvm.call_stub.code_begin + 0x100, "\x55\x48\x89\xe5", 4);
+  r = Step(Regs(jvm.call_stub.code_begin + 0x100, sp, fp), true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
+  EXPECT_EQ(r.caller.value[kRegSp], sp + 8);
+  EXPECT_EQ(r.caller.value[kRegBp], fp);
+  // At its `mov rbp, rsp`: rbp pushed, not yet moved.
+  jvm.PutStack(sp, fp);
+  jvm.PutStack(sp + 8, c.compiled_pc);
+  r = Step(Regs(jvm.call_stub.code_begin + 0x101, sp, fp), true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
+  EXPECT_EQ(r.caller.value[kRegSp], sp + 16);
   // As the leaf with rbp still the caller's (far above): only the return address.
+  jvm.memory.PutBytes(jvm.call_stub.code_begin + 0x100, "\x90\x90\x90\x90", 4);
   jvm.PutStack(sp, c.compiled_pc);
   r = Step(Regs(jvm.call_stub.code_begin + 0x100, sp, sp + (1 << 20)), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
