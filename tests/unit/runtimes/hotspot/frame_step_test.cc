@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <random>
+
 #include "step_fake_jvm.h"
 
 namespace ember::hotspot {
@@ -372,6 +375,74 @@ INSTANTIATE_TEST_SUITE_P(Jdks, FrameStepTest, ::testing::Values(Jdk::k17, Jdk::k
                          [](const auto& info) {
                            return info.param == Jdk::k17 ? "Jdk17" : "Jdk25";
                          });
+
+}  // namespace
+}  // namespace ember::hotspot
+
+namespace ember::hotspot {
+namespace {
+
+using step_test::FakeJvm;
+using step_test::Jdk;
+using step_test::Regs;
+
+// Random stacks of words that look like code, stack addresses, or nothing: every step that
+// succeeds moves sp up, so a walk ends by itself, and no step reads outside its inputs.
+TEST(FrameStepRandomTest, EveryStepMovesSpUp) {
+  for (Jdk jdk : {Jdk::k17, Jdk::k25}) {
+    FakeJvm jvm(jdk);
+    CodeCache cache(jvm.layout, jvm.ReadInfo());
+    FrameStepper stepper(cache, jvm.memory);
+    std::mt19937_64 random(jdk == Jdk::k17 ? 17 : 25);
+    const uint64_t code[] = {jvm.interpreter.code_begin + 0x40,
+                             jvm.nmethod.code_begin + 0x100,
+                             jvm.nmethod.code_begin + 2,
+                             jvm.wrapper.code_begin + 0x10,
+                             jvm.vtable.code_begin,
+                             jvm.runtime_stub.code_begin + 0x20,
+                             jvm.call_stub_return,
+                             jvm.call_stub.code_begin + 0x80,
+                             jvm.nmethod.code_begin + FakeJvm::kDeoptHandler};
+    auto pick = [&]() -> uint64_t {
+      switch (random() % 5) {
+        case 0:
+          return code[random() % std::size(code)];
+        case 1:
+          return FakeJvm::kStack + (random() % (FakeJvm::kStackBytes + 64)) / 8 * 8;
+        case 2:
+          return 0;
+        case 3:
+          return random() % 256;
+        default:
+          return random();
+      }
+    };
+    int stepped = 0;
+    for (int sample = 0; sample < 500; ++sample) {
+      for (uint64_t a = FakeJvm::kStack; a < FakeJvm::kStack + FakeJvm::kStackBytes; a += 8) {
+        jvm.PutStack(a, pick());
+      }
+      FrameRegisters regs =
+          Regs(code[random() % std::size(code)],
+               FakeJvm::kStack + (random() % FakeJvm::kStackBytes) / 8 * 8, pick(), pick());
+      StackMemory stack = jvm.Stack();
+      bool leaf = true;
+      for (int depth = 0; depth < 64; ++depth) {
+        StepResult result;
+        stepper.Step(regs, leaf, stack, result);
+        ASSERT_STRNE(StepOutcomeName(result.outcome), "unknown");
+        if (result.outcome != StepOutcome::kStepped) break;
+        ++stepped;
+        ASSERT_TRUE(result.caller.Has(kRegIp) && result.caller.Has(kRegSp));
+        ASSERT_GT(result.caller.value[kRegSp], regs.value[kRegSp]);
+        regs = result.caller;
+        leaf = false;
+      }
+    }
+    // The random stacks are not all refused: the property is checked on real steps.
+    EXPECT_GT(stepped, 100);
+  }
+}
 
 }  // namespace
 }  // namespace ember::hotspot
