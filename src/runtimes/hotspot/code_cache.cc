@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace ember::hotspot {
 namespace {
@@ -41,11 +42,11 @@ bool ReadPointer(MemoryReader& memory, uint64_t address, uint64_t* out) {
   return memory.Read(address, out, sizeof(*out));
 }
 
-uint32_t NamePrefix(const char (&text)[5]) {
-  uint32_t value;
-  std::memcpy(&value, text, 4);
-  return value;
-}
+// The names HotSpot gives its blobs, with their terminating NUL.
+constexpr std::string_view kNmethodName("nmethod", 8);
+constexpr std::string_view kNativeWrapperName("native nmethod", 15);
+constexpr std::string_view kInterpreterName("Interpreter", 12);
+constexpr std::string_view kVtableName("vtable chunks", 14);
 
 }  // namespace
 
@@ -322,6 +323,8 @@ BlobLookup CodeCache::DecodeBlob(uint64_t blob, uint64_t pc, MemoryReader& memor
   if (begin <= blob || end < begin || end > blob + static_cast<uint64_t>(blob_size)) {
     return BlobLookup::kBadBlob;
   }
+  // C1's runtime stubs that make no frame of their own say -1.
+  if (frame_size == -1) frame_size = 0;
   if (frame_size < 0 || frame_size > kMaxFrameBytes / 8) return BlobLookup::kBadBlob;
   info.name = name;
   info.code_begin = begin;
@@ -349,21 +352,23 @@ BlobLookup CodeCache::DecodeBlob(uint64_t blob, uint64_t pc, MemoryReader& memor
     }
   }
   if (maybe_nmethod) {
-    char prefix[4];
-    if (name == 0 || !memory.Read(name, prefix, sizeof(prefix))) {
+    // Whole names, not four bytes: JDK 17's "native signature handlers" is a buffer blob.
+    char text[16] = {};
+    const bool read = name != 0 && (memory.Read(name, text, sizeof(text)) ||
+                                    memory.Read(name, text, kNmethodName.size() + 1));
+    if (!read) {
       if (!known) return BlobLookup::kBlobUnreadable;
     } else {
-      uint32_t value;
-      std::memcpy(&value, prefix, 4);
-      if (value == NamePrefix("nati")) {
+      const std::string_view prefix(text, sizeof(text));
+      if (prefix.starts_with(kNativeWrapperName)) {
         info.kind = BlobKind::kNativeWrapper;
-      } else if (value == NamePrefix("nmet")) {
+      } else if (prefix.starts_with(kNmethodName)) {
         info.kind = BlobKind::kNmethod;
       } else if (known) {
         // _kind says nmethod: trust it over an unexpected name.
-      } else if (value == NamePrefix("Inte")) {
+      } else if (prefix.starts_with(kInterpreterName)) {
         info.kind = BlobKind::kInterpreter;
-      } else if (value == NamePrefix("vtab")) {
+      } else if (prefix.starts_with(kVtableName)) {
         info.kind = BlobKind::kVtable;
       } else {
         info.kind = BlobKind::kStub;
@@ -381,11 +386,11 @@ BlobLookup CodeCache::DecodeBlob(uint64_t blob, uint64_t pc, MemoryReader& memor
     info.orig_pc_offset = static_cast<int32_t>(orig_pc_offset);
     if (layout_.nmethod_deopt_handler.present() &&
         LoadSigned(header, size, layout_.nmethod_deopt_handler, &deopt) && deopt != 0) {
-      if (layout_.deopt_handler_as_offset) {
-        if (deopt > 0) info.deopt_handler = begin + static_cast<uint64_t>(deopt);
-      } else {
-        info.deopt_handler = static_cast<uint64_t>(deopt);
-      }
+      // From JDK 25 an offset from the blob's start, as every nmethod section offset is.
+      info.deopt_handler = layout_.deopt_handler_as_offset
+                               ? (deopt > 0 ? blob + static_cast<uint64_t>(deopt) : 0)
+                               : static_cast<uint64_t>(deopt);
+      if (!info.Contains(info.deopt_handler)) info.deopt_handler = 0;
     }
     // A frame's original pc slot lies inside its frame.
     if (info.orig_pc_offset < 0 ||

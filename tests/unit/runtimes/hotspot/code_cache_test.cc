@@ -132,6 +132,29 @@ TEST_P(CodeCacheTest, FindsEachBlobThroughTheSegmentMap) {
   EXPECT_EQ(blob.kind, GetParam() == Jdk::k17 ? BlobKind::kInterpreter : BlobKind::kStub);
 }
 
+TEST_P(CodeCacheTest, NamesAndFrameSizesOfRealStubs) {
+  // JDK 17's "native signature handlers" buffer blob is no JNI wrapper, whatever its first bytes.
+  const uint64_t name = FakeJvm::kBias + FakeJvm::kNames + 0x800;
+  jvm.memory.PutString(name, "native signature handlers");
+  jvm.SetField(jvm.runtime_stub.address, jvm.layout.blob_name, static_cast<int64_t>(name));
+  if (jvm.layout.blob_kind.present())
+    jvm.SetField(jvm.runtime_stub.address, jvm.layout.blob_kind, 2);
+  // C1's runtime stubs without a frame of their own have frame size -1.
+  jvm.SetField(jvm.runtime_stub.address, jvm.layout.blob_frame_size, -1);
+  CodeCache cache(jvm.layout, jvm.ReadInfo());
+  BlobInfo blob;
+  ASSERT_EQ(cache.FindBlob(jvm.runtime_stub.code_begin, jvm.memory, &blob), BlobLookup::kFound);
+  EXPECT_EQ(blob.kind, BlobKind::kStub);
+  EXPECT_EQ(blob.frame_size, 0u);
+  // A JNI wrapper's name only matches as a whole.
+  jvm.memory.PutString(name, "native nmethod");
+  if (jvm.layout.blob_kind.present())
+    jvm.SetField(jvm.runtime_stub.address, jvm.layout.blob_kind, 1);
+  cache.NextGeneration();
+  ASSERT_EQ(cache.FindBlob(jvm.runtime_stub.code_begin, jvm.memory, &blob), BlobLookup::kFound);
+  EXPECT_EQ(blob.kind, BlobKind::kNativeWrapper);
+}
+
 TEST_P(CodeCacheTest, KnownBlobCostsNoReadUntilTheNextGeneration) {
   CodeCache cache(jvm.layout, jvm.ReadInfo());
   BlobInfo blob;

@@ -128,8 +128,9 @@ FakeJvm::FakeJvm(Jdk which) : jdk(which) {
   for (const FakeBlob* blob : {&nmethod, &wrapper}) {
     SetField(blob->address, l.nmethod_compile_id, blob == &nmethod ? kCompileId : kCompileId + 1);
     SetField(blob->address, l.nmethod_orig_pc_offset, kOrigPcOffset);
+    // JDK 25's offset counts from the blob's start.
     SetField(blob->address, l.nmethod_deopt_handler,
-             k25 ? kDeoptHandler : blob->code_begin + kDeoptHandler);
+             static_cast<int64_t>(blob->code_begin + kDeoptHandler - (k25 ? blob->address : 0)));
   }
   call_stub_return = call_stub.code_begin + kCallStubReturn;
   memory.Put<uint64_t>(kBias + kCallStubStatic, call_stub_return);
