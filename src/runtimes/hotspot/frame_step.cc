@@ -19,10 +19,11 @@ constexpr uint64_t kMaxInterpreterLocalsBytes = 65536 * 8;
 
 // How the leaf's frame looks when it is not complete.
 enum class LeafShape : uint8_t {
-  kComplete,     // the frame size (or rbp, for rbp stubs) holds
-  kPcOnly,       // only the return address is pushed: [sp]
-  kFpPc,         // rbp then the return address: [sp], [sp + 8]
-  kFramePointer  // about to `leave`: rbp frame
+  kComplete,      // the frame size (or rbp, for rbp stubs) holds
+  kPcOnly,        // only the return address is pushed: [sp]
+  kFpPc,          // rbp then the return address: [sp], [sp + 8]
+  kFramePointer,  // about to `leave`: rbp frame
+  kRbpNotSaved,   // C2's prologue without a stack bang: frame allocated, rbp not yet stored in it
 };
 
 // Reads a stack word from the snapshot; on failure records why.
@@ -49,8 +50,19 @@ void SetCaller(StepResult& result, uint64_t pc, uint64_t sp, bool fp_known, uint
 // `add rsp` the frame is gone but rbp and the return address; after `pop rbp` only the return
 // address; before `leave` an rbp frame. The return safepoint poll (`cmp rsp, [r15 + d]; ja slow`)
 // sits between `pop rbp` and `ret`, as does the older `test eax, [r10]`.
-LeafShape ShapeFromCode(const uint8_t* code, size_t size) {
+LeafShape ShapeFromCode(const uint8_t* code, size_t size, uint32_t frame_size) {
   if (size < 1) return LeafShape::kComplete;
+  // `mov [rsp + frame size - 16], rbp`: C2 allocates a frame without a stack bang first and
+  // stores rbp after.
+  if (size >= 5 && code[0] == 0x48 && code[1] == 0x89 && code[2] == 0x6C && code[3] == 0x24 &&
+      code[4] + 16u == frame_size) {
+    return LeafShape::kRbpNotSaved;
+  }
+  if (size >= 8 && code[0] == 0x48 && code[1] == 0x89 && code[2] == 0xAC && code[3] == 0x24) {
+    uint32_t displacement;
+    std::memcpy(&displacement, code + 4, 4);
+    if (displacement + 16u == frame_size) return LeafShape::kRbpNotSaved;
+  }
   const uint8_t b0 = code[0];
   if (b0 == 0xC3 || b0 == 0xC2) return LeafShape::kPcOnly;  // ret
   if (b0 == 0x5D) return LeafShape::kFpPc;                  // pop rbp
@@ -300,7 +312,7 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
   };
   // HotSpot's sender_for_compiled_frame: the caller's sp is sp + frame size, the return address
   // and the saved rbp are the two words below it.
-  auto step_frame_size = [&](bool scan) {
+  auto step_frame_size = [&](bool scan, bool rbp_not_saved) {
     if (blob.frame_size < 16) {
       result.outcome = StepOutcome::kBadBlob;
       return;
@@ -326,6 +338,14 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
     }
     if (return_address == 0) {
       result.outcome = StepOutcome::kBadReturnAddress;
+      return;
+    }
+    if (rbp_not_saved) {
+      if (is_nmethod && !is_code(return_address)) {
+        result.outcome = StepOutcome::kBadReturnAddress;
+        return;
+      }
+      SetCaller(result, return_address, caller_sp, fp_known, fp);
       return;
     }
     if (!StackWord(stack, caller_sp - 16, &saved_fp, result)) return;
@@ -360,13 +380,14 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
     const uint64_t available = blob.code_end - pc;
     code_size = available < sizeof(code) ? available : sizeof(code);
     if (code_size > 0 && !memory_.Read(pc, code, code_size)) code_size = 0;
-    const LeafShape epilogue = ShapeFromCode(code, code_size);
+    const LeafShape epilogue = ShapeFromCode(code, code_size, blob.frame_size);
     const bool need_code = is_nmethod;
     if (epilogue != LeafShape::kComplete) {
       out.flags |= kFrameInPrologueOrEpilogue;
       if (epilogue == LeafShape::kPcOnly) step_pc_only(need_code);
       if (epilogue == LeafShape::kFpPc) step_fp_pc(need_code);
       if (epilogue == LeafShape::kFramePointer) step_frame_pointer(need_code, false);
+      if (epilogue == LeafShape::kRbpNotSaved) step_frame_size(false, true);
       return;
     }
     const bool in_prologue =
@@ -400,7 +421,7 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
   }
 
   if (is_nmethod) {
-    step_frame_size(true);
+    step_frame_size(true, false);
     return;
   }
   // Stubs: the frameless ones (StubRoutines, the call stub) keep an rbp frame; the others
@@ -414,7 +435,7 @@ void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, b
     step_frame_pointer(false, false);
     return;
   }
-  step_frame_size(false);
+  step_frame_size(false, false);
 }
 
 }  // namespace ember::hotspot

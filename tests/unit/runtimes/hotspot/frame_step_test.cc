@@ -214,6 +214,24 @@ TEST_P(FrameStepTest, LeafInPrologue) {
   EXPECT_EQ(r.caller.value[kRegSp], sp + frame);
   EXPECT_FALSE(r.frame.flags & kFrameInPrologueOrEpilogue);
 
+  // C2 without a stack bang: `sub rsp` done, at `mov [rsp + frame - 16], rbp`; the slot still
+  // holds an old value and rbp is the caller's.
+  const uint64_t store_pc = jvm.nmethod.code_begin + 0x10;
+  jvm.memory.PutBytes(store_pc, "\x48\x89\x6c\x24\x20", 5);  // frame 48: disp 0x20
+  jvm.PutStack(sp + frame - 16, 0xbad);
+  r = Step(Regs(store_pc, sp, kNativeFp), true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
+  EXPECT_EQ(r.caller.value[kRegSp], sp + frame);
+  EXPECT_EQ(r.caller.value[kRegBp], kNativeFp);
+  EXPECT_TRUE(r.frame.flags & kFrameInPrologueOrEpilogue);
+  // The same store with a 32-bit displacement.
+  jvm.memory.PutBytes(store_pc, "\x48\x89\xac\x24\x20\x00\x00\x00", 8);
+  r = Step(Regs(store_pc, sp, kNativeFp), true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.caller.value[kRegSp], sp + frame);
+  EXPECT_EQ(r.caller.value[kRegBp], kNativeFp);
+
   // Past the prologue the frame size holds even when [sp] looks like a return address.
   jvm.PutStack(sp + frame - 16, 0x999);
   r = Step(Regs(jvm.nmethod.code_begin + 0x40, sp, kNativeFp), true);
