@@ -208,16 +208,40 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
     return;
   }
   uint64_t link, return_address, sender_sp, method, bcp = 0;
-  if (!StackWord(stack, fp, &link, result) || !StackWord(stack, fp + 8, &return_address, result) ||
-      !StackWord(stack, fp + 8 * kSenderSpSlot, &sender_sp, result) ||
-      !StackWord(stack, fp + 8 * kMethodSlot, &method, result)) {
+  if (!StackWord(stack, fp, &link, result) || !StackWord(stack, fp + 8, &return_address, result)) {
     return;
   }
-  const bool bcp_from_r13 = leaf && frame.Has(kRegR13);
-  if (bcp_from_r13) {
-    bcp = frame.value[kRegR13];
-  } else if (!StackWord(stack, fp + 8 * kBcpSlot, &bcp, result)) {
-    return;
+  bool bcp_from_r13 = false;
+  uint8_t flags = leaf ? kFrameLeaf : 0;
+  if (leaf && fp + 8 * kMethodSlot < sp) {
+    // The interpreter's method entry is still pushing the fixed slots: Method* is in rbx and,
+    // until its slot is pushed, the sender's sp in r13. The bci is not known yet.
+    if (!frame.Has(kRegBx)) {
+      result.outcome = StepOutcome::kBadInterpreterFrame;
+      return;
+    }
+    method = frame.value[kRegBx];
+    if (fp + 8 * kSenderSpSlot >= sp) {
+      if (!StackWord(stack, fp + 8 * kSenderSpSlot, &sender_sp, result)) return;
+    } else if (frame.Has(kRegR13)) {
+      sender_sp = frame.value[kRegR13];
+    } else {
+      result.outcome = StepOutcome::kBadInterpreterFrame;
+      return;
+    }
+    flags |= kFrameInPrologueOrEpilogue;
+  } else {
+    if (!StackWord(stack, fp + 8 * kSenderSpSlot, &sender_sp, result) ||
+        !StackWord(stack, fp + 8 * kMethodSlot, &method, result)) {
+      return;
+    }
+    bcp_from_r13 = leaf && frame.Has(kRegR13);
+    if (bcp_from_r13) {
+      bcp = frame.value[kRegR13];
+    } else if (!StackWord(stack, fp + 8 * kBcpSlot, &bcp, result)) {
+      return;
+    }
+    if (bcp_from_r13) flags |= kFrameBcpFromR13;
   }
   // A frame being built or torn down (the leaf in the interpreter's entry or return code) fails
   // these: its sender's sp lies above the return address, and Method* is a pointer.
@@ -233,7 +257,7 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
   }
   SetCaller(result, return_address, sender_sp, true, link);
   result.frame.kind = JavaFrameKind::kInterpreted;
-  result.frame.flags = (leaf ? kFrameLeaf : 0) | (bcp_from_r13 ? kFrameBcpFromR13 : 0);
+  result.frame.flags = flags;
   result.frame.object = method;
   result.frame.position = bcp;
 }

@@ -18,7 +18,7 @@
 namespace ember::hotspot {
 
 // x86-64 DWARF register numbers.
-inline constexpr int kRegBp = 6, kRegSp = 7, kRegR13 = 13, kRegIp = 16;
+inline constexpr int kRegBx = 3, kRegBp = 6, kRegSp = 7, kRegR13 = 13, kRegIp = 16;
 
 // An interpreted frame is at most this far above its sp (locals, monitors, expression stack).
 inline constexpr uint64_t kMaxInterpreterFrameBytes = 64 * 1024;
@@ -27,7 +27,7 @@ inline constexpr uint64_t kMaxInterpreterFrameBytes = 64 * 1024;
 inline constexpr int kReturnAddressScanSlots = 6;
 
 enum class JavaFrameKind : uint8_t {
-  kInterpreted,    // object = Method*, position = bcp
+  kInterpreted,    // object = Method*, position = bcp (0 while the method's entry builds its frame)
   kCompiled,       // object = nmethod, position = pc offset from the code's start
   kNativeWrapper,  // object = nmethod of a JNI wrapper, position = pc offset
   kStub,           // object = CodeBlob, position = pc offset

@@ -113,6 +113,33 @@ TEST_P(FrameStepTest, NonLeafInterpretedFrameTakesTheBcpSlot) {
   EXPECT_EQ(r.frame.position, kStaleBcp);
 }
 
+TEST_P(FrameStepTest, LeafInTheInterpretersMethodEntry) {
+  const Chain c = BuildChain();
+  const uint64_t pc = jvm.interpreter.code_begin + 0x300;
+  // Sender sp and last sp pushed, Method* not yet: it is in rbx.
+  FrameRegisters regs = Regs(pc, c.interpreted_fp - 16, c.interpreted_fp, 0x99);
+  regs.Set(kRegBx, kMethod + 0x40);
+  StepResult r = Step(regs, true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.frame.kind, JavaFrameKind::kInterpreted);
+  EXPECT_EQ(r.frame.object, kMethod + 0x40);
+  EXPECT_EQ(r.frame.position, 0u);
+  EXPECT_EQ(r.frame.flags, kFrameLeaf | kFrameInPrologueOrEpilogue);
+  EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
+  EXPECT_EQ(r.caller.value[kRegSp], c.compiled_sp);
+  // Right after `enter`: the sender's sp is still in r13.
+  regs = Regs(pc, c.interpreted_fp, c.interpreted_fp, c.compiled_sp + 8);
+  regs.Set(kRegBx, kMethod);
+  r = Step(regs, true);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
+  EXPECT_EQ(r.caller.value[kRegSp], c.compiled_sp + 8);
+  // Without rbx the method is unknown.
+  EXPECT_EQ(Step(Regs(pc, c.interpreted_fp - 16, c.interpreted_fp, 0x99), true).outcome,
+            StepOutcome::kBadInterpreterFrame);
+  // Not the leaf: the slots below sp were pushed before the call.
+  EXPECT_EQ(Step(Regs(pc, c.interpreted_fp - 16, c.interpreted_fp), false).frame.object, kMethod);
+}
+
 TEST_P(FrameStepTest, HookShapeGivesCallerAndTwoWords) {
   const Chain c = BuildChain();
   FrameRegisters caller;
