@@ -104,7 +104,7 @@ const char* BlobLookupName(BlobLookup lookup) {
 
 const CodeHeapRange* CodeCacheInfo::HeapOf(uint64_t pc) const {
   for (uint32_t i = 0; i < heap_count && i < kMaxCodeHeaps; ++i) {
-    if (pc >= heaps[i].low && pc < heaps[i].high) return &heaps[i];
+    if (pc >= heaps[i].low && pc < heaps[i].reserved_high) return &heaps[i];
   }
   return nullptr;
 }
@@ -163,7 +163,6 @@ CodeCacheStatus ReadCodeCacheInfo(const HotSpotLayout& layout, uint64_t libjvm_b
     const uint8_t* memory_vs = heap + layout.code_heap_memory.offset;
     const uint8_t* segmap_vs = heap + layout.code_heap_segmap.offset;
     CodeHeapRange range;
-    uint64_t segmap_reserved_high = 0;
     int64_t log2 = 0;
     if (!LoadUnsigned(memory_vs, vs_bytes, layout.virtual_space_low_boundary, &range.low) ||
         !LoadUnsigned(memory_vs, vs_bytes, layout.virtual_space_high, &range.high) ||
@@ -172,7 +171,7 @@ CodeCacheStatus ReadCodeCacheInfo(const HotSpotLayout& layout, uint64_t libjvm_b
         !LoadUnsigned(segmap_vs, vs_bytes, layout.virtual_space_low_boundary, &range.segmap_low) ||
         !LoadUnsigned(segmap_vs, vs_bytes, layout.virtual_space_high, &range.segmap_high) ||
         !LoadUnsigned(segmap_vs, vs_bytes, layout.virtual_space_high_boundary,
-                      &segmap_reserved_high) ||
+                      &range.segmap_reserved_high) ||
         !LoadSigned(heap, heap_bytes, layout.code_heap_log2_segment_size, &log2)) {
       return CodeCacheStatus::kBadLayout;
     }
@@ -181,7 +180,9 @@ CodeCacheStatus ReadCodeCacheInfo(const HotSpotLayout& layout, uint64_t libjvm_b
     if (range.low == 0 || range.reserved_high <= range.low ||
         range.reserved_high - range.low > kMaxCodeHeapBytes || range.high < range.low ||
         range.high > range.reserved_high || range.segmap_low == 0 ||
-        range.segmap_high < range.segmap_low || range.segmap_high > segmap_reserved_high) {
+        range.segmap_high < range.segmap_low || range.segmap_high > range.segmap_reserved_high ||
+        ((range.reserved_high - range.low) >> range.log2_segment_size) >
+            range.segmap_reserved_high - range.segmap_low) {
       return CodeCacheStatus::kInsane;
     }
     // Every committed segment has its byte in the committed map.
@@ -257,7 +258,7 @@ CodeCache::CodeCache(const HotSpotLayout& layout, const CodeCacheInfo& info)
 BlobLookup CodeCache::FindBlobStart(const CodeHeapRange& heap, uint64_t pc, MemoryReader& memory,
                                     uint64_t* block) const {
   uint64_t segment = (pc - heap.low) >> heap.log2_segment_size;
-  const uint64_t segments = heap.segmap_high - heap.segmap_low;
+  const uint64_t segments = heap.segmap_reserved_high - heap.segmap_low;
   if (segment >= segments) return BlobLookup::kNotInHeap;
   // The map is read in windows that end at the current segment, so a walk of several short hops
   // costs one read.

@@ -34,12 +34,16 @@ enum class CodeCacheStatus : uint8_t {
 };
 const char* CodeCacheStatusName(CodeCacheStatus status);
 
+// A heap grows by committing more of its reserved range (and of its segment map's) while the VM
+// runs, so lookups use the reserved ranges: the facts stay true until the VM exits, and a pc in a
+// part committed later is found without reading the statics again.
 struct CodeHeapRange {
-  uint64_t low = 0;            // VirtualSpace _low_boundary: segment 0 starts here
-  uint64_t high = 0;           // _high: the committed end; no code lies above it
-  uint64_t reserved_high = 0;  // _high_boundary
-  uint64_t segmap_low = 0;     // the segment map's first byte
-  uint64_t segmap_high = 0;    // its committed end
+  uint64_t low = 0;                   // VirtualSpace _low_boundary: segment 0 starts here
+  uint64_t high = 0;                  // _high: the committed end when read
+  uint64_t reserved_high = 0;         // _high_boundary: no code lies above it
+  uint64_t segmap_low = 0;            // the segment map's first byte
+  uint64_t segmap_high = 0;           // its committed end when read
+  uint64_t segmap_reserved_high = 0;  // its reserved end
   uint32_t log2_segment_size = 0;
 };
 

@@ -132,6 +132,21 @@ TEST_P(CodeCacheTest, FindsEachBlobThroughTheSegmentMap) {
   EXPECT_EQ(blob.kind, GetParam() == Jdk::k17 ? BlobKind::kInterpreter : BlobKind::kStub);
 }
 
+TEST_P(CodeCacheTest, FindsBlobsInPartsCommittedAfterTheRead) {
+  // When read, only the first 32 segments (and their map bytes) were committed.
+  jvm.memory.Put<uint64_t>(FakeJvm::kHeap + 8 + 24,
+                           FakeJvm::kHeapLow + (32 << FakeJvm::kLog2Segment));
+  jvm.memory.Put<uint64_t>(FakeJvm::kHeap + 120 + 24, FakeJvm::kSegmap + 32);
+  const CodeCacheInfo info = jvm.ReadInfo();
+  EXPECT_EQ(info.heaps[0].high, FakeJvm::kHeapLow + (32 << FakeJvm::kLog2Segment));
+  EXPECT_TRUE(info.Contains(jvm.nmethod.code_end - 1));
+  CodeCache cache(jvm.layout, info);
+  BlobInfo blob;
+  ASSERT_EQ(cache.FindBlob(jvm.nmethod.code_end - 1, jvm.memory, &blob), BlobLookup::kFound);
+  EXPECT_EQ(blob.address, jvm.nmethod.address);
+  EXPECT_FALSE(info.Contains(FakeJvm::kHeapLow + FakeJvm::kHeapBytes));
+}
+
 TEST_P(CodeCacheTest, NamesAndFrameSizesOfRealStubs) {
   // JDK 17's "native signature handlers" buffer blob is no JNI wrapper, whatever its first bytes.
   const uint64_t name = FakeJvm::kBias + FakeJvm::kNames + 0x800;
