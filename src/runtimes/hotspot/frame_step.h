@@ -86,7 +86,8 @@ class FrameStepper {
 
   bool InCodeCache(uint64_t pc) const { return code_cache_.info().Contains(pc); }
 
-  // Steps the frame with registers `frame` (rip and rsp needed; rbp and r13 used when known).
+  // Steps the frame with registers `frame` (rip and rsp needed; rbp, and for the leaf r13 and
+  // rbx, used when known).
   // `leaf`: rip is the interrupted instruction, not a return address.
   void Step(const FrameRegisters& frame, bool leaf, const StackMemory& stack, StepResult& result);
 
