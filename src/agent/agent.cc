@@ -23,6 +23,7 @@
 #include "process/process_ids.h"
 #include "process/process_metadata.h"
 #include "runtimes/cpython/cpython_runtime.h"
+#include "runtimes/hotspot/hotspot_runtime.h"
 #include "runtimes/perf_map/perf_map_runtime.h"
 #include "sampler/sampler_metrics.h"
 #include "spdlog/spdlog.h"
@@ -180,6 +181,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   const auto bpf_stats = [self] { return self->BpfStatsForMetrics(); };
   agent->stacks_->runtimes().Add(std::make_unique<python::CPythonRuntime>(
       *agent->profiler_, agent->metrics_, /*memory=*/nullptr, bpf_stats));
+  // HotSpot steps its frames where the unwinder meets its code, and names them in the splice.
+  agent->stacks_->runtimes().Add(std::make_unique<hotspot::HotSpotRuntime>(agent->metrics_));
   if (UnwindMaps* maps = agent->profiler_->unwind_maps()) {
     agent->bpf_unwind_ = std::make_unique<BpfUnwindTables>(*maps, options.bpf_unwind_rows);
     agent->stacks_->set_bpf_unwind_tables(agent->bpf_unwind_.get());

@@ -18,7 +18,8 @@ namespace ember {
 struct RuntimeFrame {
   uint64_t object = 0;
   uint64_t position = 0;
-  uint32_t kind = 0;  // the runtime's own frame kind; 0: no runtime frame
+  uint32_t kind = 0;   // the runtime's own frame kind; 0: no runtime frame
+  uint32_t check = 0;  // what tells the object from a later one at its address (a compile id)
   bool operator==(const RuntimeFrame&) const = default;
 };
 

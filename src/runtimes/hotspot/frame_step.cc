@@ -27,7 +27,7 @@ enum class LeafShape : uint8_t {
 };
 
 // Reads a stack word from the snapshot; on failure records why.
-bool StackWord(const StackMemory& stack, uint64_t address, uint64_t* out, StepResult& result) {
+bool StackWord(const StackMemory& stack, uint64_t address, uint64_t* out, JavaStep& result) {
   std::optional<uint64_t> value = stack.Read(address);
   if (!value) {
     result.outcome = StepOutcome::kStackUnreadable;
@@ -38,7 +38,7 @@ bool StackWord(const StackMemory& stack, uint64_t address, uint64_t* out, StepRe
   return true;
 }
 
-void SetCaller(StepResult& result, uint64_t pc, uint64_t sp, bool fp_known, uint64_t fp) {
+void SetCaller(JavaStep& result, uint64_t pc, uint64_t sp, bool fp_known, uint64_t fp) {
   result.caller.Clear();
   result.caller.Set(kRegIp, pc);
   result.caller.Set(kRegSp, sp);
@@ -139,8 +139,8 @@ const char* StepOutcomeName(StepOutcome outcome) {
 }
 
 void FrameStepper::Step(const FrameRegisters& frame, bool leaf, const StackMemory& stack,
-                        StepResult& result) {
-  result = StepResult{};
+                        JavaStep& result) {
+  result = JavaStep{};
   if (!frame.Has(kRegIp)) return;  // kNotInCodeCache
   if (!frame.Has(kRegSp)) {
     result.outcome = StepOutcome::kStackUnreadable;
@@ -180,7 +180,7 @@ void FrameStepper::Step(const FrameRegisters& frame, bool leaf, const StackMemor
 
 StepOutcome FrameStepper::Step(const FrameRegisters& frame, bool leaf, const StackMemory& stack,
                                FrameRegisters& caller, uint64_t& object, uint64_t& position) {
-  StepResult result;
+  JavaStep result;
   Step(frame, leaf, stack, result);
   if (result.outcome == StepOutcome::kStepped) {
     caller = result.caller;
@@ -191,7 +191,7 @@ StepOutcome FrameStepper::Step(const FrameRegisters& frame, bool leaf, const Sta
 }
 
 void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const StackMemory& stack,
-                                   StepResult& result) {
+                                   JavaStep& result) {
   const HotSpotLayout& layout = code_cache_.layout();
   if (layout.interpreter_frame_sender_sp_offset != kSenderSpSlot ||
       layout.interpreter_frame_last_sp_offset != kLastSpSlot) {
@@ -263,12 +263,12 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
 }
 
 void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, bool leaf,
-                            const StackMemory& stack, StepResult& result) {
+                            const StackMemory& stack, JavaStep& result) {
   const CodeCacheInfo& info = code_cache_.info();
   const uint64_t pc = frame.value[kRegIp], sp = frame.value[kRegSp];
   const bool fp_known = frame.Has(kRegBp);
   const uint64_t fp = frame.value[kRegBp];
-  JavaFrame& out = result.frame;
+  SteppedFrame& out = result.frame;
   out.object = blob.address;
   out.position = pc - blob.code_begin;
   out.flags = leaf ? kFrameLeaf : 0;

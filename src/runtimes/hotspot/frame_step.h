@@ -44,7 +44,7 @@ enum JavaFrameFlag : uint8_t {
   kFrameInPrologueOrEpilogue = 16,  // stepped by the leaf's prologue/epilogue rules
 };
 
-struct JavaFrame {
+struct SteppedFrame {
   JavaFrameKind kind = JavaFrameKind::kStub;
   uint8_t flags = 0;
   int32_t compile_id = 0;  // nmethods: to tell a reused blob
@@ -69,10 +69,10 @@ enum class StepOutcome : uint8_t {
 inline constexpr int kStepOutcomeCount = 11;
 const char* StepOutcomeName(StepOutcome outcome);
 
-struct StepResult {
+struct JavaStep {
   StepOutcome outcome = StepOutcome::kNotInCodeCache;
   FrameRegisters caller;                   // valid when kStepped: rip, rsp and (when known) rbp
-  JavaFrame frame;                         // valid when kStepped
+  SteppedFrame frame;                      // valid when kStepped
   BlobLookup lookup = BlobLookup::kFound;  // the blob lookup's own outcome, for finer counts
   bool read_past_stack = false;            // a stack word above the snapshot's end was needed
 };
@@ -89,7 +89,7 @@ class FrameStepper {
   // Steps the frame with registers `frame` (rip and rsp needed; rbp, and for the leaf r13 and
   // rbx, used when known).
   // `leaf`: rip is the interrupted instruction, not a return address.
-  void Step(const FrameRegisters& frame, bool leaf, const StackMemory& stack, StepResult& result);
+  void Step(const FrameRegisters& frame, bool leaf, const StackMemory& stack, JavaStep& result);
 
   // The same, in the shape of the native unwinder's hook: the caller's registers and two words,
   // `object` (Method* or CodeBlob/nmethod) and `position` (bcp or pc offset).
@@ -98,9 +98,9 @@ class FrameStepper {
 
  private:
   void StepInterpreted(const FrameRegisters& frame, bool leaf, const StackMemory& stack,
-                       StepResult& result);
+                       JavaStep& result);
   void StepBlob(const BlobInfo& blob, const FrameRegisters& frame, bool leaf,
-                const StackMemory& stack, StepResult& result);
+                const StackMemory& stack, JavaStep& result);
 
   CodeCache& code_cache_;
   MemoryReader& memory_;

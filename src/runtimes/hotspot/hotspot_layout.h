@@ -77,7 +77,7 @@ struct HotSpotLayout {
   Field nmethod_compile_id;      // int
   Field nmethod_orig_pc_offset;  // int: where a deoptimized frame keeps its original pc
   // The deopt handler: a pointer (CompiledMethod._deopt_handler_begin) before 25, an int offset
-  // from the code's start (nmethod._deopt_handler_offset) from 25.
+  // from the blob's start (nmethod._deopt_handler_offset) from 25.
   bool deopt_handler_as_offset = false;
   Field nmethod_deopt_handler;
   uint32_t nmethod_size = kAbsent;  // sizeof(nmethod)

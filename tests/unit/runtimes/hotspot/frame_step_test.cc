@@ -25,8 +25,8 @@ class FrameStepTest : public ::testing::TestWithParam<Jdk> {
   FrameStepTest()
       : jvm(GetParam()), cache(jvm.layout, jvm.ReadInfo()), stepper(cache, jvm.memory) {}
 
-  StepResult Step(const FrameRegisters& regs, bool leaf) {
-    StepResult result;
+  JavaStep Step(const FrameRegisters& regs, bool leaf) {
+    JavaStep result;
     StackMemory stack = jvm.Stack();
     stepper.Step(regs, leaf, stack, result);
     return result;
@@ -66,7 +66,7 @@ TEST_P(FrameStepTest, InterpretedCompiledCallStubNative) {
   const Chain c = BuildChain();
   const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
 
-  StepResult r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp, kLiveBcp), true);
+  JavaStep r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp, kLiveBcp), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kInterpreted);
   EXPECT_EQ(r.frame.object, kMethod);
@@ -101,7 +101,7 @@ TEST_P(FrameStepTest, InterpretedCompiledCallStubNative) {
 
 TEST_P(FrameStepTest, NonLeafInterpretedFrameTakesTheBcpSlot) {
   const Chain c = BuildChain();
-  StepResult r =
+  JavaStep r =
       Step(Regs(jvm.interpreter.code_begin + 0x200, c.interpreted_sp, c.interpreted_fp, kLiveBcp),
            false);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped);
@@ -119,7 +119,7 @@ TEST_P(FrameStepTest, LeafInTheInterpretersMethodEntry) {
   // Sender sp and last sp pushed, Method* not yet: it is in rbx.
   FrameRegisters regs = Regs(pc, c.interpreted_fp - 16, c.interpreted_fp, 0x99);
   regs.Set(kRegBx, kMethod + 0x40);
-  StepResult r = Step(regs, true);
+  JavaStep r = Step(regs, true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kInterpreted);
   EXPECT_EQ(r.frame.object, kMethod + 0x40);
@@ -158,7 +158,7 @@ TEST_P(FrameStepTest, LeafInVtableStubAndRuntimeStub) {
   const Chain c = BuildChain();
   const uint64_t sp = c.interpreted_sp - 0x100;
   jvm.PutStack(sp, c.compiled_pc);
-  StepResult r = Step(Regs(jvm.vtable.code_begin + 5, sp, 77), true);
+  JavaStep r = Step(Regs(jvm.vtable.code_begin + 5, sp, 77), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kVtable);
   EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
@@ -182,7 +182,7 @@ TEST_P(FrameStepTest, NativeWrapperKind) {
   const Chain c = BuildChain();
   const uint64_t sp = c.interpreted_sp - 0x100;
   jvm.PutStack(sp + 32 - 8, c.compiled_pc);
-  StepResult r = Step(Regs(jvm.wrapper.code_begin + 0x40, sp), false);
+  JavaStep r = Step(Regs(jvm.wrapper.code_begin + 0x40, sp), false);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped);
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kNativeWrapper);
   EXPECT_EQ(r.frame.compile_id, FakeJvm::kCompileId + 1);
@@ -192,7 +192,7 @@ TEST_P(FrameStepTest, DeoptimizedFrameNamesTheOriginalPc) {
   const Chain c = BuildChain();
   const uint64_t deopt = jvm.nmethod.code_begin + FakeJvm::kDeoptHandler;
   jvm.PutStack(c.compiled_sp + FakeJvm::kOrigPcOffset, jvm.nmethod.code_begin + 0x180);
-  StepResult r = Step(Regs(deopt, c.compiled_sp, 0), false);
+  JavaStep r = Step(Regs(deopt, c.compiled_sp, 0), false);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped);
   EXPECT_EQ(r.frame.position, 0x180u);
   EXPECT_EQ(r.frame.flags, kFrameDeoptRecovered);
@@ -215,7 +215,7 @@ TEST_P(FrameStepTest, LeafInPrologue) {
   jvm.PutStack(sp, c.compiled_pc);
   jvm.PutStack(sp + 8, 0x5555);
   jvm.PutStack(sp + frame - 8, jvm.runtime_stub.code_begin);
-  StepResult r = Step(Regs(pc, sp, kNativeFp), true);
+  JavaStep r = Step(Regs(pc, sp, kNativeFp), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
   EXPECT_EQ(r.caller.value[kRegSp], sp + 8);
@@ -275,7 +275,7 @@ TEST_P(FrameStepTest, LeafInEpilogue) {
   jvm.PutStack(sp + 8, c.compiled_pc);
   // pop rbp; ret
   jvm.memory.PutBytes(pc, "\x5d\xc3", 2);
-  StepResult r = Step(Regs(pc, sp, 1), true);
+  JavaStep r = Step(Regs(pc, sp, 1), true);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
   EXPECT_EQ(r.caller.value[kRegSp], sp + 16);
@@ -309,7 +309,7 @@ TEST_P(FrameStepTest, ReturnAddressScan) {
   jvm.PutStack(sp + frame - 8, 0x77);  // not code
   jvm.PutStack(sp + frame + 8, c.compiled_pc);
   jvm.PutStack(sp + frame, 0x6666);
-  StepResult r = Step(Regs(jvm.nmethod.code_begin + 0x100, sp), false);
+  JavaStep r = Step(Regs(jvm.nmethod.code_begin + 0x100, sp), false);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.caller.value[kRegIp], c.compiled_pc);
   EXPECT_EQ(r.caller.value[kRegSp], sp + frame + 16);
@@ -332,9 +332,9 @@ TEST_P(FrameStepTest, Refusals) {
   EXPECT_EQ(Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_sp + (1 << 20)), false).outcome,
             StepOutcome::kBadFramePointer);
   // rbp whose slots lie past the snapshot.
-  StepResult r = Step(Regs(interp_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 16,
-                           FakeJvm::kStack + FakeJvm::kStackBytes),
-                      false);
+  JavaStep r = Step(Regs(interp_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 16,
+                         FakeJvm::kStack + FakeJvm::kStackBytes),
+                    false);
   EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
   EXPECT_TRUE(r.read_past_stack);
   // A null Method*, a sender sp below the frame, a return address outside the code cache.
@@ -388,7 +388,7 @@ TEST_P(FrameStepTest, StubWithFramePointerAndFramelessLeaf) {
   const uint64_t fp = c.interpreted_sp - 0x80, sp = fp - 0x20;
   jvm.PutStack(fp, c.interpreted_fp);
   jvm.PutStack(fp + 8, c.compiled_pc);
-  StepResult r = Step(Regs(jvm.call_stub.code_begin + 0x100, sp, fp), false);
+  JavaStep r = Step(Regs(jvm.call_stub.code_begin + 0x100, sp, fp), false);
   ASSERT_EQ(r.outcome, StepOutcome::kStepped) << StepOutcomeName(r.outcome);
   EXPECT_EQ(r.frame.kind, JavaFrameKind::kStub);
   EXPECT_EQ(r.caller.value[kRegSp], fp + 16);
@@ -473,7 +473,7 @@ TEST(FrameStepRandomTest, EveryStepMovesSpUp) {
       StackMemory stack = jvm.Stack();
       bool leaf = true;
       for (int depth = 0; depth < 64; ++depth) {
-        StepResult result;
+        JavaStep result;
         stepper.Step(regs, leaf, stack, result);
         ASSERT_STRNE(StepOutcomeName(result.outcome), "unknown");
         if (result.outcome != StepOutcome::kStepped) break;
