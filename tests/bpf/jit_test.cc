@@ -37,7 +37,8 @@ namespace {
 using std::chrono::seconds;
 
 // The fixture function a frame stands for: "leafAlpha" from V8's "JS:*leafAlpha /path:1:2" (any
-// tier mark) or HotSpot's "void Phases.leafAlpha()"; "" for any other frame.
+// tier mark), a HotSpot perf map's "void Phases.leafAlpha()" or the HotSpot walk's
+// "Phases.leafAlpha"; "" for any other frame.
 std::string ScriptFunction(const std::string& frame) {
   absl::string_view f = frame;
   if (absl::ConsumePrefix(&f, "JS:")) {
@@ -46,9 +47,11 @@ std::string ScriptFunction(const std::string& frame) {
     }
     return std::string(f.substr(0, f.find(' ')));
   }
-  const size_t in_class = f.find(" Phases.");
-  if (in_class == absl::string_view::npos) return "";
-  f.remove_prefix(in_class + 8);
+  if (!absl::ConsumePrefix(&f, "Phases.")) {
+    const size_t in_class = f.find(" Phases.");
+    if (in_class == absl::string_view::npos) return "";
+    f.remove_prefix(in_class + 8);
+  }
   return std::string(f.substr(0, f.find('(')));
 }
 
@@ -428,10 +431,23 @@ class JavaJitTest : public JitProfileTest {
 JitRun* JavaJitTest::run_ = nullptr;
 std::vector<NamedSample>* JavaJitTest::samples_ = nullptr;
 
+// The JVM writes a perf map, and the agent reads it, but the HotSpot walk names the frames it
+// stepped (README, "Java: HotSpot frames"): its names, with source lines, win over the map's.
 TEST_F(JavaJitTest, SamplesCarryTheProgramsMethodsNested) {
   EXPECT_TRUE(absl::StrContains(run_->agent_log, "naming JIT code from /tmp/perf-"))
       << run_->agent_log;
   CheckNesting(*samples_, 200);
+  int64_t walk_named = 0;
+  int64_t map_named = 0;
+  for (const NamedSample& s : *samples_) {
+    for (const std::string& frame : s.lines) {
+      if (ScriptFunction(frame).empty()) continue;
+      (absl::StartsWith(frame, "Phases.") ? walk_named : map_named) += s.count;
+    }
+  }
+  std::printf("fixture frames named by the HotSpot walk: %lld, by the perf map: %lld\n",
+              static_cast<long long>(walk_named), static_cast<long long>(map_named));
+  EXPECT_GT(walk_named, 20 * map_named);
 }
 
 TEST_F(JavaJitTest, LeafSharesMatchTheProgramsOwnAccounting) {
