@@ -120,7 +120,14 @@ class HotSpotRuntimeTest : public ::testing::Test {
     for (int attempt = 0; attempt < 50; ++attempt) {
       bool found = false;
       auto stopped = [&](const ember::testing::ThreadCapture& capture) -> absl::Status {
-        const ember::testing::CapturedThread* main_thread = capture.Find(pid + 1);
+        // Java's main runs on the launcher's first thread: the lowest tid after the pid's.
+        const ember::testing::CapturedThread* main_thread = nullptr;
+        for (const ember::testing::CapturedThread& thread : capture.threads) {
+          if (thread.tid > pid) {
+            main_thread = &thread;
+            break;
+          }
+        }
         if (main_thread == nullptr) return absl::NotFoundError("no main thread");
         StepResult result;
         RuntimeFrame frame;

@@ -10,7 +10,7 @@
 // compiled, some inlined, main interpreted) with no JVM flag, lets it warm up, prints
 // `jcmd PID Thread.print` (kept in the fixture as "jcmd"), then stops every thread
 // (CaptureThreads) and, while they stand still, through a RecordingMemoryReader: detects libjvm,
-// reads the VM structure tables and the code cache, unwinds the main thread (tid pid+1)
+// reads the VM structure tables and the code cache, unwinds the thread that runs main
 // with a DwarfUnwinder whose runtime step is the HotSpot FrameStepper, and walks and names its
 // Java frames from where the native walk entered the code cache (recorded_jvm_walk.h). The
 // fixture keeps libjvm's symbols and bias, the main thread's registers and stack, the entry
@@ -91,6 +91,15 @@ class EntryStepper : public RuntimeStepper {
   bool entry_leaf_ = false;
 };
 
+// The thread that runs Java's main: the launcher's first thread, so the lowest tid after the
+// process's own (pid + 1 on a quiet machine, not when other processes started meanwhile).
+const CapturedThread* JavaMainThread(const ThreadCapture& capture) {
+  for (const CapturedThread& thread : capture.threads) {
+    if (thread.tid > capture.pid) return &thread;
+  }
+  return nullptr;
+}
+
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -110,11 +119,8 @@ std::string MainThreadOf(const std::string& thread_print) {
 absl::StatusOr<std::vector<std::string>> RecordOnce(pid_t pid, RecordedMemory& fixture) {
   std::vector<std::string> lines;
   auto stopped = [&](const ThreadCapture& capture) -> absl::Status {
-    const CapturedThread* main_thread = capture.Find(pid + 1);
-    // The launcher's thread runs main: "java" until JDK 21 names it "main".
-    if (main_thread == nullptr || (main_thread->comm != "java" && main_thread->comm != "main")) {
-      return absl::NotFoundError("no main thread (\"java\" or \"main\", tid pid+1)");
-    }
+    const CapturedThread* main_thread = JavaMainThread(capture);
+    if (main_thread == nullptr) return absl::NotFoundError("no thread besides the launcher's");
     const std::string proc_dir = absl::StrCat("/proc/", pid);
     absl::StatusOr<std::vector<MemoryMapping>> maps = ParseProcMaps(ReadText(proc_dir + "/maps"));
     if (!maps.ok()) return maps.status();
