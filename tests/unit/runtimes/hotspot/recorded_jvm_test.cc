@@ -1,10 +1,11 @@
 // Replays the walk of a real JVM's main thread from recorded memory (tests/data/hotspot/*.fixture,
-// made by record_jvm from ember.fixture.Phases under Debian's JDK 17 and Temurin 25, no JVM
-// flags): the VM structure tables resolved, the code cache read, the Java frames stepped from
-// where the native walk entered the code cache to the call stub and named, and compared with the
-// frames recorded live. Then the same memory with one thing changed: a compiled method's compile
-// id, a segment map byte, a line table, a Method*'s ConstMethod. No JVM and no ELF file is needed:
-// a read outside what was recorded fails, as it would in a process that lacks the memory.
+// made by record_jvm from ember.fixture.Phases under JDK 11 and 21 (scripts/setup.sh), Debian's
+// JDK 17 and Temurin 25, no JVM flags): the VM structure tables resolved, the code cache read, the
+// Java frames stepped from where the native walk entered the code cache to the call stub and named,
+// and compared with the frames recorded live. Then the same memory with one thing changed: a
+// compiled method's compile id, a segment map byte, a line table, a Method*'s ConstMethod. No JVM
+// and no ELF file is needed: a read outside what was recorded fails, as it would in a process that
+// lacks the memory.
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -218,7 +219,9 @@ TEST_P(RecordedJvmTest, AMethodWhoseConstMethodChangedIsRenamedAndSampledCookies
 }
 
 INSTANTIATE_TEST_SUITE_P(Jdks, RecordedJvmTest,
-                         ::testing::Values(FixtureCase{"jdk17.fixture", 17},
+                         ::testing::Values(FixtureCase{"jdk11.fixture", 11},
+                                           FixtureCase{"jdk17.fixture", 17},
+                                           FixtureCase{"jdk21.fixture", 21},
                                            FixtureCase{"jdk25.fixture", 25}));
 
 }  // namespace
