@@ -11,7 +11,7 @@ RUN apt-get update \
       libelf-dev libdw-dev zlib1g-dev libdeflate-dev libabsl-dev libspdlog-dev \
       libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
       libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libmicrohttpd-dev libcap-dev \
-      libseccomp-dev libgtest-dev libgmock-dev libbenchmark-dev openssl \
+      libseccomp-dev libcapstone-dev libgtest-dev libgmock-dev libbenchmark-dev openssl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -30,7 +30,7 @@ RUN apt-get update \
       libbpf1 libelf1 libdw1 zlib1g libdeflate0 \
       libabsl20220623 libspdlog1.10 libfmt9 \
       libprotobuf32 libgrpc++1.51 libgrpc29 \
-      libcurl4 libssl3 libmicrohttpd12 libcap2 libseccomp2 \
+      libcurl4 libssl3 libmicrohttpd12 libcap2 libseccomp2 libcapstone4 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/ember-agent /usr/local/bin/ember-agent
 # Writable scratch: the chart mounts an emptyDir here under a read-only root file system.

@@ -25,6 +25,8 @@ packages=(
   libdebuginfod-dev debuginfod iproute2
   # GNU libiberty's demangler: C++ and Rust, with a callback interface that lets a budget stop it
   libiberty-dev
+  # an x86-64 instruction decoder: the path from a HotSpot JIT leaf pc to its next debug info
+  libcapstone-dev
   # test peers: Google's pprof (built from source below), a headless browser, perf, and openssl
   # for the exporter tests' certificates
   golang-1.19-go golang-github-google-pprof-dev chromium linux-perf procps openssl

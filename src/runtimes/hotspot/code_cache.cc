@@ -403,10 +403,11 @@ BlobLookup CodeCache::DecodeBlob(uint64_t blob, uint64_t pc, MemoryReader& memor
   return BlobLookup::kFound;
 }
 
-const BlobInfo* CodeCache::CacheLookup(uint64_t pc) const {
+const BlobInfo* CodeCache::CacheLookup(const std::array<BlobInfo, kCachedBlobs>& cache,
+                                       uint32_t count, uint64_t pc) {
   // The last blob starting at or below pc.
-  const BlobInfo* first = cache_.data();
-  const BlobInfo* last = first + cached_;
+  const BlobInfo* first = cache.data();
+  const BlobInfo* last = first + count;
   const BlobInfo* it = std::upper_bound(
       first, last, pc, [](uint64_t value, const BlobInfo& blob) { return value < blob.address; });
   if (it == first) return nullptr;
@@ -430,11 +431,29 @@ void CodeCache::CacheInsert(const BlobInfo& blob) {
   ++cached_;
 }
 
+void CodeCache::NextGeneration() {
+  previous_ = cache_;
+  previous_count_ = cached_;
+  cached_ = 0;
+}
+
 BlobLookup CodeCache::FindBlob(uint64_t pc, MemoryReader& memory, BlobInfo* out) {
-  if (const BlobInfo* cached = CacheLookup(pc)) {
+  if (const BlobInfo* cached = CacheLookup(cache_, cached_, pc)) {
     *out = *cached;
     return BlobLookup::kFound;
   }
+  BlobLookup found = FindUncached(pc, memory, out);
+  if (found == BlobLookup::kSegmapUnreadable || found == BlobLookup::kBlobUnreadable) {
+    if (const BlobInfo* previous = CacheLookup(previous_, previous_count_, pc)) {
+      ++previous_generation_hits_;
+      *out = *previous;
+      return BlobLookup::kFound;
+    }
+  }
+  return found;
+}
+
+BlobLookup CodeCache::FindUncached(uint64_t pc, MemoryReader& memory, BlobInfo* out) {
   const CodeHeapRange* heap = info_.HeapOf(pc);
   if (heap == nullptr) return BlobLookup::kNotInHeap;
   if (layout_.heap_block_size == kAbsent || layout_.heap_block_size > 64) {

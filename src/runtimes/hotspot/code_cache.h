@@ -123,15 +123,23 @@ class CodeCache {
   // Decodes the blob at `blob` (no cache); `pc` must lie in its code.
   BlobLookup DecodeBlob(uint64_t blob, uint64_t pc, MemoryReader& memory, BlobInfo* out) const;
 
-  void NextGeneration() { cached_ = 0; }
+  // Starts a generation: the blobs cached so far are kept only as the fallback of lookups whose
+  // reads fail. A process that has exited can no longer be read, yet the samples it took before
+  // it exited are walked after it: the blobs seen in the generation before are the best knowledge
+  // left of its code. A lookup that reads (a freed segment, another blob) never uses them.
+  void NextGeneration();
   uint32_t cached_blobs() const { return cached_; }
+  // Lookups answered from the previous generation's blobs because reading failed.
+  uint64_t previous_generation_hits() const { return previous_generation_hits_; }
 
   static constexpr uint32_t kCachedBlobs = 256;
 
  private:
   BlobLookup FindBlobStart(const CodeHeapRange& heap, uint64_t pc, MemoryReader& memory,
                            uint64_t* block) const;
-  const BlobInfo* CacheLookup(uint64_t pc) const;
+  BlobLookup FindUncached(uint64_t pc, MemoryReader& memory, BlobInfo* out);
+  static const BlobInfo* CacheLookup(const std::array<BlobInfo, kCachedBlobs>& cache,
+                                     uint32_t count, uint64_t pc);
   void CacheInsert(const BlobInfo& blob);
 
   const HotSpotLayout& layout_;
@@ -141,6 +149,9 @@ class CodeCache {
   // Sorted by address; blobs never overlap.
   std::array<BlobInfo, kCachedBlobs> cache_{};
   uint32_t cached_ = 0;
+  std::array<BlobInfo, kCachedBlobs> previous_{};
+  uint32_t previous_count_ = 0;
+  uint64_t previous_generation_hits_ = 0;
 };
 
 }  // namespace ember::hotspot

@@ -417,6 +417,7 @@ NameStatus MethodNamer::ReadScopeTables(MemoryReader& memory, uint64_t nmethod,
     pcs_address = nmethod + pcs_offset;
     pcs_size = dependencies_offset - pcs_offset;
   }
+  ReadCodeRange(memory, nmethod, tables);
   tables->metadata.resize(metadata_size / sizeof(uint64_t));
   tables->scopes_data.resize(data_size);
   tables->pcs.resize(pcs_size);
@@ -428,6 +429,46 @@ NameStatus MethodNamer::ReadScopeTables(MemoryReader& memory, uint64_t nmethod,
     return NameStatus::kReadFailed;
   }
   return NameStatus::kOk;
+}
+
+void MethodNamer::ReadCodeRange(MemoryReader& memory, uint64_t nmethod, ScopeTables* tables) {
+  uint64_t begin = 0, end = 0;
+  if (ReadField(memory, nmethod, layout_.blob_code_begin, &begin) != NameStatus::kOk ||
+      ReadField(memory, nmethod, layout_.blob_code_end, &end) != NameStatus::kOk) {
+    return;
+  }
+  if (layout_.code_as_offsets) {
+    const int64_t begin_offset = static_cast<int32_t>(begin),
+                  end_offset = static_cast<int32_t>(end);
+    if (begin_offset <= 0 || end_offset < begin_offset) return;
+    begin = nmethod + static_cast<uint64_t>(begin_offset);
+    end = nmethod + static_cast<uint64_t>(end_offset);
+  }
+  if (begin <= nmethod || end <= begin || end - begin > kMaxScopeTableBytes) return;
+  tables->code_begin = begin;
+  tables->code_end = end;
+}
+
+std::optional<PcDescEntry> MethodNamer::LeafPcDesc(MemoryReader& memory, ScopeTables* tables,
+                                                   const PcDescLayout& layout, int32_t pc_offset) {
+  if (std::optional<PcDescEntry> exact =
+          FindPcDesc(tables->pcs, layout, pc_offset, PcMatch::kExact)) {
+    return exact;
+  }
+  if (!tables->code_read && tables->code_begin != 0) {
+    tables->code_read = true;
+    tables->code.resize(tables->code_end - tables->code_begin);
+    if (!memory.Read(tables->code_begin, tables->code.data(), tables->code.size())) {
+      tables->code.clear();
+    }
+  }
+  if (std::optional<PcDescEntry> reached =
+          FollowToPcDesc(tables->code, tables->pcs, layout, pc_offset)) {
+    ++stats_.leaf_paths_followed;
+    return reached;
+  }
+  ++stats_.leaf_paths_ended;
+  return FindPcDesc(tables->pcs, layout, pc_offset, PcMatch::kAtOrAfter);
 }
 
 void MethodNamer::CountNmethodFailure(NameStatus status) {
@@ -482,7 +523,9 @@ NameStatus MethodNamer::NameCompiled(MemoryReader& memory, uint64_t nmethod, int
   pc_layout.stride = layout_.pc_desc_size;
   pc_layout.pc_offset = layout_.pc_desc_pc_offset.offset;
   pc_layout.scope_decode_offset = layout_.pc_desc_scope_decode_offset.offset;
-  std::optional<PcDescEntry> desc = FindPcDesc(tables->pcs, pc_layout, pc_offset, match);
+  std::optional<PcDescEntry> desc = match == PcMatch::kAtOrAfter
+                                        ? LeafPcDesc(memory, tables, pc_layout, pc_offset)
+                                        : FindPcDesc(tables->pcs, pc_layout, pc_offset, match);
   ScopeChain chain;
   if (desc)
     chain =

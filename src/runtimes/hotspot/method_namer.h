@@ -76,7 +76,11 @@ struct MethodNamerStats {
   uint64_t nmethods_read_failed = 0;
   uint64_t nmethods_implausible = 0;  // table bounds out of order or too large
   uint64_t scopes_failed = 0;         // PcDesc not found or a scope chain that did not decode
-  uint64_t not_cached = 0;            // names made while a cache was full
+  // Leaf pcs with no PcDesc of their own: named from the PcDesc their code path reaches, or (the
+  // path ended first, or the code did not read) from the next PcDesc in address order.
+  uint64_t leaf_paths_followed = 0;
+  uint64_t leaf_paths_ended = 0;
+  uint64_t not_cached = 0;  // names made while a cache was full
 };
 
 class MethodNamer {
@@ -107,7 +111,8 @@ class MethodNamer {
 
   // The Java frames of compiled code at `pc_offset` bytes past the code start of the nmethod at
   // `nmethod`, innermost (the most deeply inlined) first; `compile_id` is the one recorded with
-  // the sample. A return address is looked up exactly, a leaf pc at or after (PcMatch). When the
+  // the sample. A return address is looked up exactly; a leaf pc with no PcDesc of its own by the
+  // PcDesc its code path reaches first (FollowToPcDesc), else at or after (PcMatch). When the
   // pc has no scopes, one frame of the nmethod's own method with no line. On failure `out` holds
   // what was named before it.
   NameStatus NameCompiled(MemoryReader& memory, uint64_t nmethod, int32_t compile_id,
@@ -143,6 +148,12 @@ class MethodNamer {
     std::vector<uint64_t> metadata;
     std::vector<uint8_t> scopes_data;
     std::vector<uint8_t> pcs;
+    // The code, read when a leaf pc first needs it (FollowToPcDesc); code_begin 0 when the layout
+    // does not say where it lies.
+    uint64_t code_begin = 0;
+    uint64_t code_end = 0;
+    bool code_read = false;
+    std::vector<uint8_t> code;
     uint64_t generation = 0;
   };
 
@@ -151,6 +162,9 @@ class MethodNamer {
   NameStatus ReadPoolSymbol(MemoryReader& memory, uint64_t pool, uint64_t index, std::string* out);
   NameStatus ReadLineTable(MemoryReader& memory, uint64_t start, MethodInfo* info);
   NameStatus ReadScopeTables(MemoryReader& memory, uint64_t nmethod, ScopeTables* tables);
+  void ReadCodeRange(MemoryReader& memory, uint64_t nmethod, ScopeTables* tables);
+  std::optional<PcDescEntry> LeafPcDesc(MemoryReader& memory, ScopeTables* tables,
+                                        const PcDescLayout& layout, int32_t pc_offset);
   void CountMethodFailure(NameStatus status);
   void CountNmethodFailure(NameStatus status);
 

@@ -1,7 +1,10 @@
 // PcDesc search and scope chain decoding; every read is bounded by the span it was given.
 #include "runtimes/hotspot/scopes.h"
 
+#include <capstone/capstone.h>
+
 #include <cstring>
+#include <memory>
 
 #include "runtimes/hotspot/unsigned5.h"
 
@@ -14,7 +17,73 @@ int32_t IntAt(std::span<const uint8_t> bytes, size_t offset) {
   return value;
 }
 
+struct CapstoneHandle {
+  csh handle = 0;
+  bool open = false;
+  CapstoneHandle() { open = cs_open(CS_ARCH_X86, CS_MODE_64, &handle) == CS_ERR_OK; }
+  ~CapstoneHandle() {
+    if (open) cs_close(&handle);
+  }
+  CapstoneHandle(const CapstoneHandle&) = delete;
+  CapstoneHandle& operator=(const CapstoneHandle&) = delete;
+};
+
+struct InsnDeleter {
+  void operator()(cs_insn* insn) const { cs_free(insn, 1); }
+};
+
 }  // namespace
+
+std::optional<PcDescEntry> FollowToPcDesc(std::span<const uint8_t> code,
+                                          std::span<const uint8_t> pcs, const PcDescLayout& layout,
+                                          int32_t pc_offset) {
+  if (pc_offset < 0 || static_cast<uint64_t>(pc_offset) >= code.size()) return std::nullopt;
+  CapstoneHandle capstone;
+  if (!capstone.open) return std::nullopt;
+  std::unique_ptr<cs_insn, InsnDeleter> insn(cs_malloc(capstone.handle));
+  if (insn == nullptr) return std::nullopt;
+  uint64_t at = static_cast<uint64_t>(pc_offset);
+  int jumps = 0;
+  for (int count = 0; count < kMaxPathInstructions; ++count) {
+    std::optional<PcDescEntry> desc =
+        FindPcDesc(pcs, layout, static_cast<int32_t>(at), PcMatch::kExact);
+    if (desc) return desc;
+    const uint8_t* bytes = code.data() + at;
+    size_t left = code.size() - at;
+    uint64_t address = at;
+    if (!cs_disasm_iter(capstone.handle, &bytes, &left, &address, insn.get())) return std::nullopt;
+    const unsigned id = insn->id;
+    const uint64_t next = at + insn->size;
+    if (id == X86_INS_JMP) {
+      // Only the direct forms (EB rel8, E9 rel32) have a target known here.
+      int64_t displacement;
+      if (insn->size == 2 && insn->bytes[0] == 0xEB) {
+        displacement = static_cast<int8_t>(insn->bytes[1]);
+      } else if (insn->size == 5 && insn->bytes[0] == 0xE9) {
+        int32_t rel32;
+        std::memcpy(&rel32, insn->bytes + 1, sizeof(rel32));
+        displacement = rel32;
+      } else {
+        return std::nullopt;
+      }
+      const int64_t target = static_cast<int64_t>(next) + displacement;
+      if (++jumps > kMaxPathJumps || target < 0 || static_cast<uint64_t>(target) >= code.size()) {
+        return std::nullopt;
+      }
+      at = static_cast<uint64_t>(target);
+      continue;
+    }
+    // Conditional jumps fall through and calls return to the next instruction (a call's
+    // PcDesc is its return address); anything else that leaves ends the path.
+    if (id == X86_INS_RET || id == X86_INS_RETF || id == X86_INS_HLT || id == X86_INS_UD2 ||
+        id == X86_INS_INT3 || id == X86_INS_LJMP || id == X86_INS_SYSCALL) {
+      return std::nullopt;
+    }
+    if (next >= code.size()) return std::nullopt;
+    at = next;
+  }
+  return std::nullopt;
+}
 
 std::optional<PcDescEntry> FindPcDesc(std::span<const uint8_t> pcs, const PcDescLayout& layout,
                                       int32_t pc_offset, PcMatch match) {

@@ -40,6 +40,26 @@ enum class PcMatch {
 std::optional<PcDescEntry> FindPcDesc(std::span<const uint8_t> pcs, const PcDescLayout& layout,
                                       int32_t pc_offset, PcMatch match);
 
+// Bounds of the path FollowToPcDesc decodes: far more than a loop body or a block needs, and a
+// small cost once per distinct leaf pc.
+inline constexpr int kMaxPathInstructions = 512;
+inline constexpr int kMaxPathJumps = 16;
+
+// The PcDesc the leaf's pc reaches first when execution goes on from it (x86-64): instructions of
+// `code` (the nmethod's code, pc offset 0 at its first byte) are decoded from `pc_offset`, direct
+// unconditional jumps followed, conditional ones taken as falling through, until an instruction
+// starts at a PcDesc's pc. Without debug info for non-safepoints (DebugNonSafepoints is off by
+// default), C2 records PcDescs only at calls and safepoint polls, and lays blocks out in an order
+// of its own: a hot loop's body can sit before the call site of another inlined method while its
+// safepoint poll sits above it, reached by the loop's closing jump. The PcDesc next in address
+// order (HotSpot's pc_desc_near, which AsyncGetCallTrace and JFR take) then names that other
+// method; the next one in execution order names the loop's own scope. nullopt when the path ends
+// first (a return, an indirect jump, a byte that does not decode, the code's end, the bounds):
+// the caller then takes the next PcDesc in address order.
+std::optional<PcDescEntry> FollowToPcDesc(std::span<const uint8_t> code,
+                                          std::span<const uint8_t> pcs, const PcDescLayout& layout,
+                                          int32_t pc_offset);
+
 struct ScopeEntry {
   // Index into the nmethod's metadata array as stored: metadata[method_index - 1] is the Method*,
   // 0 is null.

@@ -191,6 +191,35 @@ TEST_P(CodeCacheTest, KnownBlobCostsNoReadUntilTheNextGeneration) {
   EXPECT_EQ(blob.compile_id, 99);
 }
 
+TEST_P(CodeCacheTest, UnreadableLookupsFallBackToThePreviousGenerationsBlobs) {
+  CodeCache cache(jvm.layout, jvm.ReadInfo());
+  BlobInfo blob;
+  ASSERT_EQ(cache.FindBlob(jvm.nmethod.code_begin + 8, jvm.memory, &blob), BlobLookup::kFound);
+  cache.NextGeneration();
+  // Readable memory is believed: a segment freed since is no blob.
+  const uint8_t first = 0;
+  jvm.memory.Put<uint8_t>(FakeJvm::kSegmap + FakeJvm::kNmethodSeg, 0xFF);
+  EXPECT_EQ(cache.FindBlob(jvm.nmethod.code_begin + 8, jvm.memory, &blob),
+            BlobLookup::kFreeSegment);
+  jvm.memory.Put<uint8_t>(FakeJvm::kSegmap + FakeJvm::kNmethodSeg, first);
+  EXPECT_EQ(cache.previous_generation_hits(), 0u);
+  // The process is gone: its samples still walked find the blob seen a generation before, and
+  // only that one.
+  jvm.memory.Unmap(FakeJvm::kSegmap);
+  ASSERT_EQ(cache.FindBlob(jvm.nmethod.code_begin + 100, jvm.memory, &blob), BlobLookup::kFound);
+  EXPECT_EQ(blob.address, jvm.nmethod.address);
+  EXPECT_EQ(blob.compile_id, FakeJvm::kCompileId);
+  EXPECT_EQ(cache.previous_generation_hits(), 1u);
+  EXPECT_EQ(cache.FindBlob(jvm.wrapper.code_begin, jvm.memory, &blob),
+            BlobLookup::kSegmapUnreadable);
+  // Two generations on, nothing is left to fall back to.
+  cache.NextGeneration();
+  cache.NextGeneration();
+  EXPECT_EQ(cache.FindBlob(jvm.nmethod.code_begin + 100, jvm.memory, &blob),
+            BlobLookup::kSegmapUnreadable);
+  EXPECT_EQ(cache.previous_generation_hits(), 1u);
+}
+
 TEST_P(CodeCacheTest, FreeAndUnmappedSegments) {
   CodeCache cache(jvm.layout, jvm.ReadInfo());
   BlobInfo blob;

@@ -93,6 +93,45 @@ TEST_P(MethodNamerTest, HiddenClassesNoSourceNoLines) {
   EXPECT_EQ(JavaClassName("a/b/C+0xzz"), "a.b.C+0xzz");
 }
 
+TEST_P(MethodNamerTest, LeafPcFollowsItsCodePathToAPcDesc) {
+  const uint8_t x = image_.layout().unsigned5_excluded;
+  const uint64_t leaf = image_.AddMethod(
+      foo_, {.name = "leaf", .signature = "()V", .code_size = 10, .lines = {{0, 60}, {2, 61}}});
+  ScopesWriter scopes(x);
+  const int32_t in_leaf = scopes.Add(scopes.Add(0, 1, 9), 2, 2);
+  const int32_t call_in_bar = scopes.Add(0, 1, 6);
+  // Code of nops: the loop's poll at 40 (leaf inlined into bar), another call site at 80, and the
+  // loop body after the poll closing with a jump back to it ("jmp 40" at 60).
+  std::vector<uint8_t> code(128, 0x90);
+  code[60] = 0xEB;
+  code[61] = static_cast<uint8_t>(40 - 62);
+  const std::vector<uint8_t> pcs = EncodePcDescs({{40, in_leaf}, {80, call_in_bar}});
+  const uint64_t nmethod = image_.AddNmethod(bar_, 77, {bar_, leaf}, scopes.bytes(), pcs, code);
+
+  MethodNamer namer(image_.layout());
+  std::vector<JavaFrame> frames;
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 50, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.leaf");
+  EXPECT_EQ(frames[0].line, 61u);
+  EXPECT_EQ(namer.stats().leaf_paths_followed, 1u);
+  // Past the jump, straight on to the call site.
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 62, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(namer.stats().leaf_paths_followed, 2u);
+  // Past the code's end nothing decodes: the next PcDesc in address order (the end sentinel).
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 200, PcMatch::kAtOrAfter, &frames),
+            NameStatus::kOk);
+  EXPECT_EQ(namer.stats().leaf_paths_ended, 1u);
+  // Return addresses stay exact.
+  EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 50, PcMatch::kExact, &frames),
+            NameStatus::kImplausible);
+  EXPECT_EQ(namer.stats().nmethods_decoded, 1u);
+}
+
 TEST_P(MethodNamerTest, InlinedScopesInnermostFirst) {
   const uint8_t x = image_.layout().unsigned5_excluded;
   const uint64_t helper = image_.AddMethod(

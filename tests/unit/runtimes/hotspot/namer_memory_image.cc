@@ -149,7 +149,12 @@ HotSpotLayout NamerLayout(Jdk jdk) {
     layout.nmethod_immutable_data_size = {168, 4};
     layout.nmethod_scopes_pcs_offset = {172, 4};
     layout.nmethod_scopes_data_offset = {176, 4};
+    layout.code_as_offsets = true;
+    layout.blob_code_begin = {24, 4};  // _code_offset
+    layout.blob_code_end = {28, 4};    // _data_offset
   } else {
+    layout.blob_code_begin = {56, 8};
+    layout.blob_code_end = {64, 8};
     layout.nmethod_scopes_data_begin = {120, 8};
     layout.nmethod_metadata_offset = {200, 4};
     layout.nmethod_scopes_pcs_offset = {204, 4};
@@ -235,7 +240,27 @@ uint64_t JvmImage::CodeStartOf(uint64_t method) {
 uint64_t JvmImage::AddNmethod(uint64_t method, int32_t compile_id,
                               const std::vector<uint64_t>& metadata,
                               const std::vector<uint8_t>& scopes_data,
-                              const std::vector<uint8_t>& pcs) {
+                              const std::vector<uint8_t>& pcs, const std::vector<uint8_t>& code) {
+  const uint64_t nmethod = AddNmethodTables(method, compile_id, metadata, scopes_data, pcs);
+  if (!code.empty() && code.size() <= 256) {
+    const uint64_t begin = layout_.nmethod_size;
+    const uint64_t end = begin + code.size();
+    memory_.Write(nmethod + begin, code.data(), code.size());
+    if (layout_.code_as_offsets) {
+      memory_.Put<int32_t>(nmethod + layout_.blob_code_begin.offset, static_cast<int32_t>(begin));
+      memory_.Put<int32_t>(nmethod + layout_.blob_code_end.offset, static_cast<int32_t>(end));
+    } else {
+      memory_.Put<uint64_t>(nmethod + layout_.blob_code_begin.offset, nmethod + begin);
+      memory_.Put<uint64_t>(nmethod + layout_.blob_code_end.offset, nmethod + end);
+    }
+  }
+  return nmethod;
+}
+
+uint64_t JvmImage::AddNmethodTables(uint64_t method, int32_t compile_id,
+                                    const std::vector<uint64_t>& metadata,
+                                    const std::vector<uint8_t>& scopes_data,
+                                    const std::vector<uint8_t>& pcs) {
   const size_t metadata_bytes = metadata.size() * 8;
   if (jdk_ == Jdk::k17) {
     // Header, code (256 bytes), metadata, scopes data, PcDescs, dependencies (16).

@@ -108,11 +108,18 @@ class JvmImage {
   uint64_t CodeStartOf(uint64_t method);  // the first bytecode
 
   // An nmethod of `method` with `compile_id`, its metadata (Method*s, index 1 first), scopes data
-  // and PcDescs in the form of the image's JDK; returns the nmethod's address.
+  // and PcDescs in the form of the image's JDK; returns the nmethod's address. `code` (at most
+  // 256 bytes), when given, is its code, right after its header; otherwise the nmethod says
+  // nothing of where its code lies.
   uint64_t AddNmethod(uint64_t method, int32_t compile_id, const std::vector<uint64_t>& metadata,
-                      const std::vector<uint8_t>& scopes_data, const std::vector<uint8_t>& pcs);
+                      const std::vector<uint8_t>& scopes_data, const std::vector<uint8_t>& pcs,
+                      const std::vector<uint8_t>& code = {});
 
  private:
+  uint64_t AddNmethodTables(uint64_t method, int32_t compile_id,
+                            const std::vector<uint64_t>& metadata,
+                            const std::vector<uint8_t>& scopes_data,
+                            const std::vector<uint8_t>& pcs);
   Jdk jdk_;
   HotSpotLayout layout_;
   FakeMemory memory_;
