@@ -74,8 +74,15 @@ bool AnyFixtureFrame(const NamedSample& s) {
                      [](const std::string& l) { return !FixtureMethod(l).empty(); });
 }
 
-// The fixture's main thread (the JVM names its own threads; the launcher's keep "java").
-bool OnMainThread(const NamedSample& s) { return s.thread == "java"; }
+// The fixture's main thread (the JVM names its own threads; the launcher's keep "java") once the
+// VM runs Java: not while it creates the VM (a JVM read before then has no Java frames yet) nor
+// while it tears it down.
+bool OnMainThread(const NamedSample& s) {
+  return s.thread == "java" &&
+         std::none_of(s.functions.begin(), s.functions.end(), [](const std::string& f) {
+           return f == "JNI_CreateJavaVM" || f == "jni_DestroyJavaVM";
+         });
+}
 
 int64_t Total(const std::vector<NamedSample>& samples,
               const std::function<bool(const NamedSample&)>& pick = nullptr) {
@@ -230,7 +237,12 @@ Lifecycle RunAll() {
 
   // Started after the agent: a JDK 25 beside the 17, a JVM that is gone within a second, and the
   // container.
-  Subprocess after(phases(jdk25 + "/bin/java", "6", "0"));
+  // Its heap touched page by page before the VM creates its interpreter: the JVM runs for a while
+  // with libjvm mapped but its code cache not ready, so the agent meets it not ready and must
+  // read it again. Profiling it needs no flag; the flags only widen that window.
+  std::vector<std::string> after_argv = phases(jdk25 + "/bin/java", "6", "0");
+  after_argv.insert(after_argv.begin() + 1, {"-Xms1g", "-XX:+AlwaysPreTouch"});
+  Subprocess after(after_argv);
   after.WriteStdin("g");
   run.after = after.pid();
   Subprocess short_lived(phases(jdk17 + "/bin/java", "0.2", "0"));
@@ -296,7 +308,7 @@ class HotSpotLifecycleTest : public ::testing::Test {
         "named from a leaf to main\n",
         static_cast<long long>(pid), major, static_cast<long long>(Total(samples)),
         static_cast<long long>(main_thread), 100 * Share(named, main_thread));
-    ASSERT_GT(main_thread, 50) << run_->agent_log;
+    ASSERT_GT(main_thread, 20) << run_->agent_log;
     EXPECT_GE(Share(named, main_thread), 0.8) << CommonOf(samples);
     EXPECT_EQ(FixtureModules(samples), std::vector<std::string>{libjvm});
   }
