@@ -32,8 +32,7 @@ uint32_t PackKind(const SteppedFrame& frame) {
 JavaFrameKind KindOf(uint32_t packed) { return static_cast<JavaFrameKind>((packed & 0xff) - 1); }
 bool IsLeaf(uint32_t packed) { return ((packed >> 8) & kFrameLeaf) != 0; }
 
-// Reads of a JVM that failed in ways a JVM exiting or initialising shows before it is counted as
-// unreadable_process or unsupported.
+// Reads of a JVM that failed before the failure is counted (unsupported, unreadable_process).
 constexpr int kFailedTries = 3;
 
 // The longest blob name read, NUL excluded.
@@ -61,7 +60,7 @@ struct HotSpotRuntime::Jvm {
   std::unique_ptr<FrameStepper> stepper;
   std::unique_ptr<MethodNamer> namer;
   int64_t next_retry_ns = 0;
-  int failed_tries = 0;  // reads that failed in a way that may pass (kFailedTries)
+  int failed_tries = 0;  // Prepare's reads that failed (kFailedTries)
   // Where the process maps libjvm.so: the same mapping again is the same JVM, whose outcome is
   // kept (a libjvm that could not be read is counted and logged once, not at every maps change).
   uint64_t libjvm_start = 0;
@@ -185,7 +184,6 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
   jvm.next_retry_ns = clock_() + kRetryIntervalNs;
   JvmOutcome outcome = JvmOutcome::kSupported;
   std::string reason;
-  bool may_pass = false;
   if (jvm.layout == nullptr) {
     absl::StatusOr<std::shared_ptr<const HotSpotLayout>> layout =
         layouts_.Get(*jvm.memory, jvm.process);
@@ -218,17 +216,17 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
       case CodeCacheStatus::kInsane:
         outcome = JvmOutcome::kUnsupported;
         reason = absl::StrCat("its code cache is ", CodeCacheStatusName(status));
-        // Also what a code cache being initialised looks like: its heaps are added one by one,
-        // each filled in field by field.
-        may_pass = status == CodeCacheStatus::kInsane;
         break;
     }
   }
-  // A JVM's memory that cannot be read is most often a JVM exiting (a short-lived one read as it
-  // goes): read again, so that its exit, when the process table tells it, counts it as not_ready
-  // with no warning; one that stays unreadable (or insane) is decided after a few tries.
-  may_pass |= outcome == JvmOutcome::kUnreadableProcess;
-  if (may_pass && ++jvm.failed_tries < kFailedTries) outcome = JvmOutcome::kNotReady;
+  // All of this is read from the process, which shows it half made while ld.so loads libjvm (its
+  // .bss not mapped yet: strides read as garbage), while the VM initialises its code cache (heaps
+  // added one by one, each filled in field by field) and while it exits: a failure is read again
+  // a few times before it is decided. A JVM that exits meanwhile counts as not_ready, unlogged.
+  if (outcome != JvmOutcome::kSupported && outcome != JvmOutcome::kNotReady &&
+      ++jvm.failed_tries < kFailedTries) {
+    outcome = JvmOutcome::kNotReady;
+  }
   if (outcome == JvmOutcome::kNotReady) return false;  // counted once decided
   jvm.outcome = outcome;
   ++stats_.processes[static_cast<size_t>(outcome)];
