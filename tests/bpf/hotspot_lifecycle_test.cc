@@ -183,6 +183,7 @@ struct Lifecycle {
   std::optional<int> agent_exit;
   int64_t before = 0, after = 0, short_lived = 0, unreadable = 0, contained = 0;
   double short_lived_cpu = 0, unreadable_cpu = 0;
+  uint64_t agent_peak_rss = 0;
   std::string container_id;
 };
 
@@ -284,6 +285,7 @@ Lifecycle RunAll() {
   // One more interval, so every sample taken is exported and counted.
   std::this_thread::sleep_for(seconds(3));
   if (!endpoint.empty()) run.metrics = HttpGet(endpoint + "/metrics").second;
+  run.agent_peak_rss = PeakRssBytes(agent.pid());
   agent.Signal(SIGINT);
   run.agent_exit = agent.Wait(seconds(30));
   run.agent_log = agent.output();
@@ -340,6 +342,8 @@ TEST_F(HotSpotLifecycleTest, TheAgentRanToItsEndWithoutLosingSamples) {
   EXPECT_EQ(run_->agent_exit, 0) << run_->agent_log;
   ExpectNoSampleLost(run_->agent_log);
   ASSERT_FALSE(run_->metrics.empty()) << run_->agent_log;
+  std::printf("agent's peak RSS: %.1f MiB\n",
+              static_cast<double>(run_->agent_peak_rss) / (1 << 20));
   for (absl::string_view line : absl::StrSplit(run_->metrics, '\n')) {
     if (absl::StartsWith(line, "ember_hotspot_processes") || absl::StrContains(line, "snapshot") ||
         absl::StartsWith(line, "ember_stacks_unwound")) {
