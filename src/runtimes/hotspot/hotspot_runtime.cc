@@ -2,6 +2,7 @@
 #include "runtimes/hotspot/hotspot_runtime.h"
 
 #include <chrono>
+#include <span>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -31,8 +32,19 @@ uint32_t PackKind(const SteppedFrame& frame) {
 JavaFrameKind KindOf(uint32_t packed) { return static_cast<JavaFrameKind>((packed & 0xff) - 1); }
 bool IsLeaf(uint32_t packed) { return ((packed >> 8) & kFrameLeaf) != 0; }
 
+// Reads of a JVM that failed before the failure is counted (unsupported, unreadable_process).
+constexpr int kFailedTries = 3;
+
 // The longest blob name read, NUL excluded.
 constexpr size_t kMaxBlobNameBytes = 64;
+
+// The first mapping of libjvm.so, as DetectJvm finds it; nullptr when the process maps none.
+const MemoryMapping* FirstLibjvmMapping(std::span<const MemoryMapping> mappings) {
+  for (const MemoryMapping& mapping : mappings) {
+    if (mapping.IsFileBacked() && LooksLikeLibjvmPath(mapping.path)) return &mapping;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -48,6 +60,14 @@ struct HotSpotRuntime::Jvm {
   std::unique_ptr<FrameStepper> stepper;
   std::unique_ptr<MethodNamer> namer;
   int64_t next_retry_ns = 0;
+  int failed_tries = 0;  // Prepare's reads that failed (kFailedTries)
+  // Where the process maps libjvm.so: the same mapping again is the same JVM, whose outcome is
+  // kept (a libjvm that could not be read is counted and logged once, not at every maps change).
+  uint64_t libjvm_start = 0;
+  FileIdentity libjvm_file;
+  // The path the process maps it at, the module of its Java frames: the file's reading may be
+  // shared with another process and name that one's /proc/PID/root.
+  std::string module;
   bool ready() const { return stepper != nullptr; }
 };
 
@@ -73,8 +93,9 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
             .AddCounter("ember_hotspot_processes_total",
                         "HotSpot JVMs (processes mapping libjvm.so) by what reading their VM "
                         "structure tables and code cache gave: supported (their Java frames are "
-                        "walked and named), not_ready (read again later), unsupported, "
-                        "unreadable_libjvm, unreadable_process.",
+                        "walked and named), not_ready (exited before its VM was initialised; "
+                        "one not ready yet is read again and counted once decided), "
+                        "unsupported, unreadable_libjvm, unreadable_process.",
                         {{"outcome", std::string(JvmOutcomeName(static_cast<JvmOutcome>(i)))}})
             .value());
   }
@@ -113,30 +134,43 @@ std::optional<JvmOutcome> HotSpotRuntime::OutcomeOf(uint32_t pid) const {
 }
 
 void HotSpotRuntime::ProcessMapsChanged(const Process& process) {
-  const std::string proc_dir = absl::StrCat(proc_root_, "/", process.pid);
-  absl::StatusOr<std::optional<JvmProcess>> detected =
-      DetectJvm(process.mappings, proc_dir + "/root", &files_, proc_dir);
+  const MemoryMapping* mapped = FirstLibjvmMapping(process.mappings);
   auto found = jvms_.find(process.pid);
-  if (detected.ok() && !detected->has_value()) {  // not a JVM (any more)
+  if (mapped == nullptr) {  // not a JVM (any more)
     if (found != jvms_.end()) jvms_.erase(found);
     return;
   }
-  if (found != jvms_.end() && detected.ok() && found->second->process.bias == (*detected)->bias &&
-      found->second->process.libjvm == (*detected)->libjvm) {
+  if (found != jvms_.end() && found->second->libjvm_start == mapped->start &&
+      found->second->libjvm_file == mapped->file) {
     return;  // the same libjvm where it was: more mappings, nothing new for the JVM
   }
-  if (!detected.ok()) {
-    const JvmOutcome outcome = hotspot::OutcomeOf(detected.status());
-    ++stats_.processes[static_cast<size_t>(outcome)];
-    LogLimited(ProcessLogLimiter(), spdlog::level::warn,
-               "process {} ({}): its Java frames are not walked: {}", process.pid,
-               LogSafe(process.name), LogSafe(detected.status().message()));
+  const std::string proc_dir = absl::StrCat(proc_root_, "/", process.pid);
+  absl::StatusOr<std::optional<JvmProcess>> detected =
+      DetectJvm(process.mappings, proc_dir + "/root", &files_, proc_dir);
+  if (detected.ok() && !detected->has_value()) {
     if (found != jvms_.end()) jvms_.erase(found);
     return;
   }
   auto jvm = std::make_unique<Jvm>();
   jvm->pid = process.pid;
   jvm->name = process.name;
+  jvm->libjvm_start = mapped->start;
+  jvm->libjvm_file = mapped->file;
+  jvm->module = mapped->path;
+  if (!detected.ok()) {
+    jvm->outcome = hotspot::OutcomeOf(detected.status());
+    if (jvm->outcome == JvmOutcome::kNotReady) {  // no JVM read yet: detected again next time
+      if (found != jvms_.end()) jvms_.erase(found);
+      return;
+    }
+    ++stats_.processes[static_cast<size_t>(jvm->outcome)];
+    LogLimited(ProcessLogLimiter(), spdlog::level::warn,
+               "process {} ({}): its Java frames are not walked ({}): {}", process.pid,
+               LogSafe(process.name), std::string(JvmOutcomeName(jvm->outcome)),
+               LogSafe(detected.status().message()));
+    jvms_[process.pid] = std::move(jvm);
+    return;
+  }
   jvm->process = **detected;
   jvm->memory = memory_for_(process.pid);
   Jvm& kept = *jvm;
@@ -185,6 +219,14 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
         break;
     }
   }
+  // All of this is read from the process, which shows it half made while ld.so loads libjvm (its
+  // .bss not mapped yet: strides read as garbage), while the VM initialises its code cache (heaps
+  // added one by one, each filled in field by field) and while it exits: a failure is read again
+  // a few times before it is decided. A JVM that exits meanwhile counts as not_ready, unlogged.
+  if (outcome != JvmOutcome::kSupported && outcome != JvmOutcome::kNotReady &&
+      ++jvm.failed_tries < kFailedTries) {
+    outcome = JvmOutcome::kNotReady;
+  }
   if (outcome == JvmOutcome::kNotReady) return false;  // counted once decided
   jvm.outcome = outcome;
   ++stats_.processes[static_cast<size_t>(outcome)];
@@ -201,7 +243,15 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
   return false;
 }
 
-void HotSpotRuntime::ProcessExited(uint32_t pid) { jvms_.erase(pid); }
+void HotSpotRuntime::ProcessExited(uint32_t pid) {
+  auto found = jvms_.find(pid);
+  if (found == jvms_.end()) return;
+  // A JVM gone before its VM was initialised (a short-lived one) is counted as not_ready, once.
+  if (found->second->outcome == JvmOutcome::kNotReady) {
+    ++stats_.processes[static_cast<size_t>(JvmOutcome::kNotReady)];
+  }
+  jvms_.erase(found);
+}
 
 bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& frame,
                                           bool is_return_address, const StackMemory& stack,
@@ -261,7 +311,7 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   auto stub = std::make_unique<Frame>();
   stub->kind = FrameKind::kJvm;
   stub->function = absl::StrCat("[jvm] ", absl::string_view(name, length));
-  stub->module = jvm.process.libjvm->path;
+  stub->module = jvm.module;
   CapFrameNames(*stub);
   named.frames.push_back(std::move(stub));
   ++stats_.stubs_named;
@@ -318,7 +368,7 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
   for (const JavaFrame& java : java_frames_) {
     auto named_frame = std::make_unique<Frame>();
     FillFrame(java, named_frame.get());
-    named_frame->module = jvm.process.libjvm->path;
+    named_frame->module = jvm.module;
     CapFrameNames(*named_frame);
     named.frames.push_back(std::move(named_frame));
   }
