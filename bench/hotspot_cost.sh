@@ -117,10 +117,11 @@ if [[ ,$parts, == *,bpf,* ]]; then
   for name in native small large; do
     wait_for_line "$dir/$name/agent.log" 'first sample\|profiling\|sampling' 60
     prog_id=""
-    for ((i = 0; i < 100 && -z $prog_id; i++)); do
+    for ((i = 0; i < 100; i++)); do
       prog_id=$(awk '/^prog_id:/ { print $2 }' /proc/"${agents[$name]}"/fdinfo/* 2>/dev/null |
         sort -u | head -1)
-      [[ -n $prog_id ]] || sleep 0.1
+      [[ -n $prog_id ]] && break
+      sleep 0.1
     done
     [[ $prog_id =~ ^[0-9]+$ ]] || die "cannot tell the BPF program of the $name agent"
     "$build_dir/bpf_run_times" --prog-id "$prog_id" --poll-us 500 >"$dir/$name/run_times.out" 2>&1 &
