@@ -149,6 +149,7 @@ struct Series {
   std::vector<double> warm_us = {};     // the median of the repeats of each sample
   std::vector<double> frames = {};      // frames per sample
   std::vector<double> jvm_frames = {};  // of which named as Java (FrameKind::kJvm)
+  std::vector<double> snapshot_bytes = {};
   size_t complete = 0;  // first Builds whose user stack reached the thread's first frame
   double cold_us = 0;   // the very first Build, every cache empty
   size_t failures = 0;
@@ -194,6 +195,7 @@ void Round(Stages& stages, Series& series, int repeats, bool first) {
           series.first_us.push_back(first_us);
         }
         series.frames.push_back(static_cast<double>(stack.size()));
+        series.snapshot_bytes.push_back(static_cast<double>(thread->stack.size()));
         series.jvm_frames.push_back(static_cast<double>(jvm));
         std::vector<double> warm;
         for (int i = 0; i < repeats; ++i) {
@@ -240,13 +242,14 @@ int Run(int argc, char** argv) {
   }
   std::printf("%d rounds, %d repeats; snapshot %zu bytes; JVM detected: %s\n", rounds, repeats,
               kSnapshotBytes, stages.hotspot->OutcomeOf(java.pid).has_value() ? "yes" : "no");
-  std::printf("%-7s %6s %9s %9s %9s %9s %9s %9s %8s %8s\n", "process", "tid", "cold_us", "new_med",
-              "new_mean", "warm_med", "frames", "jvm", "whole", "failed");
+  std::printf("%-7s %6s %9s %9s %9s %9s %9s %9s %8s %9s %8s\n", "process", "tid", "cold_us",
+              "new_med", "new_mean", "warm_med", "frames", "jvm", "whole", "stack_B", "failed");
   for (const Series* s : {&java, &native}) {
-    std::printf("%-7s %6d %9.1f %9.2f %9.2f %9.2f %9.1f %9.1f %7.0f%% %8zu\n", s->name, s->tid,
-                s->cold_us, Median(s->first_us), Mean(s->first_us), Median(s->warm_us),
+    std::printf("%-7s %6d %9.1f %9.2f %9.2f %9.2f %9.1f %9.1f %7.0f%% %9.0f %8zu\n", s->name,
+                s->tid, s->cold_us, Median(s->first_us), Mean(s->first_us), Median(s->warm_us),
                 Mean(s->frames), Mean(s->jvm_frames),
-                s->frames.empty() ? 0.0 : 100.0 * s->complete / s->frames.size(), s->failures);
+                s->frames.empty() ? 0.0 : 100.0 * s->complete / s->frames.size(),
+                Mean(s->snapshot_bytes), s->failures);
   }
   const double native_new = Median(native.first_us), native_warm = Median(native.warm_us);
   std::printf("java/native: new %.2f, warm %.2f; HotSpot frames cached: %zu\n",

@@ -11,7 +11,7 @@
 # bench/many_classes (CLASSES generated classes of METHODS methods, called in chains of DEPTH: the
 # large Java program), all on --jdk (default Temurin 25, which many_classes needs).
 #   agent: build/hotspot_cost on the fixture and the native program (StackBuilder::Build per sample,
-#          ptrace captures, interleaved), ROUNDS rounds.
+#          ptrace captures, interleaved), ROUNDS rounds; then on the large program and the native.
 #   bpf:   three agents at once, each --pid one program at --hz, for --seconds: each one's BPF run
 #          time per sample (build/bpf_run_times on its program, runs of 1 µs or more), its peak RSS
 #          (VmHWM) and warm RSS (the mean VmRSS over the second half), and its HotSpot metrics.
@@ -98,6 +98,8 @@ echo "native $native, small Java $small, large Java $large ($(head -1 "$dir/larg
 if [[ ,$parts, == *,agent,* ]]; then
   echo "== agent: StackBuilder::Build per sample (µs), $rounds rounds, load $(cut -d' ' -f1 /proc/loadavg)"
   "$build_dir/hotspot_cost" "$small" "$native" "$rounds" 20 2>&1 | grep -v '\[info\]'
+  echo "-- the large Java program against the same native one"
+  "$build_dir/hotspot_cost" "$large" "$native" "$rounds" 20 2>&1 | grep -v '\[info\]'
 fi
 
 if [[ ,$parts, == *,bpf,* ]]; then
