@@ -123,6 +123,13 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
   stale_metric_ = counter("stale");
   read_failed_metric_ = counter("read_failed");
   implausible_metric_ = counter("implausible");
+  cache_bytes_metric_ =
+      metrics
+          .AddGauge("ember_hotspot_cache_bytes",
+                    "Estimated bytes of the HotSpot frames named and of the methods, symbols and "
+                    "compiled methods' scope tables read to name them, after each interval's "
+                    "eviction.")
+          .value();
 }
 
 HotSpotRuntime::~HotSpotRuntime() = default;
@@ -421,6 +428,21 @@ void HotSpotRuntime::NextGeneration() {
       Prepare(*jvm);
     }
   }
+  // A node per frame and its key, and each frame's names; then the namers' caches.
+  size_t bytes = frames_.bucket_count() * sizeof(void*);
+  for (const auto& [key, named] : frames_) {
+    bytes += 2 * sizeof(void*) + sizeof(key) + sizeof(named) +
+             named.frames.capacity() * sizeof(named.frames[0]);
+    for (const std::unique_ptr<Frame>& frame : named.frames) {
+      bytes += sizeof(Frame) + frame->function.capacity() + frame->source_file.capacity() +
+               frame->module.capacity() + frame->build_id.capacity();
+    }
+  }
+  for (const auto& [pid, jvm] : jvms_) {
+    if (jvm->namer != nullptr) bytes += jvm->namer->HeldBytes();
+  }
+  held_bytes_ = bytes;
+  cache_bytes_metric_->Set(static_cast<double>(bytes));
 }
 
 void HotSpotRuntime::SyncMetrics() {

@@ -65,6 +65,8 @@ class HotSpotRuntime : public Runtime {
   void NextGeneration() override;
   void SyncMetrics() override;
   void LogSummary(const BpfStats& bpf) const override;
+  // The named frames and the namers' caches, as last estimated (at the last NextGeneration).
+  size_t HeldBytes() const override { return held_bytes_; }
 
   const HotSpotStats& stats() const { return stats_; }
   // The process's outcome; nullopt when it is not a JVM (or not known).
@@ -121,6 +123,9 @@ class HotSpotRuntime : public Runtime {
   CounterMirror read_failed_metric_;
   CounterMirror implausible_metric_;
   CounterMirror stubs_metric_;
+  // ember_hotspot_cache_bytes: HeldBytes, estimated once an interval (it walks every entry).
+  size_t held_bytes_ = 0;
+  Gauge* cache_bytes_metric_ = nullptr;
 };
 
 }  // namespace ember::hotspot

@@ -577,4 +577,35 @@ void FillFrame(const JavaFrame& java, Frame* frame) {
   CapFrameNames(*frame);
 }
 
+namespace {
+// A hash map node's own overhead beside its value: the next pointer and the cached hash.
+constexpr size_t kHashNodeBytes = 2 * sizeof(void*);
+
+size_t InfoBytes(const MethodInfo& info) {
+  return sizeof(MethodInfo) + info.class_name.capacity() + info.method_name.capacity() +
+         info.signature.capacity() + info.source_file.capacity() + info.function.capacity() +
+         info.line_table.capacity();
+}
+}  // namespace
+
+size_t MethodNamer::HeldBytes() const {
+  size_t bytes = (methods_.bucket_count() + symbols_.bucket_count() + nmethods_.bucket_count()) *
+                 sizeof(void*);
+  for (const auto& [address, entry] : methods_) {
+    bytes += kHashNodeBytes + sizeof(address) + sizeof(entry);
+    if (entry.info != nullptr) bytes += InfoBytes(*entry.info);
+  }
+  for (const auto& [address, entry] : symbols_) {
+    bytes += kHashNodeBytes + sizeof(address) + sizeof(entry) + entry.raw.capacity() +
+             entry.text.capacity();
+  }
+  for (const auto& [key, tables] : nmethods_) {
+    bytes += kHashNodeBytes + sizeof(key) + sizeof(tables) +
+             tables.metadata.capacity() * sizeof(uint64_t) + tables.scopes_data.capacity() +
+             tables.pcs.capacity();
+  }
+  for (const std::unique_ptr<MethodInfo>& info : retired_) bytes += InfoBytes(*info);
+  return bytes;
+}
+
 }  // namespace ember::hotspot

@@ -121,6 +121,9 @@ class MethodNamer {
   // Drops entries not used in the last two generations (call after an interval is written).
   void NextGeneration();
   const MethodNamerStats& stats() const { return stats_; }
+  // An estimate of the bytes its caches hold (entries, names, line and scope tables); walks them
+  // all, so once an interval rather than per sample.
+  size_t HeldBytes() const;
 
  private:
   struct MethodEntry {

@@ -219,6 +219,26 @@ TEST_P(MethodNamerTest, CachedUntilTheConstMethodChanges) {
   EXPECT_EQ(namer.stats().methods_named, 3u);
 }
 
+// The estimate behind ember_hotspot_cache_bytes: it grows by what each named method holds (its
+// names and line table), and falls back once the entries go unused for two generations.
+TEST_P(MethodNamerTest, HeldBytesFollowTheCaches) {
+  MethodNamer namer(image_.layout());
+  const size_t empty = namer.HeldBytes();
+  ASSERT_NE(namer.NameMethod(image_.memory(), bar_), nullptr);
+  const size_t one = namer.HeldBytes();
+  // Its MethodInfo, five names of 3 to 32 bytes, a line table and the symbols read for them.
+  EXPECT_GE(one, empty + sizeof(MethodInfo) + std::string("com.example.Foo.bar").size());
+  const uint64_t qux = image_.AddMethod(foo_, {.name = std::string(300, 'q'), .signature = "()V"});
+  ASSERT_NE(namer.NameMethod(image_.memory(), qux), nullptr);
+  // Its name twice in the symbol cache (raw and decoded), and in its MethodInfo twice (the name
+  // and the printable name).
+  EXPECT_GE(namer.HeldBytes(), one + 4 * 300);
+  namer.NextGeneration();
+  namer.NextGeneration();
+  namer.NextGeneration();
+  EXPECT_LT(namer.HeldBytes(), one);
+}
+
 TEST_P(MethodNamerTest, SampledConstMethodCookie) {
   MethodNamer namer(image_.layout());
   const uint32_t cookie = ConstMethodCookie(image_.ConstMethodOf(bar_));
