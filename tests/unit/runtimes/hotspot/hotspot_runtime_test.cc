@@ -287,7 +287,9 @@ TEST_F(HotSpotRuntimeTest, ALibjvmThatCannotBeReadIsCountedUnreadable) {
   MetricsRegistry metrics;
   HotSpotRuntime runtime(metrics, nullptr, nullptr, proc.path());
   runtime.ProcessMapsChanged(process);
-  EXPECT_EQ(runtime.OutcomeOf(pid), std::nullopt) << "nothing is kept of it";
+  // Its outcome is kept while that libjvm stays mapped: maps read again count and log nothing.
+  EXPECT_EQ(runtime.OutcomeOf(pid), JvmOutcome::kUnreadableLibjvm);
+  runtime.ProcessMapsChanged(process);
   EXPECT_EQ(runtime.stats().processes[static_cast<size_t>(JvmOutcome::kUnreadableLibjvm)], 1u);
   runtime.SyncMetrics();
   EXPECT_EQ(MetricLine(metrics, "ember_hotspot_processes_total{outcome=\"unreadable_libjvm\"}"),
