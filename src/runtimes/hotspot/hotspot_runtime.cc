@@ -218,6 +218,10 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   JavaStep step;
   jvm.stepper->Step(frame, /*leaf=*/!is_return_address, stack, step);
   ++stats_.steps[static_cast<size_t>(step.outcome)];
+  // The JVM's memory is gone (the agent reads samples late, and a JVM may exit before its last
+  // ones are read) or its code cache cannot be read: the frame pointer, which compiled code keeps
+  // under -XX:+PreserveFramePointer and the interpreter always, may still reach the callers.
+  if (step.outcome == StepOutcome::kCodeUnreadable) return false;
   result.Reset();
   result.read_past_stack = step.read_past_stack;
   if (step.outcome == StepOutcome::kStepped) {
