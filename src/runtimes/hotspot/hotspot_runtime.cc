@@ -68,7 +68,14 @@ struct HotSpotRuntime::Jvm {
   // The path the process maps it at, the module of its Java frames: the file's reading may be
   // shared with another process and name that one's /proc/PID/root.
   std::string module;
+  // Compiled frames stepped whose rbp was, or was not, their own frame pointer (as under
+  // -XX:+PreserveFramePointer): whether the frame-pointer rule can stand in for the step.
+  uint64_t frames_keeping_fp = 0;
+  uint64_t frames_not_keeping_fp = 0;
   bool ready() const { return stepper != nullptr; }
+  bool keeps_frame_pointers() const {
+    return frames_keeping_fp > 0 && frames_not_keeping_fp * 16 <= frames_keeping_fp;
+  }
 };
 
 size_t HotSpotRuntime::FrameKeyHash::operator()(const FrameKey& key) const {
@@ -275,9 +282,20 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   JavaStep step;
   jvm.stepper->Step(frame, /*leaf=*/!is_return_address, stack, step);
   ++stats_.steps[static_cast<size_t>(step.outcome)];
+  // The JVM's memory is gone (the agent reads samples late, and a JVM may exit before its last
+  // ones are read) or its code cache cannot be read: where its compiled code was seen keeping
+  // rbp as the frame pointer, the frame-pointer rule still reaches the callers; elsewhere it
+  // would skip frames, and the walk ends here.
+  if (step.outcome == StepOutcome::kCodeUnreadable && jvm.keeps_frame_pointers()) return false;
   result.Reset();
   result.read_past_stack = step.read_past_stack;
   if (step.outcome == StepOutcome::kStepped) {
+    if (step.frame.kind == JavaFrameKind::kCompiled &&
+        (step.frame.flags & kFrameInPrologueOrEpilogue) == 0 && frame.Has(kRegBp) &&
+        step.caller.Has(kRegSp)) {
+      ++(frame.value[kRegBp] + 16 == step.caller.value[kRegSp] ? jvm.frames_keeping_fp
+                                                               : jvm.frames_not_keeping_fp);
+    }
     result.caller = step.caller;
     result.end = StepEnd::kStepped;
     runtime_frame = {.object = step.frame.object,
