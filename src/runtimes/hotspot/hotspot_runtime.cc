@@ -286,8 +286,11 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
       if (status == NameStatus::kOk) java_frames_.push_back(java);
       break;
     }
-    case JavaFrameKind::kCompiled:
     case JavaFrameKind::kNativeWrapper:
+      status = jvm.namer->NameNativeWrapper(*jvm.memory, frame.object,
+                                            static_cast<int32_t>(frame.check), &java_frames_);
+      break;
+    case JavaFrameKind::kCompiled:
       status = jvm.namer->NameCompiled(*jvm.memory, frame.object, static_cast<int32_t>(frame.check),
                                        static_cast<int32_t>(frame.position),
                                        IsLeaf(frame.kind) ? PcMatch::kAtOrAfter : PcMatch::kExact,

@@ -487,28 +487,52 @@ NameStatus MethodNamer::NameCompiled(MemoryReader& memory, uint64_t nmethod, int
   if (desc)
     chain =
         DecodeScopes(tables->scopes_data, desc->scope_decode_offset, layout_.unsigned5_excluded);
-  if (!desc || chain.status != ScopeStatus::kOk) ++stats_.scopes_failed;
-
-  const NameStatus result =
-      desc && chain.status == ScopeStatus::kOk ? NameStatus::kOk : NameStatus::kImplausible;
-  for (const ScopeEntry& scope : chain.scopes) {
-    if (scope.method_index == 0 || scope.method_index > tables->metadata.size()) {
-      ++stats_.scopes_failed;
-      return NameStatus::kImplausible;
+  if (desc && chain.status == ScopeStatus::kOk) {
+    for (const ScopeEntry& scope : chain.scopes) {
+      if (scope.method_index == 0 || scope.method_index > tables->metadata.size()) {
+        ++stats_.scopes_failed;
+        return NameStatus::kImplausible;
+      }
+      NameStatus status;
+      const MethodInfo* info =
+          NameMethod(memory, tables->metadata[scope.method_index - 1], &status);
+      if (info == nullptr) return status;
+      out->push_back({.method = info, .bci = scope.bci, .line = LineOf(*info, scope.bci)});
     }
-    NameStatus status;
-    const MethodInfo* info = NameMethod(memory, tables->metadata[scope.method_index - 1], &status);
-    if (info == nullptr) return status;
-    out->push_back({.method = info, .bci = scope.bci, .line = LineOf(*info, scope.bci)});
+    if (!out->empty()) return NameStatus::kOk;
+  } else {
+    ++stats_.scopes_failed;
   }
-  if (out->empty()) {
-    // No scopes at this pc (or they did not decode): the nmethod's own method, line unknown.
-    NameStatus status;
-    const MethodInfo* info = NameMethod(memory, tables->method, &status);
-    if (info == nullptr) return status;
-    out->push_back({.method = info});
+  // No scopes at this pc (or they did not decode): the nmethod's own method, line unknown. It is
+  // the outermost frame whatever was inlined, so the frame is named, not left to the resolver.
+  NameStatus status;
+  const MethodInfo* info = NameMethod(memory, tables->method, &status);
+  if (info == nullptr) return status;
+  out->push_back({.method = info});
+  return NameStatus::kOk;
+}
+
+NameStatus MethodNamer::NameNativeWrapper(MemoryReader& memory, uint64_t nmethod,
+                                          int32_t compile_id, std::vector<JavaFrame>* out) {
+  out->clear();
+  if (!PlausiblePointer(nmethod)) {
+    ++stats_.nmethods_implausible;
+    return NameStatus::kImplausible;
   }
-  return result;
+  int64_t actual_id = 0;
+  uint64_t method = 0;
+  NameStatus status = ReadSignedField(memory, nmethod, layout_.nmethod_compile_id, &actual_id);
+  if (status == NameStatus::kOk && actual_id != compile_id) status = NameStatus::kStale;
+  if (status == NameStatus::kOk)
+    status = ReadField(memory, nmethod, layout_.nmethod_method, &method);
+  if (status != NameStatus::kOk) {
+    CountNmethodFailure(status);
+    return status;
+  }
+  const MethodInfo* info = NameMethod(memory, method, &status);
+  if (info == nullptr) return status;
+  out->push_back({.method = info});
+  return NameStatus::kOk;
 }
 
 void MethodNamer::NextGeneration() {

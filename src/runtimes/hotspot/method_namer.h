@@ -108,10 +108,15 @@ class MethodNamer {
   // The Java frames of compiled code at `pc_offset` bytes past the code start of the nmethod at
   // `nmethod`, innermost (the most deeply inlined) first; `compile_id` is the one recorded with
   // the sample. A return address is looked up exactly, a leaf pc at or after (PcMatch). When the
-  // pc has no scopes, one frame of the nmethod's own method with no line. On failure `out` holds
-  // what was named before it.
+  // pc has no scopes (or they do not decode, counted in scopes_failed), one frame of the
+  // nmethod's own method with no line, and kOk. On failure `out` holds what was named before it.
   NameStatus NameCompiled(MemoryReader& memory, uint64_t nmethod, int32_t compile_id,
                           int32_t pc_offset, PcMatch match, std::vector<JavaFrame>* out);
+
+  // A JNI wrapper (a native method's nmethod): its PcDesc table is empty, so its method is read
+  // from the nmethod directly; one frame, line unknown. `compile_id` as for NameCompiled.
+  NameStatus NameNativeWrapper(MemoryReader& memory, uint64_t nmethod, int32_t compile_id,
+                               std::vector<JavaFrame>* out);
 
   // Drops entries not used in the last two generations (call after an interval is written).
   void NextGeneration();

@@ -137,7 +137,7 @@ TEST_P(MethodNamerTest, InlinedScopesInnermostFirst) {
   EXPECT_EQ(frames[0].line, 0u);
   // A return address with no PcDesc of its own: named by the nmethod's method, counted.
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 41, PcMatch::kExact, &frames),
-            NameStatus::kImplausible);
+            NameStatus::kOk);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
   EXPECT_EQ(namer.stats().scopes_failed, 1u);
@@ -305,6 +305,27 @@ TEST_P(MethodNamerTest, BadSourceOrLinesStillName) {
   EXPECT_EQ(namer.stats().source_files_failed, 1u);
 }
 
+TEST_P(MethodNamerTest, NativeWrapperNamedByItsMethod) {
+  // A JNI wrapper's nmethod has no PcDescs: its method is the nmethod's.
+  const uint64_t wrapper = image_.AddNmethod(bar_, 90, {}, {}, {});
+  MethodNamer namer(image_.layout());
+  std::vector<JavaFrame> frames;
+  ASSERT_EQ(namer.NameNativeWrapper(image_.memory(), wrapper, 90, &frames), NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(frames[0].line, 0u);
+  // As compiled code too: no PcDesc, so the fallback frame, named and counted.
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), wrapper, 90, 12, PcMatch::kExact, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(namer.stats().scopes_failed, 1u);
+  // Another compile id at its address: stale.
+  EXPECT_EQ(namer.NameNativeWrapper(image_.memory(), wrapper, 91, &frames), NameStatus::kStale);
+  EXPECT_TRUE(frames.empty());
+  EXPECT_EQ(namer.stats().nmethods_stale, 1u);
+}
+
 TEST_P(MethodNamerTest, HostileNmethods) {
   const HotSpotLayout& layout = image_.layout();
   const uint8_t x = layout.unsigned5_excluded;
@@ -321,9 +342,9 @@ TEST_P(MethodNamerTest, HostileNmethods) {
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 10, PcMatch::kExact, &frames),
             NameStatus::kImplausible);
   EXPECT_TRUE(frames.empty());
-  // The loop stops after one scope; its method is still named.
+  // The loop stops after one scope: the chain did not decode, so the nmethod's own method.
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 20, PcMatch::kExact, &frames),
-            NameStatus::kImplausible);
+            NameStatus::kOk);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
   EXPECT_EQ(namer.stats().scopes_failed, 2u);
