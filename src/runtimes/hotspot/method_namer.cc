@@ -44,6 +44,24 @@ NameStatus ReadSignedField(MemoryReader& memory, uint64_t base, const Field& fie
 
 bool PlausiblePointer(uint64_t address) { return address != 0 && address <= kMaxUserAddress; }
 
+// Drops a modified UTF-8 character cut at the end of `bytes`, and a high surrogate whose low half
+// was cut off.
+void TrimToCharacter(std::string& bytes) {
+  auto byte = [&](size_t from_end) { return static_cast<uint8_t>(bytes[bytes.size() - from_end]); };
+  size_t continuation = 0;
+  while (continuation < bytes.size() && continuation < 3 &&
+         (byte(continuation + 1) & 0xC0) == 0x80) {
+    ++continuation;
+  }
+  if (continuation < bytes.size()) {
+    const uint8_t lead = byte(continuation + 1);
+    const size_t needed = lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    if (needed != continuation) bytes.resize(bytes.size() - continuation - 1);
+  }
+  if (bytes.size() >= 3 && byte(3) == 0xED && (byte(2) & 0xF0) == 0xA0)
+    bytes.resize(bytes.size() - 3);
+}
+
 }  // namespace
 
 size_t MethodNamer::NmethodKeyHash::operator()(const NmethodKey& key) const {
@@ -135,10 +153,13 @@ NameStatus MethodNamer::ReadSymbol(MemoryReader& memory, uint64_t symbol, std::s
     return NameStatus::kOk;
   }
   if (!layout_.symbol_body.present()) return NameStatus::kUnsupported;
-  std::string raw(length, '\0');
-  if (length > 0 && !memory.Read(symbol + layout_.symbol_body.offset, raw.data(), length)) {
+  // Names are cut to kMaxNameBytes in frames anyway: a longer Symbol is read only in part, cut
+  // back to whole characters.
+  std::string raw(std::min<uint64_t>(length, kMaxSymbolBytes), '\0');
+  if (!raw.empty() && !memory.Read(symbol + layout_.symbol_body.offset, raw.data(), raw.size())) {
     return NameStatus::kReadFailed;
   }
+  if (raw.size() < length) TrimToCharacter(raw);
   if (cached && it->second.raw == raw) {
     it->second.generation = generation_;
     it->second.checked = generation_;
@@ -190,7 +211,12 @@ NameStatus MethodNamer::ReadLineTable(MemoryReader& memory, uint64_t start, Meth
     address += piece;
     // bci -1 never matches an entry: the decode runs to the terminator or the end of the bytes.
     LineLookup lookup = LineForBci(table, -1, layout_.unsigned5_excluded);
-    if (!lookup.truncated) return NameStatus::kOk;
+    if (!lookup.truncated) {
+      // Pieces run to a page end, far past most tables: keep only the table's own bytes.
+      if (lookup.consumed > 0 && lookup.consumed < table.size()) table.resize(lookup.consumed);
+      table.shrink_to_fit();
+      return NameStatus::kOk;
+    }
   }
   table.clear();
   return NameStatus::kImplausible;
@@ -465,7 +491,10 @@ NameStatus MethodNamer::NameCompiled(MemoryReader& memory, uint64_t nmethod, int
       return status;
     }
     ++stats_.nmethods_decoded;
-    if (nmethods_.size() < kMaxCachedNmethods) {
+    const size_t bytes = ScopeTableBytes(uncached);
+    if (nmethods_.size() < kMaxCachedNmethods &&
+        cached_scope_bytes_ + bytes <= kMaxCachedScopeTableBytes) {
+      cached_scope_bytes_ += bytes;
       tables = &nmethods_.emplace(key, std::move(uncached)).first->second;
     } else {
       ++stats_.not_cached;
@@ -542,8 +571,15 @@ void MethodNamer::NextGeneration() {
                 [&](const auto& item) { return item.second.generation + 2 <= generation_; });
   std::erase_if(symbols_,
                 [&](const auto& item) { return item.second.generation + 2 <= generation_; });
-  std::erase_if(nmethods_,
-                [&](const auto& item) { return item.second.generation + 2 <= generation_; });
+  std::erase_if(nmethods_, [&](const auto& item) {
+    if (item.second.generation + 2 > generation_) return false;
+    cached_scope_bytes_ -= ScopeTableBytes(item.second);
+    return true;
+  });
+}
+
+size_t MethodNamer::ScopeTableBytes(const ScopeTables& tables) {
+  return tables.metadata.size() * sizeof(uint64_t) + tables.scopes_data.size() + tables.pcs.size();
 }
 
 void FillFrame(const JavaFrame& java, Frame* frame) {

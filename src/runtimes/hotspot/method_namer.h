@@ -28,6 +28,10 @@ inline constexpr uint32_t kMaxLineTableBytes = 64 << 10;
 inline constexpr size_t kMaxCachedMethods = 1 << 16;
 inline constexpr size_t kMaxCachedSymbols = 1 << 16;
 inline constexpr size_t kMaxCachedNmethods = 1 << 12;
+// The scope tables of the cached nmethods together.
+inline constexpr size_t kMaxCachedScopeTableBytes = 16 << 20;
+// The most of one Symbol read: frames cut names to kMaxNameBytes.
+inline constexpr size_t kMaxSymbolBytes = 1024;
 
 struct MethodInfo {
   uint64_t method = 0;        // Method*
@@ -158,11 +162,13 @@ class MethodNamer {
   NameStatus ReadScopeTables(MemoryReader& memory, uint64_t nmethod, ScopeTables* tables);
   void CountMethodFailure(NameStatus status);
   void CountNmethodFailure(NameStatus status);
+  static size_t ScopeTableBytes(const ScopeTables& tables);
 
   const HotSpotLayout& layout_;
   std::unordered_map<uint64_t, MethodEntry> methods_;
   std::unordered_map<uint64_t, SymbolEntry> symbols_;
   std::unordered_map<NmethodKey, ScopeTables, NmethodKeyHash> nmethods_;
+  size_t cached_scope_bytes_ = 0;  // ScopeTableBytes of nmethods_
   // Names made while the method cache was full, or replaced after their Method* was reused:
   // frames handed out may point at them until the next generation.
   std::vector<std::unique_ptr<MethodInfo>> retired_;
