@@ -83,7 +83,8 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
         metrics
             .AddCounter("ember_hotspot_frames_stepped_total",
                         "Frames of HotSpot's interpreter and compiled code the unwinder met, by "
-                        "how stepping to their caller ended (stepped, or why the walk stopped).",
+                        "how stepping to their caller ended (stepped, or why the walk stopped; "
+                        "not_in_code_cache: code of a JVM outside its code cache, not stepped).",
                         {{"outcome", StepOutcomeName(static_cast<StepOutcome>(i))}})
             .value());
   }
@@ -214,7 +215,10 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
     ++stats_.retries;
     if (!Prepare(jvm)) return false;
   }
-  if (!jvm.stepper->InCodeCache(frame.value[kRegIp])) return false;  // another JIT's, or none
+  if (!jvm.stepper->InCodeCache(frame.value[kRegIp])) {  // another JIT's, or none
+    ++stats_.steps[static_cast<size_t>(StepOutcome::kNotInCodeCache)];
+    return false;
+  }
   JavaStep step;
   jvm.stepper->Step(frame, /*leaf=*/!is_return_address, stack, step);
   ++stats_.steps[static_cast<size_t>(step.outcome)];
@@ -235,8 +239,11 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   const HotSpotLayout& layout = *jvm.layout;
   uint64_t name_address = 0;
   char name[kMaxBlobNameBytes + 1] = {};
-  if (!layout.blob_name.present() ||
-      !jvm.memory->Read(frame.object + layout.blob_name.offset, &name_address,
+  if (!layout.blob_name.present()) {
+    ++stats_.implausible;
+    return;
+  }
+  if (!jvm.memory->Read(frame.object + layout.blob_name.offset, &name_address,
                         sizeof(name_address)) ||
       name_address == 0) {
     ++stats_.read_failed;

@@ -51,7 +51,7 @@ class HotSpotRuntime : public Runtime {
   using Clock = std::function<int64_t()>;
 
   // Registers ember_hotspot_processes_total, ember_hotspot_frames_stepped_total and
-  // ember_hotspot_frames_named_total in `metrics`. `root_prefix` is where /proc is ("/proc").
+  // ember_hotspot_frames_named_total in `metrics`. `proc_root` is where /proc is ("/proc").
   explicit HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for = nullptr,
                           Clock clock = nullptr, std::string proc_root = "/proc");
   ~HotSpotRuntime() override;
