@@ -193,7 +193,7 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
     LogLimited(ProcessLogLimiter(), spdlog::level::info,
                "process {} ({}) runs HotSpot {}.{}.{} ({}): walking its Java frames", jvm.pid,
                LogSafe(jvm.name), jvm.layout->major, jvm.layout->minor, jvm.layout->security,
-               LogSafe(jvm.process.libjvm->path));
+               LogSafe(jvm.process.mapped_path));
     return true;
   }
   LogLimited(ProcessLogLimiter(), spdlog::level::warn,
@@ -268,7 +268,7 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   auto stub = std::make_unique<Frame>();
   stub->kind = FrameKind::kJvm;
   stub->function = absl::StrCat("[jvm] ", absl::string_view(name, length));
-  stub->module = jvm.process.libjvm->path;
+  stub->module = jvm.process.mapped_path;
   CapFrameNames(*stub);
   named.frames.push_back(std::move(stub));
   ++stats_.stubs_named;
@@ -328,7 +328,7 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
   for (const JavaFrame& java : java_frames_) {
     auto named_frame = std::make_unique<Frame>();
     FillFrame(java, named_frame.get());
-    named_frame->module = jvm.process.libjvm->path;
+    named_frame->module = jvm.process.mapped_path;
     CapFrameNames(*named_frame);
     named.frames.push_back(std::move(named_frame));
   }
