@@ -34,6 +34,14 @@ bool IsLeaf(uint32_t packed) { return ((packed >> 8) & kFrameLeaf) != 0; }
 // The longest blob name read, NUL excluded.
 constexpr size_t kMaxBlobNameBytes = 64;
 
+// Adds an estimate of what `frame` holds to `bytes`; returns it.
+size_t AddFrameBytes(const Frame& frame, size_t& bytes) {
+  const size_t added = sizeof(std::unique_ptr<Frame>) + sizeof(Frame) + frame.function.capacity() +
+                       frame.source_file.capacity() + frame.module.capacity();
+  bytes += added;
+  return added;
+}
+
 }  // namespace
 
 // One JVM process: its libjvm, and once ready its layout, code cache, step and namer.
@@ -92,7 +100,8 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
   constexpr absl::string_view kNamedHelp =
       "HotSpot frames named from the JVM's memory, once per cached frame, by result: named (Java "
       "methods), stub (stubs and adapters, by their code blob's name), stale (the method or "
-      "compiled code was unloaded or replaced since the sample), read_failed, implausible; a "
+      "compiled code was unloaded or replaced since the sample), read_failed, implausible, "
+      "and, per frame, not_cached (the cache of named frames was full); a "
       "frame not named keeps the name the resolver gave it.";
   auto counter = [&](absl::string_view result) {
     return CounterMirror(
@@ -103,6 +112,7 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
   stale_metric_ = counter("stale");
   read_failed_metric_ = counter("read_failed");
   implausible_metric_ = counter("implausible");
+  not_cached_metric_ = counter("not_cached");
 }
 
 HotSpotRuntime::~HotSpotRuntime() = default;
@@ -270,20 +280,34 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   stub->function = absl::StrCat("[jvm] ", absl::string_view(name, length));
   stub->module = jvm.process.mapped_path;
   CapFrameNames(*stub);
+  frame_bytes_ += AddFrameBytes(*stub, named.bytes);
   named.frames.push_back(std::move(stub));
   ++stats_.stubs_named;
 }
 
 const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeFrame& frame) {
+  // How the step got there (scanned return address, bcp from r13, ...) names nothing: only the
+  // kind and whether the pc is a leaf's (looked up at or after, not exactly) do.
   const FrameKey key{.pid = jvm.pid,
-                     .kind = frame.kind,
+                     .kind = frame.kind & (0xffu | (uint32_t{kFrameLeaf} << 8)),
                      .check = frame.check,
                      .object = frame.object,
                      .position = frame.position};
-  auto [at, inserted] = frames_.try_emplace(key);
-  NamedFrames& named = at->second;
+  auto found = frames_.find(key);
+  if (found != frames_.end()) {
+    found->second.generation = generation_;
+    return found->second;
+  }
+  if (frames_.size() >= kMaxCachedFrames) {
+    // Frames handed to the sample must outlive it, so one not kept is not named.
+    static const NamedFrames kNotNamed;
+    ++stats_.not_cached;
+    return kNotNamed;
+  }
+  NamedFrames& named = frames_.try_emplace(key).first->second;
   named.generation = generation_;
-  if (!inserted) return named;
+  named.bytes = sizeof(FrameKey) + sizeof(NamedFrames) + 32;  // the node, roughly
+  frame_bytes_ += named.bytes;
   NameStatus status = NameStatus::kOk;
   java_frames_.clear();
   switch (KindOf(frame.kind)) {
@@ -330,6 +354,7 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
     FillFrame(java, named_frame.get());
     named_frame->module = jvm.process.mapped_path;
     CapFrameNames(*named_frame);
+    frame_bytes_ += AddFrameBytes(*named_frame, named.bytes);
     named.frames.push_back(std::move(named_frame));
   }
   return named;
@@ -367,6 +392,7 @@ void HotSpotRuntime::NextGeneration() {
   ++generation_;
   for (auto it = frames_.begin(); it != frames_.end();) {
     if (it->second.generation + 2 <= generation_) {
+      frame_bytes_ -= it->second.bytes;
       it = frames_.erase(it);
     } else {
       ++it;
@@ -383,6 +409,14 @@ void HotSpotRuntime::NextGeneration() {
   }
 }
 
+size_t HotSpotRuntime::HeldBytes() const {
+  size_t bytes = frame_bytes_;
+  for (const auto& [pid, jvm] : jvms_) {
+    if (jvm->namer != nullptr) bytes += jvm->namer->HeldBytes();
+  }
+  return bytes;
+}
+
 void HotSpotRuntime::SyncMetrics() {
   for (size_t i = 0; i < kJvmOutcomes; ++i) process_metrics_[i].Publish(stats_.processes[i]);
   for (int i = 0; i < kStepOutcomeCount; ++i) step_metrics_[i].Publish(stats_.steps[i]);
@@ -391,6 +425,7 @@ void HotSpotRuntime::SyncMetrics() {
   stale_metric_.Publish(stats_.stale);
   read_failed_metric_.Publish(stats_.read_failed);
   implausible_metric_.Publish(stats_.implausible);
+  not_cached_metric_.Publish(stats_.not_cached);
 }
 
 void HotSpotRuntime::LogSummary(const BpfStats&) const {

@@ -40,6 +40,7 @@ struct HotSpotStats {
   uint64_t read_failed = 0;  // its memory could not be read (freed, or the process exited)
   uint64_t implausible = 0;  // read, but not what it should hold
   uint64_t stubs_named = 0;  // stubs and adapters named from their blob's name
+  uint64_t not_cached = 0;   // not named: the cache of named frames was full
 };
 
 class HotSpotRuntime : public Runtime {
@@ -65,6 +66,7 @@ class HotSpotRuntime : public Runtime {
   void NextGeneration() override;
   void SyncMetrics() override;
   void LogSummary(const BpfStats& bpf) const override;
+  size_t HeldBytes() const override;
 
   const HotSpotStats& stats() const { return stats_; }
   // The process's outcome; nullopt when it is not a JVM (or not known).
@@ -74,6 +76,8 @@ class HotSpotRuntime : public Runtime {
   // A JVM that was not ready (its tables or code cache not yet initialised) is read again at most
   // this often, when one of its frames is sampled, and at every generation.
   static constexpr int64_t kRetryIntervalNs = 200'000'000;
+  // Named frames kept at most; past it a frame keeps the resolver's name (counted).
+  static constexpr size_t kMaxCachedFrames = size_t{1} << 16;
 
  private:
   struct Jvm;
@@ -91,6 +95,7 @@ class HotSpotRuntime : public Runtime {
   struct NamedFrames {
     std::vector<std::unique_ptr<Frame>> frames;  // innermost first; empty: could not be named
     uint64_t generation = 0;
+    size_t bytes = 0;  // an estimate of what the entry holds
   };
 
   // Reads what a JVM needs that may not be there yet (the layout, then the code cache): true
@@ -105,10 +110,12 @@ class HotSpotRuntime : public Runtime {
   LibjvmFiles files_;
   LayoutCache layouts_;
   std::unordered_map<uint32_t, std::unique_ptr<Jvm>> jvms_;
-  // Frames named, by process and what the step kept; kept two generations after their last use
-  // (the interval that holds them has been written by then), also after the process exited.
+  // Frames named, by process, kind, leaf or not, and what the step kept; kept two generations after
+  // their last use (the interval that holds them has been written by then), also after the process
+  // exited.
   std::unordered_map<FrameKey, NamedFrames, FrameKeyHash> frames_;
   uint64_t generation_ = 0;
+  size_t frame_bytes_ = 0;  // NamedFrames::bytes of frames_
   HotSpotStats stats_;
   // Per-sample scratch, reused.
   std::vector<const Frame*> user_frames_;
@@ -121,6 +128,7 @@ class HotSpotRuntime : public Runtime {
   CounterMirror read_failed_metric_;
   CounterMirror implausible_metric_;
   CounterMirror stubs_metric_;
+  CounterMirror not_cached_metric_;
 };
 
 }  // namespace ember::hotspot

@@ -578,6 +578,22 @@ void MethodNamer::NextGeneration() {
   });
 }
 
+size_t MethodNamer::HeldBytes() const {
+  // Per entry: the node, the strings' usual heap blocks, a MethodInfo's line table.
+  constexpr size_t kNode = 48;
+  size_t bytes = cached_scope_bytes_ + nmethods_.size() * (sizeof(ScopeTables) + kNode);
+  for (const auto& [address, entry] : methods_) {
+    const MethodInfo& info = *entry.info;
+    bytes += sizeof(MethodEntry) + kNode + sizeof(MethodInfo) + info.class_name.capacity() +
+             info.method_name.capacity() + info.signature.capacity() + info.source_file.capacity() +
+             info.function.capacity() + info.line_table.capacity();
+  }
+  for (const auto& [address, entry] : symbols_) {
+    bytes += sizeof(SymbolEntry) + kNode + entry.raw.capacity() + entry.text.capacity();
+  }
+  return bytes;
+}
+
 size_t MethodNamer::ScopeTableBytes(const ScopeTables& tables) {
   return tables.metadata.size() * sizeof(uint64_t) + tables.scopes_data.size() + tables.pcs.size();
 }

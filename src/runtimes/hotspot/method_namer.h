@@ -125,6 +125,8 @@ class MethodNamer {
   // Drops entries not used in the last two generations (call after an interval is written).
   void NextGeneration();
   const MethodNamerStats& stats() const { return stats_; }
+  // An estimate of what the caches hold.
+  size_t HeldBytes() const;
 
  private:
   struct MethodEntry {

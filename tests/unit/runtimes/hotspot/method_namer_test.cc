@@ -112,6 +112,20 @@ TEST_P(MethodNamerTest, LongSymbolsAreReadInPart) {
   }
 }
 
+TEST_P(MethodNamerTest, HeldBytesFollowTheCaches) {
+  MethodNamer namer(image_.layout());
+  EXPECT_EQ(namer.HeldBytes(), 0u);
+  ASSERT_NE(namer.NameMethod(image_.memory(), bar_), nullptr);
+  const size_t one = namer.HeldBytes();
+  EXPECT_GT(one, sizeof(MethodInfo));
+  const uint64_t other = image_.AddMethod(foo_, {.name = "other", .signature = "()V"});
+  ASSERT_NE(namer.NameMethod(image_.memory(), other), nullptr);
+  EXPECT_GT(namer.HeldBytes(), one);
+  namer.NextGeneration();
+  namer.NextGeneration();
+  EXPECT_EQ(namer.HeldBytes(), 0u);
+}
+
 TEST_P(MethodNamerTest, HiddenClassesNoSourceNoLines) {
   JavaClass lambda = image_.AddClass("com/example/Foo$$Lambda+0x0000000801001234", "");
   const uint64_t run = image_.AddMethod(lambda, {.name = "run", .signature = "()V"});
