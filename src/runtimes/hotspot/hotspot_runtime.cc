@@ -56,6 +56,8 @@ struct HotSpotRuntime::Jvm {
   std::unique_ptr<FrameStepper> stepper;
   std::unique_ptr<MethodNamer> namer;
   int64_t next_retry_ns = 0;
+  // Made ready on the sampling path: counted and logged at the next generation.
+  bool announce = false;
   bool ready() const { return stepper != nullptr; }
 };
 
@@ -120,6 +122,7 @@ HotSpotRuntime::~HotSpotRuntime() = default;
 std::optional<JvmOutcome> HotSpotRuntime::OutcomeOf(uint32_t pid) const {
   auto found = jvms_.find(pid);
   if (found == jvms_.end()) return std::nullopt;
+  if (found->second->ready()) return JvmOutcome::kSupported;  // perhaps not announced yet
   return found->second->outcome;
 }
 
@@ -172,14 +175,9 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
     }
   }
   if (jvm.layout != nullptr) {
-    CodeCacheInfo info;
-    const CodeCacheStatus status =
-        ReadCodeCacheInfo(*jvm.layout, jvm.process.bias, *jvm.memory, &info);
+    const CodeCacheStatus status = ReadCodeCache(jvm);
     switch (status) {
       case CodeCacheStatus::kReady:
-        jvm.code_cache = std::make_unique<CodeCache>(*jvm.layout, info);
-        jvm.stepper = std::make_unique<FrameStepper>(*jvm.code_cache, *jvm.memory);
-        jvm.namer = std::make_unique<MethodNamer>(*jvm.layout);
         break;
       case CodeCacheStatus::kNotReady:
         outcome = JvmOutcome::kNotReady;
@@ -197,6 +195,24 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
     }
   }
   if (outcome == JvmOutcome::kNotReady) return false;  // counted once decided
+  Decide(jvm, outcome, reason);
+  return outcome == JvmOutcome::kSupported;
+}
+
+CodeCacheStatus HotSpotRuntime::ReadCodeCache(Jvm& jvm) {
+  CodeCacheInfo info;
+  const CodeCacheStatus status =
+      ReadCodeCacheInfo(*jvm.layout, jvm.process.bias, *jvm.memory, &info);
+  if (status == CodeCacheStatus::kReady) {
+    jvm.code_cache = std::make_unique<CodeCache>(*jvm.layout, info);
+    jvm.stepper = std::make_unique<FrameStepper>(*jvm.code_cache, *jvm.memory);
+    jvm.namer = std::make_unique<MethodNamer>(*jvm.layout);
+  }
+  return status;
+}
+
+void HotSpotRuntime::Decide(Jvm& jvm, JvmOutcome outcome, const std::string& reason) {
+  jvm.announce = false;
   jvm.outcome = outcome;
   ++stats_.processes[static_cast<size_t>(outcome)];
   if (outcome == JvmOutcome::kSupported) {
@@ -204,12 +220,11 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
                "process {} ({}) runs HotSpot {}.{}.{} ({}): walking its Java frames", jvm.pid,
                LogSafe(jvm.name), jvm.layout->major, jvm.layout->minor, jvm.layout->security,
                LogSafe(jvm.process.mapped_path));
-    return true;
+    return;
   }
   LogLimited(ProcessLogLimiter(), spdlog::level::warn,
              "process {} ({}): its Java frames are not walked ({}): {}", jvm.pid, LogSafe(jvm.name),
              std::string(JvmOutcomeName(outcome)), LogSafe(reason));
-  return false;
 }
 
 void HotSpotRuntime::ProcessExited(uint32_t pid) { jvms_.erase(pid); }
@@ -221,9 +236,16 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   if (found == jvms_.end()) return false;
   Jvm& jvm = *found->second;
   if (!jvm.ready()) {
-    if (jvm.outcome != JvmOutcome::kNotReady || clock_() < jvm.next_retry_ns) return false;
+    // Per frame only the code cache's few statics are read again, once the layout is known; the
+    // tables, the decision and its log line are left to NextGeneration and ProcessMapsChanged.
+    if (jvm.outcome != JvmOutcome::kNotReady || jvm.layout == nullptr ||
+        clock_() < jvm.next_retry_ns) {
+      return false;
+    }
     ++stats_.retries;
-    if (!Prepare(jvm)) return false;
+    jvm.next_retry_ns = clock_() + kRetryIntervalNs;
+    if (ReadCodeCache(jvm) != CodeCacheStatus::kReady) return false;
+    jvm.announce = true;
   }
   if (!jvm.stepper->InCodeCache(frame.value[kRegIp])) {  // another JIT's, or none
     ++stats_.steps[static_cast<size_t>(StepOutcome::kNotInCodeCache)];
@@ -399,6 +421,7 @@ void HotSpotRuntime::NextGeneration() {
     }
   }
   for (auto& [pid, jvm] : jvms_) {
+    if (jvm->announce) Decide(*jvm, JvmOutcome::kSupported, "");
     if (jvm->ready()) {
       jvm->namer->NextGeneration();
       jvm->code_cache->NextGeneration();

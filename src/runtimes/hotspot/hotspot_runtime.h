@@ -101,6 +101,10 @@ class HotSpotRuntime : public Runtime {
   // Reads what a JVM needs that may not be there yet (the layout, then the code cache): true
   // once ready. Counts and logs the outcome when it is decided.
   bool Prepare(Jvm& jvm);
+  // Reads the code cache's statics (the layout known); on kReady, makes the JVM ready.
+  CodeCacheStatus ReadCodeCache(Jvm& jvm);
+  // Records the JVM's outcome: counted once, and logged.
+  void Decide(Jvm& jvm, JvmOutcome outcome, const std::string& reason);
   const NamedFrames& Name(Jvm& jvm, const RuntimeFrame& frame);
   void NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& named);
 
