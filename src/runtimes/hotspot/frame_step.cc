@@ -250,16 +250,17 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
     result.outcome = StepOutcome::kBadInterpreterFrame;
     return;
   }
+  // The frame is known from here on, so it is named even when its caller cannot be stepped to.
+  result.frame.kind = JavaFrameKind::kInterpreted;
+  result.frame.flags = flags;
+  result.frame.object = method;
+  result.frame.position = bcp;
   // Whoever calls an interpreted method is Java code or the call stub: in the code cache.
   if (!code_cache_.info().Contains(return_address)) {
     result.outcome = StepOutcome::kBadReturnAddress;
     return;
   }
   SetCaller(result, return_address, sender_sp, true, link);
-  result.frame.kind = JavaFrameKind::kInterpreted;
-  result.frame.flags = flags;
-  result.frame.object = method;
-  result.frame.position = bcp;
 }
 
 void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, bool leaf,

@@ -71,8 +71,9 @@ const char* StepOutcomeName(StepOutcome outcome);
 
 struct JavaStep {
   StepOutcome outcome = StepOutcome::kNotInCodeCache;
-  FrameRegisters caller;                   // valid when kStepped: rip, rsp and (when known) rbp
-  SteppedFrame frame;                      // valid when kStepped
+  FrameRegisters caller;  // valid when kStepped: rip, rsp and (when known) rbp
+  // Set once the frame is known (object != 0), also when its caller could not be stepped to.
+  SteppedFrame frame;
   BlobLookup lookup = BlobLookup::kFound;  // the blob lookup's own outcome, for finer counts
   bool read_past_stack = false;            // a stack word above the snapshot's end was needed
 };

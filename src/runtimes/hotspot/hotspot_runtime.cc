@@ -256,13 +256,16 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   ++stats_.steps[static_cast<size_t>(step.outcome)];
   result.Reset();
   result.read_past_stack = step.read_past_stack;
-  if (step.outcome == StepOutcome::kStepped) {
-    result.caller = step.caller;
-    result.end = StepEnd::kStepped;
+  // A frame that was identified is named even when the walk stops at it.
+  if (step.frame.object != 0) {
     runtime_frame = {.object = step.frame.object,
                      .position = step.frame.position,
                      .kind = PackKind(step.frame),
                      .check = static_cast<uint32_t>(step.frame.compile_id)};
+  }
+  if (step.outcome == StepOutcome::kStepped) {
+    result.caller = step.caller;
+    result.end = StepEnd::kStepped;
   }
   return true;
 }

@@ -321,6 +321,29 @@ TEST_P(FrameStepTest, ReturnAddressScan) {
             StepOutcome::kBadReturnAddress);
 }
 
+TEST_P(FrameStepTest, FrameKnownWhenItsCallerIsNot) {
+  const Chain c = BuildChain();
+  const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
+  // An interpreted frame whose return address leaves the code cache: its Method* was read.
+  jvm.PutStack(c.interpreted_fp + 8, kNativeReturn);
+  JavaStep r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  EXPECT_EQ(r.outcome, StepOutcome::kBadReturnAddress);
+  EXPECT_EQ(r.frame.kind, JavaFrameKind::kInterpreted);
+  EXPECT_EQ(r.frame.object, kMethod);
+  EXPECT_EQ(r.frame.position, kStaleBcp);
+  // A compiled frame whose return address lies past the snapshot.
+  r = Step(Regs(c.compiled_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 8), false);
+  EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
+  EXPECT_EQ(r.frame.kind, JavaFrameKind::kCompiled);
+  EXPECT_EQ(r.frame.object, jvm.nmethod.address);
+  // Before the Method* is read, nothing is known.
+  r = Step(Regs(interp_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 16,
+                FakeJvm::kStack + FakeJvm::kStackBytes),
+           false);
+  EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
+  EXPECT_EQ(r.frame.object, 0u);
+}
+
 TEST_P(FrameStepTest, Refusals) {
   const Chain c = BuildChain();
   const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
