@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include "runtimes/hotspot/method_namer.h"
+
 namespace ember::hotspot {
 namespace {
 
@@ -249,6 +251,14 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
       sender_sp - fp > kMaxInterpreterLocalsBytes || sender_sp % 8 != 0) {
     result.outcome = StepOutcome::kBadInterpreterFrame;
     return;
+  }
+  // The Method*'s ConstMethod*, as the check word: a Method* freed with its class and reused, or
+  // a redefined method, then names as stale instead of as the method cached for the Method*.
+  uint64_t const_method = 0;
+  if (layout.method_const_method.present() && layout.method_const_method.width == 8 &&
+      memory_.Read(method + layout.method_const_method.offset, &const_method,
+                   sizeof(const_method))) {
+    result.frame.compile_id = static_cast<int32_t>(ConstMethodCookie(const_method));
   }
   // The frame is known from here on, so it is named even when its caller cannot be stepped to.
   result.frame.kind = JavaFrameKind::kInterpreted;

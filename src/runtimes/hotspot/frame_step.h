@@ -47,7 +47,9 @@ enum JavaFrameFlag : uint8_t {
 struct SteppedFrame {
   JavaFrameKind kind = JavaFrameKind::kStub;
   uint8_t flags = 0;
-  int32_t compile_id = 0;  // nmethods: to tell a reused blob
+  // nmethods: to tell a reused blob; interpreted frames: ConstMethodCookie of the Method*'s
+  // ConstMethod* (0 when unread), to tell a reused or redefined Method*.
+  int32_t compile_id = 0;
   uint64_t object = 0;
   uint64_t position = 0;
 };

@@ -338,7 +338,9 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
   switch (KindOf(frame.kind)) {
     case JavaFrameKind::kInterpreted: {
       JavaFrame java;
-      status = jvm.namer->NameInterpreted(*jvm.memory, frame.object, frame.position, &java);
+      status = jvm.namer->NameInterpreted(
+          *jvm.memory, frame.object, frame.position, &java,
+          frame.check != 0 ? std::optional<uint32_t>(frame.check) : std::nullopt);
       if (status == NameStatus::kOk) java_frames_.push_back(java);
       break;
     }

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 
+#include "runtimes/hotspot/method_namer.h"
 #include "step_fake_jvm.h"
 
 namespace ember::hotspot {
@@ -342,6 +343,26 @@ TEST_P(FrameStepTest, FrameKnownWhenItsCallerIsNot) {
            false);
   EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
   EXPECT_EQ(r.frame.object, 0u);
+}
+
+TEST_P(FrameStepTest, InterpretedFrameChecksItsConstMethod) {
+  const Chain c = BuildChain();
+  const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
+  // Method*'s memory unreadable: no check word.
+  JavaStep r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped);
+  EXPECT_EQ(r.frame.compile_id, 0);
+  // Readable: the cookie of its ConstMethod*, which changes with it.
+  jvm.layout.method_const_method = Field{8, 8};
+  constexpr uint64_t kConstMethod = 0x800003000;
+  jvm.memory.Map(kMethod, 0x100);
+  jvm.memory.Put<uint64_t>(kMethod + 8, kConstMethod);
+  r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped);
+  EXPECT_EQ(static_cast<uint32_t>(r.frame.compile_id), ConstMethodCookie(kConstMethod));
+  jvm.memory.Put<uint64_t>(kMethod + 8, kConstMethod + 0x1000);
+  r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  EXPECT_EQ(static_cast<uint32_t>(r.frame.compile_id), ConstMethodCookie(kConstMethod + 0x1000));
 }
 
 TEST_P(FrameStepTest, Refusals) {
