@@ -84,6 +84,15 @@ bool NamedDownToTheJvm(const NamedSample& s) {
   auto helper = std::find_if(main, s.lines.end(), [](const std::string& l) {
     return absl::StrContains(l, "JavaCalls::call_helper");
   });
+  // From the first fixture frame down to the entry into Java, every frame is named: a frame the
+  // walk stepped but did not name would read "[anon]".
+  auto first = std::find_if(s.lines.begin(), s.lines.end(),
+                            [](const std::string& l) { return !FixtureMethod(l).empty(); });
+  if (std::any_of(first, helper, [](const std::string& l) {
+        return absl::StartsWith(l, "[anon") || absl::StrContains(l, "[truncated]");
+      })) {
+    return false;
+  }
   return std::any_of(helper, s.lines.end(),
                      [](const std::string& l) { return absl::StrContains(l, "JavaMain"); });
 }
@@ -235,6 +244,15 @@ TEST(HotSpotStackCheckTest, OnlyAWholeChainDownToTheJvmCounts) {
       StackOf({"ember.fixture.Phases.leafGamma", "ember.fixture.Phases.runPhase",
                "ember.fixture.Phases.runPhases", "ember.fixture.Phases.main", "[truncated]"})));
   EXPECT_FALSE(NamedDownToTheJvm(with_native({"[anon]", "[anon]", "[anon]"})));
+  // Every frame between the leaf and the entry into Java is named.
+  EXPECT_FALSE(NamedDownToTheJvm(
+      with_native({"ember.fixture.Phases.leafBeta", "[anon]", "ember.fixture.Phases.betaInner",
+                   "ember.fixture.Phases.betaOuter", "ember.fixture.Phases.runPhase",
+                   "ember.fixture.Phases.runPhases", "ember.fixture.Phases.main"})));
+  EXPECT_FALSE(NamedDownToTheJvm(
+      with_native({"ember.fixture.Phases.leafBeta", "ember.fixture.Phases.betaInner",
+                   "ember.fixture.Phases.betaOuter", "ember.fixture.Phases.runPhase",
+                   "ember.fixture.Phases.runPhases", "ember.fixture.Phases.main", "[truncated]"})));
   // Below main, both the entry into Java and the launcher's thread.
   const std::vector<std::string> chain = {
       "ember.fixture.Phases.leafGamma", "ember.fixture.Phases.runPhase",

@@ -416,18 +416,36 @@ const BlobInfo* CodeCache::CacheLookup(const std::array<BlobInfo, kCachedBlobs>&
 }
 
 void CodeCache::CacheInsert(const BlobInfo& blob) {
-  if (cached_ == kCachedBlobs) cached_ = 0;
+  if (cached_ == kCachedBlobs) {
+    // Full: the older half goes (stamps are distinct), the rest keeps its address order.
+    std::array<uint64_t, kCachedBlobs> stamps = stamps_;
+    std::nth_element(stamps.begin(), stamps.begin() + kCachedBlobs / 2, stamps.end());
+    const uint64_t keep_from = stamps[kCachedBlobs / 2];
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < cached_; ++i) {
+      if (stamps_[i] < keep_from) continue;
+      cache_[kept] = cache_[i];
+      stamps_[kept] = stamps_[i];
+      ++kept;
+    }
+    cached_ = kept;
+  }
   BlobInfo* first = cache_.data();
   BlobInfo* last = first + cached_;
   BlobInfo* it =
       std::lower_bound(first, last, blob.address,
                        [](const BlobInfo& entry, uint64_t value) { return entry.address < value; });
+  const size_t index = static_cast<size_t>(it - first);
   if (it != last && it->address == blob.address) {
     *it = blob;
+    stamps_[index] = next_stamp_++;
     return;
   }
   std::move_backward(it, last, last + 1);
+  std::move_backward(stamps_.begin() + index, stamps_.begin() + cached_,
+                     stamps_.begin() + cached_ + 1);
   *it = blob;
+  stamps_[index] = next_stamp_++;
   ++cached_;
 }
 

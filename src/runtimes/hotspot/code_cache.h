@@ -105,8 +105,8 @@ enum class BlobLookup : uint8_t {
 const char* BlobLookupName(BlobLookup lookup);
 
 // One process's code cache and a small cache of decoded blobs. The blob cache is keyed by code
-// range and dropped whole by NextGeneration (and when it fills): HotSpot frees and reuses blobs, so
-// an entry is trusted for one generation only. Not thread-safe.
+// range and dropped whole by NextGeneration (its older half when it fills): HotSpot frees and
+// reuses blobs, so an entry is trusted for one generation only. Not thread-safe.
 class CodeCache {
  public:
   // The layout must outlive this.
@@ -148,6 +148,8 @@ class CodeCache {
   uint32_t min_header_bytes_ = 0;  // the CodeBlob fields alone
   // Sorted by address; blobs never overlap.
   std::array<BlobInfo, kCachedBlobs> cache_{};
+  std::array<uint64_t, kCachedBlobs> stamps_{};  // when each entry was inserted, by cache_ index
+  uint64_t next_stamp_ = 0;
   uint32_t cached_ = 0;
   std::array<BlobInfo, kCachedBlobs> previous_{};
   uint32_t previous_count_ = 0;

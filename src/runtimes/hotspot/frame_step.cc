@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include "runtimes/hotspot/method_namer.h"
+
 namespace ember::hotspot {
 namespace {
 
@@ -250,16 +252,25 @@ void FrameStepper::StepInterpreted(const FrameRegisters& frame, bool leaf, const
     result.outcome = StepOutcome::kBadInterpreterFrame;
     return;
   }
+  // The Method*'s ConstMethod*, as the check word: a Method* freed with its class and reused, or
+  // a redefined method, then names as stale instead of as the method cached for the Method*.
+  uint64_t const_method = 0;
+  if (layout.method_const_method.present() && layout.method_const_method.width == 8 &&
+      memory_.Read(method + layout.method_const_method.offset, &const_method,
+                   sizeof(const_method))) {
+    result.frame.compile_id = static_cast<int32_t>(ConstMethodCookie(const_method));
+  }
+  // The frame is known from here on, so it is named even when its caller cannot be stepped to.
+  result.frame.kind = JavaFrameKind::kInterpreted;
+  result.frame.flags = flags;
+  result.frame.object = method;
+  result.frame.position = bcp;
   // Whoever calls an interpreted method is Java code or the call stub: in the code cache.
   if (!code_cache_.info().Contains(return_address)) {
     result.outcome = StepOutcome::kBadReturnAddress;
     return;
   }
   SetCaller(result, return_address, sender_sp, true, link);
-  result.frame.kind = JavaFrameKind::kInterpreted;
-  result.frame.flags = flags;
-  result.frame.object = method;
-  result.frame.position = bcp;
 }
 
 void FrameStepper::StepBlob(const BlobInfo& blob, const FrameRegisters& frame, bool leaf,

@@ -47,7 +47,9 @@ enum JavaFrameFlag : uint8_t {
 struct SteppedFrame {
   JavaFrameKind kind = JavaFrameKind::kStub;
   uint8_t flags = 0;
-  int32_t compile_id = 0;  // nmethods: to tell a reused blob
+  // nmethods: to tell a reused blob; interpreted frames: ConstMethodCookie of the Method*'s
+  // ConstMethod* (0 when unread), to tell a reused or redefined Method*.
+  int32_t compile_id = 0;
   uint64_t object = 0;
   uint64_t position = 0;
 };
@@ -71,8 +73,9 @@ const char* StepOutcomeName(StepOutcome outcome);
 
 struct JavaStep {
   StepOutcome outcome = StepOutcome::kNotInCodeCache;
-  FrameRegisters caller;                   // valid when kStepped: rip, rsp and (when known) rbp
-  SteppedFrame frame;                      // valid when kStepped
+  FrameRegisters caller;  // valid when kStepped: rip, rsp and (when known) rbp
+  // Set once the frame is known (object != 0), also when its caller could not be stepped to.
+  SteppedFrame frame;
   BlobLookup lookup = BlobLookup::kFound;  // the blob lookup's own outcome, for finer counts
   bool read_past_stack = false;            // a stack word above the snapshot's end was needed
 };

@@ -46,6 +46,14 @@ const MemoryMapping* FirstLibjvmMapping(std::span<const MemoryMapping> mappings)
   return nullptr;
 }
 
+// Adds an estimate of what `frame` holds to `bytes`; returns it.
+size_t AddFrameBytes(const Frame& frame, size_t& bytes) {
+  const size_t added = sizeof(std::unique_ptr<Frame>) + sizeof(Frame) + frame.function.capacity() +
+                       frame.source_file.capacity() + frame.module.capacity();
+  bytes += added;
+  return added;
+}
+
 }  // namespace
 
 // One JVM process: its libjvm, and once ready its layout, code cache, step and namer.
@@ -72,6 +80,8 @@ struct HotSpotRuntime::Jvm {
   // -XX:+PreserveFramePointer): whether the frame-pointer rule can stand in for the step.
   uint64_t frames_keeping_fp = 0;
   uint64_t frames_not_keeping_fp = 0;
+  // Made ready on the sampling path: counted and logged at the next generation.
+  bool announce = false;
   bool ready() const { return stepper != nullptr; }
   bool keeps_frame_pointers() const {
     return frames_keeping_fp > 0 && frames_not_keeping_fp * 16 <= frames_keeping_fp;
@@ -111,7 +121,8 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
         metrics
             .AddCounter("ember_hotspot_frames_stepped_total",
                         "Frames of HotSpot's interpreter and compiled code the unwinder met, by "
-                        "how stepping to their caller ended (stepped, or why the walk stopped).",
+                        "how stepping to their caller ended (stepped, or why the walk stopped; "
+                        "not_in_code_cache: code of a JVM outside its code cache, not stepped).",
                         {{"outcome", StepOutcomeName(static_cast<StepOutcome>(i))}})
             .value());
   }
@@ -119,7 +130,8 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
   constexpr absl::string_view kNamedHelp =
       "HotSpot frames named from the JVM's memory, once per cached frame, by result: named (Java "
       "methods), stub (stubs and adapters, by their code blob's name), stale (the method or "
-      "compiled code was unloaded or replaced since the sample), read_failed, implausible; a "
+      "compiled code was unloaded or replaced since the sample), read_failed, implausible, "
+      "and, per frame, not_cached (the cache of named frames was full); a "
       "frame not named keeps the name the resolver gave it.";
   auto counter = [&](absl::string_view result) {
     return CounterMirror(
@@ -137,6 +149,7 @@ HotSpotRuntime::HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for, C
                     "compiled methods' scope tables read to name them, after each interval's "
                     "eviction.")
           .value();
+  not_cached_metric_ = counter("not_cached");
 }
 
 HotSpotRuntime::~HotSpotRuntime() = default;
@@ -144,6 +157,7 @@ HotSpotRuntime::~HotSpotRuntime() = default;
 std::optional<JvmOutcome> HotSpotRuntime::OutcomeOf(uint32_t pid) const {
   auto found = jvms_.find(pid);
   if (found == jvms_.end()) return std::nullopt;
+  if (found->second->ready()) return JvmOutcome::kSupported;  // perhaps not announced yet
   return found->second->outcome;
 }
 
@@ -209,14 +223,9 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
     }
   }
   if (jvm.layout != nullptr) {
-    CodeCacheInfo info;
-    const CodeCacheStatus status =
-        ReadCodeCacheInfo(*jvm.layout, jvm.process.bias, *jvm.memory, &info);
+    const CodeCacheStatus status = ReadCodeCache(jvm);
     switch (status) {
       case CodeCacheStatus::kReady:
-        jvm.code_cache = std::make_unique<CodeCache>(*jvm.layout, info);
-        jvm.stepper = std::make_unique<FrameStepper>(*jvm.code_cache, *jvm.memory);
-        jvm.namer = std::make_unique<MethodNamer>(*jvm.layout);
         break;
       case CodeCacheStatus::kNotReady:
         outcome = JvmOutcome::kNotReady;
@@ -242,19 +251,36 @@ bool HotSpotRuntime::Prepare(Jvm& jvm) {
     outcome = JvmOutcome::kNotReady;
   }
   if (outcome == JvmOutcome::kNotReady) return false;  // counted once decided
+  Decide(jvm, outcome, reason);
+  return outcome == JvmOutcome::kSupported;
+}
+
+CodeCacheStatus HotSpotRuntime::ReadCodeCache(Jvm& jvm) {
+  CodeCacheInfo info;
+  const CodeCacheStatus status =
+      ReadCodeCacheInfo(*jvm.layout, jvm.process.bias, *jvm.memory, &info);
+  if (status == CodeCacheStatus::kReady) {
+    jvm.code_cache = std::make_unique<CodeCache>(*jvm.layout, info);
+    jvm.stepper = std::make_unique<FrameStepper>(*jvm.code_cache, *jvm.memory);
+    jvm.namer = std::make_unique<MethodNamer>(*jvm.layout);
+  }
+  return status;
+}
+
+void HotSpotRuntime::Decide(Jvm& jvm, JvmOutcome outcome, const std::string& reason) {
+  jvm.announce = false;
   jvm.outcome = outcome;
   ++stats_.processes[static_cast<size_t>(outcome)];
   if (outcome == JvmOutcome::kSupported) {
     LogLimited(ProcessLogLimiter(), spdlog::level::info,
                "process {} ({}) runs HotSpot {}.{}.{} ({}): walking its Java frames", jvm.pid,
                LogSafe(jvm.name), jvm.layout->major, jvm.layout->minor, jvm.layout->security,
-               LogSafe(jvm.process.libjvm->path));
-    return true;
+               LogSafe(jvm.process.mapped_path));
+    return;
   }
   LogLimited(ProcessLogLimiter(), spdlog::level::warn,
              "process {} ({}): its Java frames are not walked ({}): {}", jvm.pid, LogSafe(jvm.name),
              std::string(JvmOutcomeName(outcome)), LogSafe(reason));
-  return false;
 }
 
 void HotSpotRuntime::ProcessExited(uint32_t pid) {
@@ -274,11 +300,21 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   if (found == jvms_.end()) return false;
   Jvm& jvm = *found->second;
   if (!jvm.ready()) {
-    if (jvm.outcome != JvmOutcome::kNotReady || clock_() < jvm.next_retry_ns) return false;
+    // Per frame only the code cache's few statics are read again, once the layout is known; the
+    // tables, the decision and its log line are left to NextGeneration and ProcessMapsChanged.
+    if (jvm.outcome != JvmOutcome::kNotReady || jvm.layout == nullptr ||
+        clock_() < jvm.next_retry_ns) {
+      return false;
+    }
     ++stats_.retries;
-    if (!Prepare(jvm)) return false;
+    jvm.next_retry_ns = clock_() + kRetryIntervalNs;
+    if (ReadCodeCache(jvm) != CodeCacheStatus::kReady) return false;
+    jvm.announce = true;
   }
-  if (!jvm.stepper->InCodeCache(frame.value[kRegIp])) return false;  // another JIT's, or none
+  if (!jvm.stepper->InCodeCache(frame.value[kRegIp])) {  // another JIT's, or none
+    ++stats_.steps[static_cast<size_t>(StepOutcome::kNotInCodeCache)];
+    return false;
+  }
   JavaStep step;
   jvm.stepper->Step(frame, /*leaf=*/!is_return_address, stack, step);
   ++stats_.steps[static_cast<size_t>(step.outcome)];
@@ -289,19 +325,22 @@ bool HotSpotRuntime::StepCodeOutsideFiles(uint32_t pid, const FrameRegisters& fr
   if (step.outcome == StepOutcome::kCodeUnreadable && jvm.keeps_frame_pointers()) return false;
   result.Reset();
   result.read_past_stack = step.read_past_stack;
-  if (step.outcome == StepOutcome::kStepped) {
-    if (step.frame.kind == JavaFrameKind::kCompiled &&
-        (step.frame.flags & kFrameInPrologueOrEpilogue) == 0 && frame.Has(kRegBp) &&
-        step.caller.Has(kRegSp)) {
-      ++(frame.value[kRegBp] + 16 == step.caller.value[kRegSp] ? jvm.frames_keeping_fp
-                                                               : jvm.frames_not_keeping_fp);
-    }
-    result.caller = step.caller;
-    result.end = StepEnd::kStepped;
+  if (step.outcome == StepOutcome::kStepped && step.frame.kind == JavaFrameKind::kCompiled &&
+      (step.frame.flags & kFrameInPrologueOrEpilogue) == 0 && frame.Has(kRegBp) &&
+      step.caller.Has(kRegSp)) {
+    ++(frame.value[kRegBp] + 16 == step.caller.value[kRegSp] ? jvm.frames_keeping_fp
+                                                             : jvm.frames_not_keeping_fp);
+  }
+  // A frame that was identified is named even when the walk stops at it.
+  if (step.frame.object != 0) {
     runtime_frame = {.object = step.frame.object,
                      .position = step.frame.position,
                      .kind = PackKind(step.frame),
                      .check = static_cast<uint32_t>(step.frame.compile_id)};
+  }
+  if (step.outcome == StepOutcome::kStepped) {
+    result.caller = step.caller;
+    result.end = StepEnd::kStepped;
   }
   return true;
 }
@@ -310,8 +349,11 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   const HotSpotLayout& layout = *jvm.layout;
   uint64_t name_address = 0;
   char name[kMaxBlobNameBytes + 1] = {};
-  if (!layout.blob_name.present() ||
-      !jvm.memory->Read(frame.object + layout.blob_name.offset, &name_address,
+  if (!layout.blob_name.present()) {
+    ++stats_.implausible;
+    return;
+  }
+  if (!jvm.memory->Read(frame.object + layout.blob_name.offset, &name_address,
                         sizeof(name_address)) ||
       name_address == 0) {
     ++stats_.read_failed;
@@ -338,31 +380,50 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   stub->function = absl::StrCat("[jvm] ", absl::string_view(name, length));
   stub->module = jvm.module;
   CapFrameNames(*stub);
+  frame_bytes_ += AddFrameBytes(*stub, named.bytes);
   named.frames.push_back(std::move(stub));
   ++stats_.stubs_named;
 }
 
 const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeFrame& frame) {
+  // How the step got there (scanned return address, bcp from r13, ...) names nothing: only the
+  // kind and whether the pc is a leaf's (looked up at or after, not exactly) do.
   const FrameKey key{.pid = jvm.pid,
-                     .kind = frame.kind,
+                     .kind = frame.kind & (0xffu | (uint32_t{kFrameLeaf} << 8)),
                      .check = frame.check,
                      .object = frame.object,
                      .position = frame.position};
-  auto [at, inserted] = frames_.try_emplace(key);
-  NamedFrames& named = at->second;
+  auto found = frames_.find(key);
+  if (found != frames_.end()) {
+    found->second.generation = generation_;
+    return found->second;
+  }
+  if (frames_.size() >= kMaxCachedFrames) {
+    // Frames handed to the sample must outlive it, so one not kept is not named.
+    static const NamedFrames kNotNamed;
+    ++stats_.not_cached;
+    return kNotNamed;
+  }
+  NamedFrames& named = frames_.try_emplace(key).first->second;
   named.generation = generation_;
-  if (!inserted) return named;
+  named.bytes = sizeof(FrameKey) + sizeof(NamedFrames) + 32;  // the node, roughly
+  frame_bytes_ += named.bytes;
   NameStatus status = NameStatus::kOk;
   java_frames_.clear();
   switch (KindOf(frame.kind)) {
     case JavaFrameKind::kInterpreted: {
       JavaFrame java;
-      status = jvm.namer->NameInterpreted(*jvm.memory, frame.object, frame.position, &java);
+      status = jvm.namer->NameInterpreted(
+          *jvm.memory, frame.object, frame.position, &java,
+          frame.check != 0 ? std::optional<uint32_t>(frame.check) : std::nullopt);
       if (status == NameStatus::kOk) java_frames_.push_back(java);
       break;
     }
-    case JavaFrameKind::kCompiled:
     case JavaFrameKind::kNativeWrapper:
+      status = jvm.namer->NameNativeWrapper(*jvm.memory, frame.object,
+                                            static_cast<int32_t>(frame.check), &java_frames_);
+      break;
+    case JavaFrameKind::kCompiled:
       status = jvm.namer->NameCompiled(*jvm.memory, frame.object, static_cast<int32_t>(frame.check),
                                        static_cast<int32_t>(frame.position),
                                        IsLeaf(frame.kind) ? PcMatch::kAtOrAfter : PcMatch::kExact,
@@ -395,6 +456,7 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
     FillFrame(java, named_frame.get());
     named_frame->module = jvm.module;
     CapFrameNames(*named_frame);
+    frame_bytes_ += AddFrameBytes(*named_frame, named.bytes);
     named.frames.push_back(std::move(named_frame));
   }
   return named;
@@ -432,12 +494,14 @@ void HotSpotRuntime::NextGeneration() {
   ++generation_;
   for (auto it = frames_.begin(); it != frames_.end();) {
     if (it->second.generation + 2 <= generation_) {
+      frame_bytes_ -= it->second.bytes;
       it = frames_.erase(it);
     } else {
       ++it;
     }
   }
   for (auto& [pid, jvm] : jvms_) {
+    if (jvm->announce) Decide(*jvm, JvmOutcome::kSupported, "");
     if (jvm->ready()) {
       jvm->namer->NextGeneration();
       jvm->code_cache->NextGeneration();
@@ -446,16 +510,8 @@ void HotSpotRuntime::NextGeneration() {
       Prepare(*jvm);
     }
   }
-  // A node per frame and its key, and each frame's names; then the namers' caches.
-  size_t bytes = frames_.bucket_count() * sizeof(void*);
-  for (const auto& [key, named] : frames_) {
-    bytes += 2 * sizeof(void*) + sizeof(key) + sizeof(named) +
-             named.frames.capacity() * sizeof(named.frames[0]);
-    for (const std::unique_ptr<Frame>& frame : named.frames) {
-      bytes += sizeof(Frame) + frame->function.capacity() + frame->source_file.capacity() +
-               frame->module.capacity() + frame->build_id.capacity();
-    }
-  }
+  // The named frames (counted as they are made and dropped), then the namers' caches.
+  size_t bytes = frame_bytes_ + frames_.bucket_count() * sizeof(void*);
   for (const auto& [pid, jvm] : jvms_) {
     if (jvm->namer != nullptr) bytes += jvm->namer->HeldBytes();
   }
@@ -471,6 +527,7 @@ void HotSpotRuntime::SyncMetrics() {
   stale_metric_.Publish(stats_.stale);
   read_failed_metric_.Publish(stats_.read_failed);
   implausible_metric_.Publish(stats_.implausible);
+  not_cached_metric_.Publish(stats_.not_cached);
 }
 
 void HotSpotRuntime::LogSummary(const BpfStats&) const {

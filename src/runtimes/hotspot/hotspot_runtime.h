@@ -40,6 +40,7 @@ struct HotSpotStats {
   uint64_t read_failed = 0;  // its memory could not be read (freed, or the process exited)
   uint64_t implausible = 0;  // read, but not what it should hold
   uint64_t stubs_named = 0;  // stubs and adapters named from their blob's name
+  uint64_t not_cached = 0;   // not named: the cache of named frames was full
 };
 
 class HotSpotRuntime : public Runtime {
@@ -51,7 +52,7 @@ class HotSpotRuntime : public Runtime {
   using Clock = std::function<int64_t()>;
 
   // Registers ember_hotspot_processes_total, ember_hotspot_frames_stepped_total and
-  // ember_hotspot_frames_named_total in `metrics`. `root_prefix` is where /proc is ("/proc").
+  // ember_hotspot_frames_named_total in `metrics`. `proc_root` is where /proc is ("/proc").
   explicit HotSpotRuntime(MetricsRegistry& metrics, MemoryFor memory_for = nullptr,
                           Clock clock = nullptr, std::string proc_root = "/proc");
   ~HotSpotRuntime() override;
@@ -76,6 +77,8 @@ class HotSpotRuntime : public Runtime {
   // A JVM that was not ready (its tables or code cache not yet initialised) is read again at most
   // this often, when one of its frames is sampled, and at every generation.
   static constexpr int64_t kRetryIntervalNs = 200'000'000;
+  // Named frames kept at most; past it a frame keeps the resolver's name (counted).
+  static constexpr size_t kMaxCachedFrames = size_t{1} << 16;
 
  private:
   struct Jvm;
@@ -93,11 +96,16 @@ class HotSpotRuntime : public Runtime {
   struct NamedFrames {
     std::vector<std::unique_ptr<Frame>> frames;  // innermost first; empty: could not be named
     uint64_t generation = 0;
+    size_t bytes = 0;  // an estimate of what the entry holds
   };
 
   // Reads what a JVM needs that may not be there yet (the layout, then the code cache): true
   // once ready. Counts and logs the outcome when it is decided.
   bool Prepare(Jvm& jvm);
+  // Reads the code cache's statics (the layout known); on kReady, makes the JVM ready.
+  CodeCacheStatus ReadCodeCache(Jvm& jvm);
+  // Records the JVM's outcome: counted once, and logged.
+  void Decide(Jvm& jvm, JvmOutcome outcome, const std::string& reason);
   const NamedFrames& Name(Jvm& jvm, const RuntimeFrame& frame);
   void NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& named);
 
@@ -107,10 +115,12 @@ class HotSpotRuntime : public Runtime {
   LibjvmFiles files_;
   LayoutCache layouts_;
   std::unordered_map<uint32_t, std::unique_ptr<Jvm>> jvms_;
-  // Frames named, by process and what the step kept; kept two generations after their last use
-  // (the interval that holds them has been written by then), also after the process exited.
+  // Frames named, by process, kind, leaf or not, and what the step kept; kept two generations after
+  // their last use (the interval that holds them has been written by then), also after the process
+  // exited.
   std::unordered_map<FrameKey, NamedFrames, FrameKeyHash> frames_;
   uint64_t generation_ = 0;
+  size_t frame_bytes_ = 0;  // NamedFrames::bytes of frames_
   HotSpotStats stats_;
   // Per-sample scratch, reused.
   std::vector<const Frame*> user_frames_;
@@ -126,6 +136,7 @@ class HotSpotRuntime : public Runtime {
   // ember_hotspot_cache_bytes: HeldBytes, estimated once an interval (it walks every entry).
   size_t held_bytes_ = 0;
   Gauge* cache_bytes_metric_ = nullptr;
+  CounterMirror not_cached_metric_;
 };
 
 }  // namespace ember::hotspot

@@ -217,7 +217,7 @@ absl::StatusOr<std::optional<JvmProcess>> DetectJvm(std::span<const MemoryMappin
     return absl::InvalidArgumentError(absl::StrCat(
         location.Display(), ": no segment holds the mapped file offset ", found->offset));
   }
-  return JvmProcess{*std::move(libjvm), *bias};
+  return JvmProcess{*std::move(libjvm), *bias, found->path};
 }
 
 }  // namespace ember::hotspot

@@ -24,7 +24,7 @@ LineLookup LineForBci(std::span<const uint8_t> table, int32_t bci, uint8_t exclu
   for (uint32_t entries = 0; entries < kMaxLineTableEntries; ++entries) {
     std::optional<uint8_t> next = reader.ReadByte();
     if (!next) return {.line = std::nullopt, .truncated = true};
-    if (*next == 0) return {.line = PositiveLine(best_line)};
+    if (*next == 0) return {.line = PositiveLine(best_line), .consumed = reader.position()};
     if (*next == 0xFF) {
       std::optional<int32_t> bci_delta = reader.ReadSigned();
       std::optional<int32_t> line_delta = bci_delta ? reader.ReadSigned() : std::nullopt;

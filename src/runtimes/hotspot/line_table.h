@@ -2,6 +2,7 @@
 // oops/method.cpp CompressedLineNumberReadStream) -> the source line of a bytecode index.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -17,6 +18,8 @@ struct LineLookup {
   // The span ended before the table did (inside an entry or before its terminating zero): with
   // more bytes the answer may differ. `line` is then set only for an exact match.
   bool truncated = false;
+  // Bytes read up to and including the terminating zero when the table ended in the span.
+  size_t consumed = 0;
 };
 
 // The line of `bci` as HotSpot's Method::line_number_from_bci gives it: the first entry whose

@@ -44,6 +44,24 @@ NameStatus ReadSignedField(MemoryReader& memory, uint64_t base, const Field& fie
 
 bool PlausiblePointer(uint64_t address) { return address != 0 && address <= kMaxUserAddress; }
 
+// Drops a modified UTF-8 character cut at the end of `bytes`, and a high surrogate whose low half
+// was cut off.
+void TrimToCharacter(std::string& bytes) {
+  auto byte = [&](size_t from_end) { return static_cast<uint8_t>(bytes[bytes.size() - from_end]); };
+  size_t continuation = 0;
+  while (continuation < bytes.size() && continuation < 3 &&
+         (byte(continuation + 1) & 0xC0) == 0x80) {
+    ++continuation;
+  }
+  if (continuation < bytes.size()) {
+    const uint8_t lead = byte(continuation + 1);
+    const size_t needed = lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    if (needed != continuation) bytes.resize(bytes.size() - continuation - 1);
+  }
+  if (bytes.size() >= 3 && byte(3) == 0xED && (byte(2) & 0xF0) == 0xA0)
+    bytes.resize(bytes.size() - 3);
+}
+
 }  // namespace
 
 size_t MethodNamer::NmethodKeyHash::operator()(const NmethodKey& key) const {
@@ -135,10 +153,13 @@ NameStatus MethodNamer::ReadSymbol(MemoryReader& memory, uint64_t symbol, std::s
     return NameStatus::kOk;
   }
   if (!layout_.symbol_body.present()) return NameStatus::kUnsupported;
-  std::string raw(length, '\0');
-  if (length > 0 && !memory.Read(symbol + layout_.symbol_body.offset, raw.data(), length)) {
+  // Names are cut to kMaxNameBytes in frames anyway: a longer Symbol is read only in part, cut
+  // back to whole characters.
+  std::string raw(std::min<uint64_t>(length, kMaxSymbolBytes), '\0');
+  if (!raw.empty() && !memory.Read(symbol + layout_.symbol_body.offset, raw.data(), raw.size())) {
     return NameStatus::kReadFailed;
   }
+  if (raw.size() < length) TrimToCharacter(raw);
   if (cached && it->second.raw == raw) {
     it->second.generation = generation_;
     it->second.checked = generation_;
@@ -190,7 +211,12 @@ NameStatus MethodNamer::ReadLineTable(MemoryReader& memory, uint64_t start, Meth
     address += piece;
     // bci -1 never matches an entry: the decode runs to the terminator or the end of the bytes.
     LineLookup lookup = LineForBci(table, -1, layout_.unsigned5_excluded);
-    if (!lookup.truncated) return NameStatus::kOk;
+    if (!lookup.truncated) {
+      // Pieces run to a page end, far past most tables: keep only the table's own bytes.
+      if (lookup.consumed > 0 && lookup.consumed < table.size()) table.resize(lookup.consumed);
+      table.shrink_to_fit();
+      return NameStatus::kOk;
+    }
   }
   table.clear();
   return NameStatus::kImplausible;
@@ -506,7 +532,10 @@ NameStatus MethodNamer::NameCompiled(MemoryReader& memory, uint64_t nmethod, int
       return status;
     }
     ++stats_.nmethods_decoded;
-    if (nmethods_.size() < kMaxCachedNmethods) {
+    const size_t bytes = ScopeTableBytes(uncached);
+    if (nmethods_.size() < kMaxCachedNmethods &&
+        cached_scope_bytes_ + bytes <= kMaxCachedScopeTableBytes) {
+      cached_scope_bytes_ += bytes;
       tables = &nmethods_.emplace(key, std::move(uncached)).first->second;
     } else {
       ++stats_.not_cached;
@@ -530,28 +559,52 @@ NameStatus MethodNamer::NameCompiled(MemoryReader& memory, uint64_t nmethod, int
   if (desc)
     chain =
         DecodeScopes(tables->scopes_data, desc->scope_decode_offset, layout_.unsigned5_excluded);
-  if (!desc || chain.status != ScopeStatus::kOk) ++stats_.scopes_failed;
-
-  const NameStatus result =
-      desc && chain.status == ScopeStatus::kOk ? NameStatus::kOk : NameStatus::kImplausible;
-  for (const ScopeEntry& scope : chain.scopes) {
-    if (scope.method_index == 0 || scope.method_index > tables->metadata.size()) {
-      ++stats_.scopes_failed;
-      return NameStatus::kImplausible;
+  if (desc && chain.status == ScopeStatus::kOk) {
+    for (const ScopeEntry& scope : chain.scopes) {
+      if (scope.method_index == 0 || scope.method_index > tables->metadata.size()) {
+        ++stats_.scopes_failed;
+        return NameStatus::kImplausible;
+      }
+      NameStatus status;
+      const MethodInfo* info =
+          NameMethod(memory, tables->metadata[scope.method_index - 1], &status);
+      if (info == nullptr) return status;
+      out->push_back({.method = info, .bci = scope.bci, .line = LineOf(*info, scope.bci)});
     }
-    NameStatus status;
-    const MethodInfo* info = NameMethod(memory, tables->metadata[scope.method_index - 1], &status);
-    if (info == nullptr) return status;
-    out->push_back({.method = info, .bci = scope.bci, .line = LineOf(*info, scope.bci)});
+    if (!out->empty()) return NameStatus::kOk;
+  } else {
+    ++stats_.scopes_failed;
   }
-  if (out->empty()) {
-    // No scopes at this pc (or they did not decode): the nmethod's own method, line unknown.
-    NameStatus status;
-    const MethodInfo* info = NameMethod(memory, tables->method, &status);
-    if (info == nullptr) return status;
-    out->push_back({.method = info});
+  // No scopes at this pc (or they did not decode): the nmethod's own method, line unknown. It is
+  // the outermost frame whatever was inlined, so the frame is named, not left to the resolver.
+  NameStatus status;
+  const MethodInfo* info = NameMethod(memory, tables->method, &status);
+  if (info == nullptr) return status;
+  out->push_back({.method = info});
+  return NameStatus::kOk;
+}
+
+NameStatus MethodNamer::NameNativeWrapper(MemoryReader& memory, uint64_t nmethod,
+                                          int32_t compile_id, std::vector<JavaFrame>* out) {
+  out->clear();
+  if (!PlausiblePointer(nmethod)) {
+    ++stats_.nmethods_implausible;
+    return NameStatus::kImplausible;
   }
-  return result;
+  int64_t actual_id = 0;
+  uint64_t method = 0;
+  NameStatus status = ReadSignedField(memory, nmethod, layout_.nmethod_compile_id, &actual_id);
+  if (status == NameStatus::kOk && actual_id != compile_id) status = NameStatus::kStale;
+  if (status == NameStatus::kOk)
+    status = ReadField(memory, nmethod, layout_.nmethod_method, &method);
+  if (status != NameStatus::kOk) {
+    CountNmethodFailure(status);
+    return status;
+  }
+  const MethodInfo* info = NameMethod(memory, method, &status);
+  if (info == nullptr) return status;
+  out->push_back({.method = info});
+  return NameStatus::kOk;
 }
 
 void MethodNamer::NextGeneration() {
@@ -561,8 +614,15 @@ void MethodNamer::NextGeneration() {
                 [&](const auto& item) { return item.second.generation + 2 <= generation_; });
   std::erase_if(symbols_,
                 [&](const auto& item) { return item.second.generation + 2 <= generation_; });
-  std::erase_if(nmethods_,
-                [&](const auto& item) { return item.second.generation + 2 <= generation_; });
+  std::erase_if(nmethods_, [&](const auto& item) {
+    if (item.second.generation + 2 > generation_) return false;
+    cached_scope_bytes_ -= ScopeTableBytes(item.second);
+    return true;
+  });
+}
+
+size_t MethodNamer::ScopeTableBytes(const ScopeTables& tables) {
+  return tables.metadata.size() * sizeof(uint64_t) + tables.scopes_data.size() + tables.pcs.size();
 }
 
 void FillFrame(const JavaFrame& java, Frame* frame) {

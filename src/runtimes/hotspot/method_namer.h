@@ -28,6 +28,10 @@ inline constexpr uint32_t kMaxLineTableBytes = 64 << 10;
 inline constexpr size_t kMaxCachedMethods = 1 << 16;
 inline constexpr size_t kMaxCachedSymbols = 1 << 16;
 inline constexpr size_t kMaxCachedNmethods = 1 << 12;
+// The scope tables of the cached nmethods together.
+inline constexpr size_t kMaxCachedScopeTableBytes = 16 << 20;
+// The most of one Symbol read: frames cut names to kMaxNameBytes.
+inline constexpr size_t kMaxSymbolBytes = 1024;
 
 struct MethodInfo {
   uint64_t method = 0;        // Method*
@@ -113,10 +117,15 @@ class MethodNamer {
   // `nmethod`, innermost (the most deeply inlined) first; `compile_id` is the one recorded with
   // the sample. A return address is looked up exactly; a leaf pc with no PcDesc of its own by the
   // PcDesc its code path reaches first (FollowToPcDesc), else at or after (PcMatch). When the
-  // pc has no scopes, one frame of the nmethod's own method with no line. On failure `out` holds
-  // what was named before it.
+  // pc has no scopes (or they do not decode, counted in scopes_failed), one frame of the
+  // nmethod's own method with no line, and kOk. On failure `out` holds what was named before it.
   NameStatus NameCompiled(MemoryReader& memory, uint64_t nmethod, int32_t compile_id,
                           int32_t pc_offset, PcMatch match, std::vector<JavaFrame>* out);
+
+  // A JNI wrapper (a native method's nmethod): its PcDesc table is empty, so its method is read
+  // from the nmethod directly; one frame, line unknown. `compile_id` as for NameCompiled.
+  NameStatus NameNativeWrapper(MemoryReader& memory, uint64_t nmethod, int32_t compile_id,
+                               std::vector<JavaFrame>* out);
 
   // Drops entries not used in the last two generations (call after an interval is written).
   void NextGeneration();
@@ -170,11 +179,13 @@ class MethodNamer {
                                         const PcDescLayout& layout, int32_t pc_offset);
   void CountMethodFailure(NameStatus status);
   void CountNmethodFailure(NameStatus status);
+  static size_t ScopeTableBytes(const ScopeTables& tables);
 
   const HotSpotLayout& layout_;
   std::unordered_map<uint64_t, MethodEntry> methods_;
   std::unordered_map<uint64_t, SymbolEntry> symbols_;
   std::unordered_map<NmethodKey, ScopeTables, NmethodKeyHash> nmethods_;
+  size_t cached_scope_bytes_ = 0;  // ScopeTableBytes of nmethods_
   // Names made while the method cache was full, or replaced after their Method* was reused:
   // frames handed out may point at them until the next generation.
   std::vector<std::unique_ptr<MethodInfo>> retired_;

@@ -38,7 +38,7 @@ class TableReader {
   // Strings are shared by many entries (every field of a type names it), so each is read once.
   absl::StatusOr<std::string> ReadString(uint64_t address, absl::string_view what) {
     if (address == 0) return std::string();
-    if (auto it = strings_.find(address); it != strings_.end()) return it->second;
+    if (auto it = strings_.find(address); it != strings_.end()) return Charge(it->second, what);
     std::string out;
     char buffer[kMaxNameBytes];
     uint64_t at = address;
@@ -54,7 +54,7 @@ class TableReader {
       if (nul != nullptr) {
         out.append(buffer, static_cast<const char*>(nul) - buffer);
         strings_.emplace(address, out);
-        return out;
+        return Charge(out, what);
       }
       out.append(buffer, chunk);
       at += chunk;
@@ -64,8 +64,19 @@ class TableReader {
   }
 
  private:
+  // Every string handed out is copied into a row, so the budget counts each one handed out.
+  absl::StatusOr<std::string> Charge(const std::string& text, absl::string_view what) {
+    string_bytes_ += text.size() + 1;
+    if (string_bytes_ > kMaxStringBytes) {
+      return absl::DataLossError(absl::StrCat("the tables' strings exceed ", kMaxStringBytes,
+                                              " bytes in all (at a ", what, " string)"));
+    }
+    return text;
+  }
+
   MemoryReader& reader_;
   absl::flat_hash_map<uint64_t, std::string> strings_;
+  size_t string_bytes_ = 0;
 };
 
 // The layout of one table's entries: its stride and the offsets of the members read, each checked
@@ -86,16 +97,17 @@ absl::StatusOr<EntryLayout> ReadEntryLayout(TableReader& reader, const JvmProces
     return absl::UnavailableError(
         absl::StrCat(table, " entry stride is 0: the VM structure tables are not ready yet"));
   }
-  if (*stride > kMaxEntryStride) {
+  // Every member read is 8 bytes, so a stride below 8 cannot hold one.
+  if (*stride < 8 || *stride > kMaxEntryStride) {
     return absl::DataLossError(
-        absl::StrCat(table, " entry stride ", *stride, " exceeds ", kMaxEntryStride));
+        absl::StrCat(table, " entry stride ", *stride, " is outside [8, ", kMaxEntryStride, "]"));
   }
   layout.stride = *stride;
   for (uint64_t symbol : offset_symbols) {
     absl::StatusOr<uint64_t> offset =
         reader.ReadU64(jvm.ToProcess(symbol), absl::StrCat(table, " member offset"));
     if (!offset.ok()) return offset.status();
-    if (*offset > layout.stride - 8) {
+    if (*offset > layout.stride || layout.stride - *offset < 8) {
       return absl::DataLossError(absl::StrCat(table, " member offset ", *offset,
                                               " leaves no 8 bytes in its stride ", layout.stride));
     }

@@ -22,9 +22,12 @@ namespace ember::hotspot {
 
 // Bounds on what a process's tables may state; anything past them is refused as malformed.
 inline constexpr uint64_t kMaxEntryStride = 256;
-inline constexpr size_t kMaxEntries = size_t{1} << 17;  // per table
-inline constexpr size_t kMaxNameBytes = 256;            // a name or type string, NUL included
-inline constexpr uint64_t kMaxTypeSize = 64 * 1024;     // of a type whose fields are read
+// JDK 17 has ~790 struct and ~770 type entries.
+inline constexpr size_t kMaxEntries = 16384;  // per table
+inline constexpr size_t kMaxNameBytes = 256;  // a name or type string, NUL included
+// All strings of the four tables together, NUL included, counting each row's copy.
+inline constexpr size_t kMaxStringBytes = size_t{1} << 20;
+inline constexpr uint64_t kMaxTypeSize = 64 * 1024;  // of a type whose fields are read
 
 // One VMStructEntry: a field of a VM type, non-static (its offset) or static (its address).
 struct VMStructRow {

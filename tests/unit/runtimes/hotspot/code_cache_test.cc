@@ -170,6 +170,31 @@ TEST_P(CodeCacheTest, NamesAndFrameSizesOfRealStubs) {
   EXPECT_EQ(blob.kind, BlobKind::kNativeWrapper);
 }
 
+TEST_P(CodeCacheTest, FullBlobCacheDropsItsOlderHalf) {
+  // More one-segment stubs past the fixed blobs than the cache holds.
+  std::vector<step_test::FakeBlob> stubs;
+  for (uint64_t i = 0; i < CodeCache::kCachedBlobs + 1; ++i) {
+    stubs.push_back(jvm.PutBlob(FakeJvm::kEndSeg + 2 * i, 2, "stub", 6, 0, -1));
+  }
+  CodeCache cache(jvm.layout, jvm.ReadInfo());
+  BlobInfo blob;
+  // Inserted from the highest address down, so age and address order differ.
+  for (size_t i = stubs.size(); i-- > 0;) {
+    ASSERT_EQ(cache.FindBlob(stubs[i].code_begin, jvm.memory, &blob), BlobLookup::kFound);
+    EXPECT_EQ(blob.address, stubs[i].address);
+  }
+  EXPECT_EQ(cache.cached_blobs(), CodeCache::kCachedBlobs / 2 + 1);
+  // The newest half is still there; the oldest was dropped.
+  const int reads = jvm.memory.reads;
+  for (size_t i = 0; i <= CodeCache::kCachedBlobs / 2; ++i) {
+    ASSERT_EQ(cache.FindBlob(stubs[i].code_begin, jvm.memory, &blob), BlobLookup::kFound);
+    EXPECT_EQ(blob.address, stubs[i].address);
+  }
+  EXPECT_EQ(jvm.memory.reads, reads);
+  ASSERT_EQ(cache.FindBlob(stubs.back().code_begin, jvm.memory, &blob), BlobLookup::kFound);
+  EXPECT_GT(jvm.memory.reads, reads);
+}
+
 TEST_P(CodeCacheTest, KnownBlobCostsNoReadUntilTheNextGeneration) {
   CodeCache cache(jvm.layout, jvm.ReadInfo());
   BlobInfo blob;

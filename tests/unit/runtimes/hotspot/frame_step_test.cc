@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 
+#include "runtimes/hotspot/method_namer.h"
 #include "step_fake_jvm.h"
 
 namespace ember::hotspot {
@@ -319,6 +320,49 @@ TEST_P(FrameStepTest, ReturnAddressScan) {
   jvm.PutStack(sp + frame + 8, 0x88);
   EXPECT_EQ(Step(Regs(jvm.nmethod.code_begin + 0x100, sp), false).outcome,
             StepOutcome::kBadReturnAddress);
+}
+
+TEST_P(FrameStepTest, FrameKnownWhenItsCallerIsNot) {
+  const Chain c = BuildChain();
+  const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
+  // An interpreted frame whose return address leaves the code cache: its Method* was read.
+  jvm.PutStack(c.interpreted_fp + 8, kNativeReturn);
+  JavaStep r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  EXPECT_EQ(r.outcome, StepOutcome::kBadReturnAddress);
+  EXPECT_EQ(r.frame.kind, JavaFrameKind::kInterpreted);
+  EXPECT_EQ(r.frame.object, kMethod);
+  EXPECT_EQ(r.frame.position, kStaleBcp);
+  // A compiled frame whose return address lies past the snapshot.
+  r = Step(Regs(c.compiled_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 8), false);
+  EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
+  EXPECT_EQ(r.frame.kind, JavaFrameKind::kCompiled);
+  EXPECT_EQ(r.frame.object, jvm.nmethod.address);
+  // Before the Method* is read, nothing is known.
+  r = Step(Regs(interp_pc, FakeJvm::kStack + FakeJvm::kStackBytes - 16,
+                FakeJvm::kStack + FakeJvm::kStackBytes),
+           false);
+  EXPECT_EQ(r.outcome, StepOutcome::kStackUnreadable);
+  EXPECT_EQ(r.frame.object, 0u);
+}
+
+TEST_P(FrameStepTest, InterpretedFrameChecksItsConstMethod) {
+  const Chain c = BuildChain();
+  const uint64_t interp_pc = jvm.interpreter.code_begin + 0x200;
+  // Method*'s memory unreadable: no check word.
+  JavaStep r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped);
+  EXPECT_EQ(r.frame.compile_id, 0);
+  // Readable: the cookie of its ConstMethod*, which changes with it.
+  jvm.layout.method_const_method = Field{8, 8};
+  constexpr uint64_t kConstMethod = 0x800003000;
+  jvm.memory.Map(kMethod, 0x100);
+  jvm.memory.Put<uint64_t>(kMethod + 8, kConstMethod);
+  r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  ASSERT_EQ(r.outcome, StepOutcome::kStepped);
+  EXPECT_EQ(static_cast<uint32_t>(r.frame.compile_id), ConstMethodCookie(kConstMethod));
+  jvm.memory.Put<uint64_t>(kMethod + 8, kConstMethod + 0x1000);
+  r = Step(Regs(interp_pc, c.interpreted_sp, c.interpreted_fp), false);
+  EXPECT_EQ(static_cast<uint32_t>(r.frame.compile_id), ConstMethodCookie(kConstMethod + 0x1000));
 }
 
 TEST_P(FrameStepTest, Refusals) {

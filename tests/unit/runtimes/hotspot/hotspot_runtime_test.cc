@@ -203,7 +203,7 @@ TEST_F(HotSpotRuntimeTest, ALiveJvmIsSupportedItsJavaLeafSteppedAndSplicedAsJava
             "ember_hotspot_frames_stepped_total{outcome=\"stepped\"} 1");
 }
 
-TEST_F(HotSpotRuntimeTest, AJvmNotReadyIsReadAgainOnlyAfterTheRetryInterval) {
+TEST_F(HotSpotRuntimeTest, AJvmWhoseTablesAreNotReadyIsReadAgainAtEachGeneration) {
   MetricsRegistry metrics;
   bool live = false;
   int64_t now = 1'000'000'000;
@@ -219,29 +219,27 @@ TEST_F(HotSpotRuntimeTest, AJvmNotReadyIsReadAgainOnlyAfterTheRetryInterval) {
   EXPECT_EQ(runtime.stats().processes[static_cast<size_t>(JvmOutcome::kNotReady)], 0u)
       << "counted once decided, not while pending";
 
+  // Its tables unread, a sampled frame reads nothing again (no table reads, no log line on the
+  // sampling path); each generation does, until the VM has set them up.
   FrameRegisters frame;
   frame.Set(kRegIp, 0x1000);
   frame.Set(kRegSp, 0x2000);
   StepResult result;
   RuntimeFrame runtime_frame;
   const StackMemory stack{};
-  now += HotSpotRuntime::kRetryIntervalNs - 1;
+  now += 10 * HotSpotRuntime::kRetryIntervalNs;
   EXPECT_FALSE(
       runtime.StepCodeOutsideFiles(process.pid, frame, false, stack, result, runtime_frame));
   EXPECT_EQ(runtime.stats().retries, 0u);
-  now += 1;
-  EXPECT_FALSE(
-      runtime.StepCodeOutsideFiles(process.pid, frame, false, stack, result, runtime_frame));
+  runtime.NextGeneration();
   EXPECT_EQ(runtime.stats().retries, 1u);
   EXPECT_EQ(runtime.OutcomeOf(process.pid), JvmOutcome::kNotReady);
 
   live = true;  // the VM has set its tables up
-  now += HotSpotRuntime::kRetryIntervalNs / 2;
   EXPECT_FALSE(
       runtime.StepCodeOutsideFiles(process.pid, frame, false, stack, result, runtime_frame));
-  EXPECT_EQ(runtime.stats().retries, 1u) << "within the interval of the last retry";
-  now += HotSpotRuntime::kRetryIntervalNs;
-  runtime.StepCodeOutsideFiles(process.pid, frame, false, stack, result, runtime_frame);
+  EXPECT_EQ(runtime.stats().retries, 1u) << "not on the sampling path";
+  runtime.NextGeneration();
   EXPECT_EQ(runtime.stats().retries, 2u);
   EXPECT_EQ(runtime.OutcomeOf(process.pid), JvmOutcome::kSupported);
   runtime.SyncMetrics();

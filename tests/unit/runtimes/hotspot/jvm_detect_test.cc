@@ -95,6 +95,18 @@ TEST(JvmDetectTest, DetectsLiveJvmsThroughTheirRoot) {
     ASSERT_TRUE(again.ok() && again->has_value());
     EXPECT_EQ((*again)->libjvm.get(), process.libjvm.get());
     EXPECT_EQ(files.size(), 1u);
+    // The module a process's Java frames name is libjvm's path as that process maps it, not the
+    // root another process had it opened through.
+    std::string mapped;
+    for (const MemoryMapping& m : maps) {
+      if (LooksLikeLibjvmPath(m.path)) mapped = m.path;
+    }
+    EXPECT_EQ(process.mapped_path, mapped);
+    absl::StatusOr<std::optional<JvmProcess>> other_root = DetectJvm(maps, "/", &files);
+    ASSERT_TRUE(other_root.ok() && other_root->has_value());
+    EXPECT_EQ((*other_root)->libjvm.get(), process.libjvm.get());
+    EXPECT_EQ((*other_root)->mapped_path, mapped);
+    EXPECT_FALSE(absl::StrContains(mapped, "/proc/"));
   }
 }
 

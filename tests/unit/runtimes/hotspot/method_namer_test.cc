@@ -79,6 +79,39 @@ TEST_P(MethodNamerTest, NamesAnInterpretedFrame) {
   EXPECT_EQ(namer.stats().methods_named, 1u);
 }
 
+TEST_P(MethodNamerTest, KeepsOnlyTheLineTableBytes) {
+  MethodNamer namer(image_.layout());
+  const MethodInfo* info = namer.NameMethod(image_.memory(), bar_);
+  ASSERT_NE(info, nullptr);
+  // Four entries, one escaped (1 + 2 * up to 5 bytes), and the terminator; not the page after.
+  EXPECT_GE(info->line_table.size(), 5u);
+  EXPECT_LE(info->line_table.size(), 14u);
+  EXPECT_EQ(info->line_table.capacity(), info->line_table.size());
+  EXPECT_EQ(namer.LineOf(*info, 300), 90u);
+}
+
+TEST_P(MethodNamerTest, LongSymbolsAreReadInPart) {
+  // A 3000-byte name is read to kMaxSymbolBytes; one whose cut falls inside a two-byte
+  // character, or between the halves of a surrogate pair, loses that character.
+  const std::string cut_two_byte = std::string(kMaxSymbolBytes - 1, 'a') + "\xC3\xA9tail";
+  const std::string cut_pair =
+      std::string(kMaxSymbolBytes - 4, 'b') + "\xED\xA0\xBD\xED\xB8\x80tail";
+  struct Case {
+    std::string name;
+    std::string expected;
+  };
+  for (const Case& c : {Case{std::string(3000, 'x'), std::string(kMaxSymbolBytes, 'x')},
+                        Case{cut_two_byte, std::string(kMaxSymbolBytes - 1, 'a')},
+                        Case{cut_pair, std::string(kMaxSymbolBytes - 4, 'b')}}) {
+    const uint64_t method = image_.AddMethod(foo_, {.name = c.name, .signature = "()V"});
+    MethodNamer namer(image_.layout());
+    NameStatus status = NameStatus::kOk;
+    const MethodInfo* info = namer.NameMethod(image_.memory(), method, &status);
+    ASSERT_NE(info, nullptr) << static_cast<int>(status);
+    EXPECT_EQ(info->method_name, c.expected);
+  }
+}
+
 TEST_P(MethodNamerTest, HiddenClassesNoSourceNoLines) {
   JavaClass lambda = image_.AddClass("com/example/Foo$$Lambda+0x0000000801001234", "");
   const uint64_t run = image_.AddMethod(lambda, {.name = "run", .signature = "()V"});
@@ -126,9 +159,14 @@ TEST_P(MethodNamerTest, LeafPcFollowsItsCodePathToAPcDesc) {
   ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 200, PcMatch::kAtOrAfter, &frames),
             NameStatus::kOk);
   EXPECT_EQ(namer.stats().leaf_paths_ended, 1u);
-  // Return addresses stay exact.
+  // Return addresses stay exact: one with no PcDesc of its own follows no path, and is the
+  // nmethod's own method with no line.
+  const uint64_t followed = namer.stats().leaf_paths_followed;
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 50, PcMatch::kExact, &frames),
-            NameStatus::kImplausible);
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].line, 0u);
+  EXPECT_EQ(namer.stats().leaf_paths_followed, followed);
   EXPECT_EQ(namer.stats().nmethods_decoded, 1u);
 }
 
@@ -176,7 +214,7 @@ TEST_P(MethodNamerTest, InlinedScopesInnermostFirst) {
   EXPECT_EQ(frames[0].line, 0u);
   // A return address with no PcDesc of its own: named by the nmethod's method, counted.
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 77, 41, PcMatch::kExact, &frames),
-            NameStatus::kImplausible);
+            NameStatus::kOk);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
   EXPECT_EQ(namer.stats().scopes_failed, 1u);
@@ -319,7 +357,8 @@ TEST_P(MethodNamerTest, HostileMethodsAreCountedFailures) {
   EXPECT_EQ(namer.NameMethod(image_.memory(), garbled, &status), nullptr);
   EXPECT_EQ(status, NameStatus::kImplausible);
 
-  // A Symbol whose length runs past its memory: one bounded read that fails.
+  // A Symbol whose length runs past what it holds: read only to kMaxSymbolBytes, which hold no
+  // name (the bytes after it are not UTF-8), or fail where memory ends.
   JavaClass huge = image_.AddClass("com/example/Huge", "");
   const uint64_t long_name = image_.AddSymbol("short");
   image_.memory().Put<uint16_t>(long_name + layout.symbol_length.offset, 0xFFFF);
@@ -328,7 +367,8 @@ TEST_P(MethodNamerTest, HostileMethodsAreCountedFailures) {
       image_.ConstMethodOf(method) + layout.const_method_name_index.offset,
       image_.AddPoolSymbol(huge, long_name));
   EXPECT_EQ(namer.NameMethod(image_.memory(), method, &status), nullptr);
-  EXPECT_EQ(status, NameStatus::kReadFailed);
+  EXPECT_TRUE(status == NameStatus::kImplausible || status == NameStatus::kReadFailed)
+      << static_cast<int>(status);
 
   // No pool holder.
   JavaClass orphan = image_.AddClass("com/example/Orphan", "");
@@ -364,6 +404,45 @@ TEST_P(MethodNamerTest, BadSourceOrLinesStillName) {
   EXPECT_EQ(namer.stats().source_files_failed, 1u);
 }
 
+TEST_P(MethodNamerTest, NativeWrapperNamedByItsMethod) {
+  // A JNI wrapper's nmethod has no PcDescs: its method is the nmethod's.
+  const uint64_t wrapper = image_.AddNmethod(bar_, 90, {}, {}, {});
+  MethodNamer namer(image_.layout());
+  std::vector<JavaFrame> frames;
+  ASSERT_EQ(namer.NameNativeWrapper(image_.memory(), wrapper, 90, &frames), NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(frames[0].line, 0u);
+  // As compiled code too: no PcDesc, so the fallback frame, named and counted.
+  ASSERT_EQ(namer.NameCompiled(image_.memory(), wrapper, 90, 12, PcMatch::kExact, &frames),
+            NameStatus::kOk);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
+  EXPECT_EQ(namer.stats().scopes_failed, 1u);
+  // Another compile id at its address: stale.
+  EXPECT_EQ(namer.NameNativeWrapper(image_.memory(), wrapper, 91, &frames), NameStatus::kStale);
+  EXPECT_TRUE(frames.empty());
+  EXPECT_EQ(namer.stats().nmethods_stale, 1u);
+}
+
+TEST_P(MethodNamerTest, ScopeTableCacheHasAByteBudget) {
+  // Nmethods of ~1 MiB of scopes data each: the cache stops taking them at its byte budget.
+  const std::vector<uint8_t> big(kMaxScopeTableBytes - 4096, 0);
+  const std::vector<uint8_t> pcs = EncodePcDescs({{10, 0}});
+  MethodNamer namer(image_.layout());
+  std::vector<JavaFrame> frames;
+  const size_t count = kMaxCachedScopeTableBytes / big.size() + 2;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t id = static_cast<int32_t>(100 + i);
+    const uint64_t nmethod = image_.AddNmethod(bar_, id, {bar_}, big, pcs);
+    ASSERT_EQ(namer.NameCompiled(image_.memory(), nmethod, id, 10, PcMatch::kExact, &frames),
+              NameStatus::kOk);
+  }
+  EXPECT_EQ(namer.stats().nmethods_decoded, count);
+  EXPECT_GE(namer.stats().not_cached, 1u);
+  EXPECT_LE(namer.stats().not_cached, 3u);
+}
+
 TEST_P(MethodNamerTest, HostileNmethods) {
   const HotSpotLayout& layout = image_.layout();
   const uint8_t x = layout.unsigned5_excluded;
@@ -380,9 +459,9 @@ TEST_P(MethodNamerTest, HostileNmethods) {
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 10, PcMatch::kExact, &frames),
             NameStatus::kImplausible);
   EXPECT_TRUE(frames.empty());
-  // The loop stops after one scope; its method is still named.
+  // The loop stops after one scope: the chain did not decode, so the nmethod's own method.
   EXPECT_EQ(namer.NameCompiled(image_.memory(), nmethod, 5, 20, PcMatch::kExact, &frames),
-            NameStatus::kImplausible);
+            NameStatus::kOk);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].method->function, "com.example.Foo.bar");
   EXPECT_EQ(namer.stats().scopes_failed, 2u);

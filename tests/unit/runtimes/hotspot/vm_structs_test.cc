@@ -167,6 +167,46 @@ TEST(VmStructsFakeTest, HugeStrideIsRefused) {
   }
 }
 
+TEST(VmStructsFakeTest, StrideBelowOneWordIsRefused) {
+  // A stride under 8 leaves no room for the 8-byte members every row is read at.
+  for (uint64_t stride : {uint64_t{1}, uint64_t{4}, uint64_t{7}}) {
+    FakeTables tables;
+    FakeMemory memory;
+    tables.Build(memory);
+    memory.WriteU64(tables.Sym(&VMStructsSymbols::type_stride), stride);
+    absl::StatusOr<VMTables> raw = ReadVMTables(memory, tables.Process());
+    ASSERT_FALSE(raw.ok()) << stride;
+    EXPECT_EQ(raw.status().code(), absl::StatusCode::kDataLoss) << raw.status();
+    EXPECT_TRUE(absl::StrContains(raw.status().message(), "stride")) << raw.status();
+  }
+}
+
+TEST(VmStructsFakeTest, StringBytesAreBudgeted) {
+  FakeTables tables;
+  FakeMemory memory;
+  tables.Build(memory);
+  // A long-constants table whose rows all name one long string: each row's copy counts, so the
+  // table is refused well before kMaxEntries rows.
+  constexpr uint64_t kLong = FakeTables::kStrings + 0x80000;
+  const std::string name(kMaxNameBytes - 1, 'L');
+  memory.Write(kLong, name.c_str(), name.size() + 1);
+  const size_t rows = kMaxStringBytes / kMaxNameBytes + 1;
+  ASSERT_LT(rows, kMaxEntries);
+  constexpr uint64_t kRows = 0x40000000;
+  memory.Map(kRows, (rows + 1) * 16);
+  for (size_t i = 0; i < rows; ++i) memory.WriteU64(kRows + i * 16, kLong);
+  memory.WriteU64(tables.Sym(&VMStructsSymbols::long_constants), kRows);
+  absl::StatusOr<VMTables> raw = ReadVMTables(memory, tables.Process());
+  ASSERT_FALSE(raw.ok());
+  EXPECT_EQ(raw.status().code(), absl::StatusCode::kDataLoss) << raw.status();
+  EXPECT_TRUE(absl::StrContains(raw.status().message(), "strings exceed")) << raw.status();
+
+  // Half as many rows fit in the budget.
+  memory.WriteU64(kRows + (rows / 2) * 16, 0);
+  raw = ReadVMTables(memory, tables.Process());
+  EXPECT_TRUE(raw.ok()) << raw.status();
+}
+
 TEST(VmStructsFakeTest, MemberOffsetOutsideStrideIsRefused) {
   for (uint64_t offset : {uint64_t{41}, uint64_t{48}, ~uint64_t{0}}) {
     FakeTables tables;
