@@ -2,8 +2,6 @@
 // exited: the agent reads samples late, so a JVM's last samples often arrive after its exit.
 // Where the JVM keeps frame pointers (-XX:+PreserveFramePointer) the walk goes on by rbp; that
 // side is checked by bpf.JavaJitTest, whose JVM does.
-#include "runtimes/hotspot/hotspot_runtime.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,6 +12,7 @@
 #include "process/process_table.h"
 #include "runtimes/hotspot/code_cache.h"
 #include "runtimes/hotspot/frame_step.h"
+#include "runtimes/hotspot/hotspot_runtime.h"
 #include "runtimes/hotspot/vm_structs.h"
 #include "runtimes/process_memory.h"
 #include "status/metrics_registry.h"
