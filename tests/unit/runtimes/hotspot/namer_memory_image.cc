@@ -104,6 +104,7 @@ void FakeMemory::Map(uint64_t address, size_t size) { regions_[address].assign(s
 void FakeMemory::Unmap(uint64_t address) { regions_.erase(address); }
 
 void FakeMemory::Write(uint64_t address, const void* data, size_t size) {
+  if (size == 0) return;  // an empty table's data may be null, which memcpy must not be given
   auto it = regions_.upper_bound(address);
   if (it == regions_.begin()) throw std::out_of_range("write outside the image");
   --it;
