@@ -2,7 +2,6 @@
 #include "runtimes/hotspot/hotspot_runtime.h"
 
 #include <chrono>
-#include <span>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -38,14 +37,6 @@ constexpr int kFailedTries = 3;
 // The longest blob name read, NUL excluded.
 constexpr size_t kMaxBlobNameBytes = 64;
 
-// The first mapping of libjvm.so, as DetectJvm finds it; nullptr when the process maps none.
-const MemoryMapping* FirstLibjvmMapping(std::span<const MemoryMapping> mappings) {
-  for (const MemoryMapping& mapping : mappings) {
-    if (mapping.IsFileBacked() && LooksLikeLibjvmPath(mapping.path)) return &mapping;
-  }
-  return nullptr;
-}
-
 // Adds an estimate of what `frame` holds to `bytes`; returns it.
 size_t AddFrameBytes(const Frame& frame, size_t& bytes) {
   const size_t added = sizeof(std::unique_ptr<Frame>) + sizeof(Frame) + frame.function.capacity() +
@@ -73,9 +64,6 @@ struct HotSpotRuntime::Jvm {
   // kept (a libjvm that could not be read is counted and logged once, not at every maps change).
   uint64_t libjvm_start = 0;
   FileIdentity libjvm_file;
-  // The path the process maps it at, the module of its Java frames: the file's reading may be
-  // shared with another process and name that one's /proc/PID/root.
-  std::string module;
   // Compiled frames stepped whose rbp was, or was not, their own frame pointer (as under
   // -XX:+PreserveFramePointer): whether the frame-pointer rule can stand in for the step.
   uint64_t frames_keeping_fp = 0;
@@ -162,7 +150,7 @@ std::optional<JvmOutcome> HotSpotRuntime::OutcomeOf(uint32_t pid) const {
 }
 
 void HotSpotRuntime::ProcessMapsChanged(const Process& process) {
-  const MemoryMapping* mapped = FirstLibjvmMapping(process.mappings);
+  const MemoryMapping* mapped = FindLibjvmMapping(process.mappings);
   auto found = jvms_.find(process.pid);
   if (mapped == nullptr) {  // not a JVM (any more)
     if (found != jvms_.end()) jvms_.erase(found);
@@ -184,7 +172,6 @@ void HotSpotRuntime::ProcessMapsChanged(const Process& process) {
   jvm->name = process.name;
   jvm->libjvm_start = mapped->start;
   jvm->libjvm_file = mapped->file;
-  jvm->module = mapped->path;
   if (!detected.ok()) {
     jvm->outcome = hotspot::OutcomeOf(detected.status());
     if (jvm->outcome == JvmOutcome::kNotReady) {  // no JVM read yet: detected again next time
@@ -378,7 +365,7 @@ void HotSpotRuntime::NameStub(Jvm& jvm, const RuntimeFrame& frame, NamedFrames& 
   auto stub = std::make_unique<Frame>();
   stub->kind = FrameKind::kJvm;
   stub->function = absl::StrCat("[jvm] ", absl::string_view(name, length));
-  stub->module = jvm.module;
+  stub->module = jvm.process.mapped_path;
   CapFrameNames(*stub);
   frame_bytes_ += AddFrameBytes(*stub, named.bytes);
   named.frames.push_back(std::move(stub));
@@ -454,7 +441,7 @@ const HotSpotRuntime::NamedFrames& HotSpotRuntime::Name(Jvm& jvm, const RuntimeF
   for (const JavaFrame& java : java_frames_) {
     auto named_frame = std::make_unique<Frame>();
     FillFrame(java, named_frame.get());
-    named_frame->module = jvm.module;
+    named_frame->module = jvm.process.mapped_path;
     CapFrameNames(*named_frame);
     frame_bytes_ += AddFrameBytes(*named_frame, named.bytes);
     named.frames.push_back(std::move(named_frame));

@@ -188,16 +188,17 @@ absl::StatusOr<std::shared_ptr<const LibjvmInfo>> LibjvmFiles::Inspect(
   return shared;
 }
 
+const MemoryMapping* FindLibjvmMapping(std::span<const MemoryMapping> mappings) {
+  for (const MemoryMapping& mapping : mappings) {
+    if (mapping.IsFileBacked() && LooksLikeLibjvmPath(mapping.path)) return &mapping;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::optional<JvmProcess>> DetectJvm(std::span<const MemoryMapping> mappings,
                                                     const std::string& root, LibjvmFiles* files,
                                                     const std::string& proc_dir) {
-  const MemoryMapping* found = nullptr;
-  for (const MemoryMapping& mapping : mappings) {
-    if (mapping.IsFileBacked() && LooksLikeLibjvmPath(mapping.path)) {
-      found = &mapping;
-      break;
-    }
-  }
+  const MemoryMapping* found = FindLibjvmMapping(mappings);
   if (found == nullptr) return std::nullopt;
   const FileLocation location(
       root, found->path, found->file,

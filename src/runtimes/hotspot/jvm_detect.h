@@ -87,6 +87,10 @@ absl::StatusOr<LibjvmInfo> InspectLibjvm(const FileLocation& location);
 // True for paths whose file name is exactly libjvm.so (any directory).
 bool LooksLikeLibjvmPath(const std::string& path);
 
+// The first file-backed mapping of libjvm.so among `mappings` (the one DetectJvm reads); nullptr
+// when the process maps none.
+const MemoryMapping* FindLibjvmMapping(std::span<const MemoryMapping> mappings);
+
 // A JVM process: its libjvm and where the process loaded it.
 struct JvmProcess {
   std::shared_ptr<const LibjvmInfo> libjvm;
