@@ -2,6 +2,8 @@
 // (pprof files, the flame graph, OTLP export requests).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -97,6 +99,33 @@ inline void CapFrameNames(Frame& frame) {
   }
 }
 
+// The span a thread was serving when it was sampled, as its OpenTelemetry thread context said
+// (docs/trace-context.md): W3C trace and span ids, in their wire byte order.
+struct TraceLink {
+  std::array<uint8_t, 16> trace_id{};  // all zero: none
+  std::array<uint8_t, 8> span_id{};
+  bool empty() const {
+    return std::all_of(trace_id.begin(), trace_id.end(), [](uint8_t b) { return b == 0; });
+  }
+  bool operator==(const TraceLink&) const = default;
+};
+
+// One attribute of a sample's thread context, keyed by the name its process's key map gives.
+struct SampleAttribute {
+  std::string_view key;
+  std::string_view value;
+  bool operator==(const SampleAttribute&) const = default;
+};
+
+// What a sample says beyond its stack about the work it did: the span and the thread context's
+// attributes (one per key, in record order). Empty for a thread that published none. Samples
+// with different contexts are counted apart.
+struct SampleContext {
+  TraceLink link;
+  std::span<const SampleAttribute> attributes;
+  bool empty() const { return link.empty() && attributes.empty(); }
+};
+
 // One stack's count in an interval. Its names and frame list are views, of the interval's arena
 // (IntervalProfile::AddSample) or of storage that outlives the interval.
 struct StackSample {
@@ -105,6 +134,7 @@ struct StackSample {
   std::string_view thread;               // thread name at sample time
   std::span<const Frame* const> frames;  // leaf first: kernel frames, then user frames
   int64_t count = 0;
+  SampleContext context = {};  // its views are of the interval's arena too
 };
 
 // A string label every sample of one process carries, e.g. {"container.id", "3e8f..."} or
@@ -162,9 +192,11 @@ struct IntervalProfile {
     return it != process_metadata.end() ? &it->second : nullptr;
   }
 
-  // Appends a sample whose names (cut to kMaxNameBytes) and frames are copied into the arena.
+  // Appends a sample whose names (cut to kMaxNameBytes), frames and context are copied into the
+  // arena.
   StackSample& AddSample(uint32_t pid, std::string_view process, std::string_view thread,
-                         std::span<const Frame* const> frames, int64_t count) {
+                         std::span<const Frame* const> frames, int64_t count,
+                         const SampleContext& context = {}) {
     std::string process_storage;
     std::string thread_storage;
     process = CapNameView(process, NameKind::kProcess, process_storage);
@@ -173,7 +205,20 @@ struct IntervalProfile {
                                             .process = arena.CopyString(process),
                                             .thread = arena.CopyString(thread),
                                             .frames = arena.CopyFrames(frames),
-                                            .count = count});
+                                            .count = count,
+                                            .context = CopyContext(context)});
+  }
+
+  // `context` with its attributes' text and list in the arena.
+  SampleContext CopyContext(const SampleContext& context) {
+    if (context.attributes.empty()) return {.link = context.link};
+    std::vector<SampleAttribute> copied(context.attributes.begin(), context.attributes.end());
+    for (SampleAttribute& attribute : copied) {
+      attribute.key = arena.CopyString(attribute.key);
+      attribute.value = arena.CopyString(attribute.value);
+    }
+    return {.link = context.link,
+            .attributes = arena.CopySpan(std::span<const SampleAttribute>(copied))};
   }
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,16 @@ class SampleArena {
     auto* at = static_cast<const Frame**>(Allocate(frames.size_bytes(), alignof(const Frame*)));
     std::copy(frames.begin(), frames.end(), at);
     return {at, frames.size()};
+  }
+
+  // Copies trivially copyable values (views stay views: copy what they point at first).
+  template <typename T>
+  std::span<const T> CopySpan(std::span<const T> values) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (values.empty()) return {};
+    auto* at = static_cast<T*>(Allocate(values.size_bytes(), alignof(T)));
+    std::memcpy(static_cast<void*>(at), values.data(), values.size_bytes());
+    return {at, values.size()};
   }
 
   std::string_view CopyString(std::string_view text) {
