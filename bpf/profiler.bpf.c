@@ -60,6 +60,10 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   s->user_snapshot_bytes = 0;
   s->python_depth = 0;
   s->python_status = EMBER_PYTHON_NOT_WALKED;
+  s->context_bytes = 0;
+  s->context_status = EMBER_CONTEXT_NOT_READ;
+  s->reserved8 = 0;
+  s->reserved = 0;
   bpf_get_current_comm(s->comm, sizeof(s->comm));
   PHASE(EMBER_PHASE_HEADER);
   PHASE(EMBER_PHASE_TIMER);

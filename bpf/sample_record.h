@@ -9,7 +9,7 @@
 #endif
 
 /* Bumped whenever the layout below changes. */
-#define EMBER_RECORD_VERSION 4
+#define EMBER_RECORD_VERSION 5
 
 #define EMBER_MAX_STACK_DEPTH 127
 #define EMBER_COMM_LEN 16
@@ -32,6 +32,39 @@
 
 enum ember_record_kind {
   EMBER_RECORD_SAMPLE = 1,
+};
+
+/* Most bytes of an OpenTelemetry thread-context record copied per sample (docs/trace-context.md):
+ * its 28-byte header and up to 612 bytes of attributes (the OTEP recommends records under 640). */
+#define EMBER_CONTEXT_HEADER_BYTES 28
+#define EMBER_MAX_CONTEXT_BYTES 640
+
+/* How a process's threads reach their thread-context pointer (the TLS variable
+ * otel_thread_ctx_v1), from the thread pointer (the task's fs base; x86-64 TLS variant II). */
+enum ember_context_tls_kind {
+  EMBER_CONTEXT_TLS_TP_OFFSET = 1, /* at fs base + offset (static TLS: executable, libraries
+                                      loaded at start, TLSDESC resolved to a static offset) */
+  EMBER_CONTEXT_TLS_DTV = 2,       /* at the block of module_id in the thread's DTV + offset */
+};
+
+/* Value of the `context_procs` map, key: pid (tgid in the initial pid namespace). Written by the
+ * agent (src/context/) for each process whose thread context it resolved. */
+struct ember_context_proc {
+  __s64 offset;
+  __u64 module_id;        /* EMBER_CONTEXT_TLS_DTV: the module's index in the DTV */
+  __u8 kind;              /* enum ember_context_tls_kind */
+  __u8 dtv_entry_shift;   /* log2 of a DTV entry's size: 4 with glibc, 3 with musl */
+  __u8 reserved[6];
+};
+
+/* ember_sample.context_status: what the thread-context read found. */
+enum ember_context_status {
+  EMBER_CONTEXT_NOT_READ = 0,    /* the process publishes no thread context the agent resolved */
+  EMBER_CONTEXT_OK = 1,          /* a record with valid == 1: context_bytes of it follow */
+  EMBER_CONTEXT_NONE = 2,        /* the thread's pointer is NULL: it serves no span now */
+  EMBER_CONTEXT_INVALID = 3,     /* the record's valid byte is not 1 (being written, or bogus) */
+  EMBER_CONTEXT_READ_FAILED = 4, /* the TLS slot, the pointer or the record could not be read */
+  EMBER_CONTEXT_NO_TLS_BLOCK = 5 /* the thread has no block of that module yet (its DTV entry) */
 };
 
 /* ember_sample.flags */
@@ -179,7 +212,8 @@ struct ember_unwind_proc {
 /* One CPU sample. Variable length: the fixed header, then user_regs, then kernel_depth kernel
  * addresses and user_depth frame-pointer user addresses (each leaf first), then
  * user_snapshot_bytes bytes of the user stack copied from user_regs[EMBER_USER_REG_SP] upwards,
- * then (from the next multiple of 8) python_depth struct ember_python_frame, leaf first.
+ * then (from the next multiple of 8) python_depth struct ember_python_frame, leaf first, then
+ * context_bytes of the thread-context record.
  * A record has a snapshot or frame-pointer user addresses, not both. Only the bytes actually used
  * travel through the ring buffer. */
 struct ember_sample {
@@ -197,9 +231,14 @@ struct ember_sample {
   __u32 user_snapshot_bytes;
   __u16 python_depth;                    /* ember_python_frame records at the end */
   __u16 python_status;                   /* enum ember_python_status */
+  __u16 context_bytes;                   /* thread-context record bytes at the end */
+  __u8 context_status;                   /* enum ember_context_status */
+  __u8 reserved8;
+  __u32 reserved;
   __u64 user_regs[EMBER_USER_REG_COUNT]; /* valid with EMBER_SAMPLE_USER_REGS, else zero */
   /* Followed by __u64 ips[kernel_depth + user_depth], the snapshot bytes, padding to 8 bytes,
-   * then struct ember_python_frame python[python_depth]. */
+   * then struct ember_python_frame python[python_depth], then context_bytes bytes of the
+   * thread's context record (header and attributes, as in its memory). */
 };
 
 /* Indexes of the per-CPU counters in the `stats` map. */

@@ -145,6 +145,13 @@ struct ProcessLabel {
   bool operator==(const ProcessLabel&) const = default;
 };
 
+// Resource keys whose value the agent measures itself, which a process cannot override by what it
+// publishes: process.pid, process.executable.*, container.id, host.* and k8s.*.
+inline bool IsMeasuredResourceKey(std::string_view key) {
+  return key == "process.pid" || key.starts_with("process.executable.") || key == "container.id" ||
+         key.starts_with("host.") || key.starts_with("k8s.");
+}
+
 // What is known of one process beyond its samples: its executable, its container and that
 // container's pod. Empty fields are unknown and left out by the writers.
 struct ProcessMetadata {
@@ -154,6 +161,10 @@ struct ProcessMetadata {
   std::string service_name = {};  // derived from the workload (e.g. a Kubernetes deployment)
   // Further attributes of the process's own (k8s.namespace.name, k8s.pod.name, ...), in order.
   std::vector<ProcessLabel> attributes = {};
+  // What the process published about itself (its OpenTelemetry process context's resource
+  // attributes: service.name, service.version, ...), in order: wins over what the agent derives,
+  // except the keys the agent measures (IsMeasuredResourceKey).
+  std::vector<ProcessLabel> published = {};
   bool operator==(const ProcessMetadata&) const = default;
 };
 
@@ -163,9 +174,11 @@ inline void CapMetadataNames(ProcessMetadata& metadata) {
                             &metadata.container_id, &metadata.service_name}) {
     CapName(*text, NameKind::kLabel);
   }
-  for (ProcessLabel& attribute : metadata.attributes) {
-    CapName(attribute.key, NameKind::kLabel);
-    CapName(attribute.value, NameKind::kLabel);
+  for (auto* labels : {&metadata.attributes, &metadata.published}) {
+    for (ProcessLabel& attribute : *labels) {
+      CapName(attribute.key, NameKind::kLabel);
+      CapName(attribute.value, NameKind::kLabel);
+    }
   }
 }
 

@@ -21,3 +21,18 @@ class RuntimeBpfConfig {
 };
 
 }  // namespace ember
+
+namespace ember {
+
+// Where the thread-context reader (src/context/) tells the BPF program how each process's threads
+// reach their OpenTelemetry thread-context record. BpfProfiler implements it; tests record calls.
+class ThreadContextBpfConfig {
+ public:
+  virtual ~ThreadContextBpfConfig() = default;
+  // Copies the record of each sampled thread of `pid` as `config` says, from its next sample on.
+  virtual absl::Status SetThreadContextProcess(uint32_t pid, const ember_context_proc& config) = 0;
+  // Stops reading them; no-op for a pid without an entry.
+  virtual void RemoveThreadContextProcess(uint32_t pid) = 0;
+};
+
+}  // namespace ember

@@ -24,8 +24,10 @@ static_assert(offsetof(ember_sample, comm) == 40);
 static_assert(offsetof(ember_sample, user_snapshot_bytes) == 56);
 static_assert(offsetof(ember_sample, python_depth) == 60);
 static_assert(offsetof(ember_sample, python_status) == 62);
-static_assert(offsetof(ember_sample, user_regs) == 64);
-static_assert(sizeof(ember_sample) == 64 + 8 * EMBER_USER_REG_COUNT);
+static_assert(offsetof(ember_sample, context_bytes) == 64);
+static_assert(offsetof(ember_sample, context_status) == 66);
+static_assert(offsetof(ember_sample, user_regs) == 72);
+static_assert(sizeof(ember_sample) == 72 + 8 * EMBER_USER_REG_COUNT);
 static_assert(sizeof(ember_sample) % 8 == 0);
 
 static_assert(offsetof(ember_python_frame, code) == 0);
@@ -41,6 +43,10 @@ static_assert(offsetof(ember_python_proc, code_type_offset) == 46);
 static_assert(offsetof(ember_python_proc, minor) == 48);
 static_assert(offsetof(ember_python_proc, frame_header_bytes) == 51);
 static_assert(offsetof(ember_python_proc, flags) == 52);
+
+static_assert(offsetof(ember_context_proc, module_id) == 8);
+static_assert(offsetof(ember_context_proc, kind) == 16);
+static_assert(sizeof(ember_context_proc) == 24);
 
 static_assert(offsetof(ember_unwind_row, pc) == 0);
 static_assert(offsetof(ember_unwind_row, cfa_offset) == 8);
@@ -69,6 +75,11 @@ constexpr size_t PythonFramesOffset(size_t frames, size_t snapshot_bytes) {
   return (sizeof(ember_sample) + frames * sizeof(uint64_t) + snapshot_bytes + 7) & ~size_t{7};
 }
 
+// Where a record's thread-context bytes start: right after its Python frames.
+constexpr size_t ContextOffset(size_t frames, size_t snapshot_bytes, size_t python_depth) {
+  return PythonFramesOffset(frames, snapshot_bytes) + python_depth * sizeof(ember_python_frame);
+}
+
 // A record checked against its own sizes; views point into the ring buffer.
 struct SampleView {
   const ember_sample* header = nullptr;
@@ -82,6 +93,10 @@ struct SampleView {
   // CPython frames, leaf first (header->python_status says how the walk ended); empty when the
   // process is not a configured CPython or the thread ran no Python.
   std::span<const ember_python_frame> python_frames;
+  // The sampled thread's OpenTelemetry thread-context record as its memory held it (28-byte
+  // header, then attribute bytes, at most EMBER_MAX_CONTEXT_BYTES); empty unless
+  // header->context_status is EMBER_CONTEXT_OK. Unchecked beyond its size: hostile input.
+  std::span<const uint8_t> thread_context;
 };
 
 enum class DecodeResult { kOk, kTooShort, kBadVersion, kBadKind, kBadLength };
@@ -94,6 +109,7 @@ inline DecodeResult DecodeSample(const void* data, size_t size, SampleView* out)
   const size_t frames = size_t{header->kernel_depth} + header->user_depth;
   if (header->kernel_depth > EMBER_MAX_STACK_DEPTH || header->user_depth > EMBER_MAX_STACK_DEPTH ||
       header->python_depth > EMBER_MAX_PYTHON_FRAMES ||
+      header->context_bytes > EMBER_MAX_CONTEXT_BYTES ||
       sizeof(ember_sample) + frames * sizeof(uint64_t) + header->user_snapshot_bytes > size) {
     return DecodeResult::kBadLength;
   }
@@ -119,6 +135,13 @@ inline DecodeResult DecodeSample(const void* data, size_t size, SampleView* out)
     out->python_frames = {
         reinterpret_cast<const ember_python_frame*>(static_cast<const uint8_t*>(data) + python_at),
         header->python_depth};
+  }
+  out->thread_context = {};
+  if (header->context_bytes > 0) {
+    const size_t context_at =
+        ContextOffset(frames, header->user_snapshot_bytes, header->python_depth);
+    if (context_at + header->context_bytes > size) return DecodeResult::kBadLength;
+    out->thread_context = {static_cast<const uint8_t*>(data) + context_at, header->context_bytes};
   }
   return DecodeResult::kOk;
 }
