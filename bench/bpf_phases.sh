@@ -98,7 +98,8 @@ d = {k: after[k] - before.get(k, 0) for k in after}
 # bpf/phase_times.h's enum ember_phase.
 names = {1: "header (buffer, time, cgroup, comm)", 2: "timer (an empty phase)", 3: "kernel stack",
          4: "user registers", 5: "stack end", 6: "CFI walk", 7: "snapshot / frame-pointer stack",
-         8: "known and Python lookups, Python walk", 9: "wake-up decision (ring buffer fill)",
+         8: "known and Python lookups, Python walk", 18: "thread-context lookup and read",
+         9: "wake-up decision (ring buffer fill)",
          10: "ring buffer output"}
 samples = d.get(0, 0)
 if samples == 0:
@@ -112,6 +113,6 @@ frames = d.get(12, 0)
 print(f"  per walk: {frames / walks:.1f} frames, {d.get(6, 0) / max(frames, 1):.0f} ns a frame, "
       f"{d.get(13, 0) / walks:.2f} mapping and {d.get(14, 0) / walks:.2f} row searches, "
       f"{d.get(15, 0) / walks:.2f} window reads of {d.get(16, 0) / max(d.get(15, 0), 1):.0f} bytes; "
-      f"records of {d.get(17, 0) / samples:.0f} bytes")
+      f"records of {d.get(17, 0) / samples:.0f} bytes; {d.get(19, 0)} thread-context reads")
 EOF
 done

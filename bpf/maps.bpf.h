@@ -41,7 +41,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 16384);
   __type(key, __u32);   // tgid
-  __type(value, __u8);  // EMBER_KNOWN_PROC | EMBER_KNOWN_PROC_PYTHON
+  __type(value, __u8);  // EMBER_KNOWN_PROC | EMBER_KNOWN_PROC_PYTHON | EMBER_KNOWN_PROC_CONTEXT
 } known_procs SEC(".maps");
 
 // Thread group ids to sample when filter_pids is set.
@@ -69,12 +69,15 @@ static __always_inline void stats__add(__u32 index) {
 #define PYTHON_FRAMES_MAX_AT (2 * EMBER_MAX_STACK_DEPTH * sizeof(__u64) + EMBER_MAX_SNAPSHOT_BYTES)
 #define PYTHON_FRAMES_BYTES (EMBER_MAX_PYTHON_FRAMES * sizeof(struct ember_python_frame))
 
+// Where the thread-context record of a record starts at the latest: after the Python frames.
+#define CONTEXT_MAX_AT (PYTHON_FRAMES_MAX_AT + 8 + PYTHON_FRAMES_BYTES)
+
 // A record is assembled here (too big for the 512-byte BPF stack), then copied out at its size.
 // The snapshot starts right after the last stack address, so `tail` holds both, then the Python
-// frames.
+// frames, then the thread-context record.
 struct sample_buffer {
   struct ember_sample header;
-  __u8 tail[PYTHON_FRAMES_MAX_AT + 8 + PYTHON_FRAMES_BYTES];
+  __u8 tail[CONTEXT_MAX_AT + EMBER_MAX_CONTEXT_BYTES];
 };
 
 // One buffer per CPU, indexed by CPU number: a per-CPU array cannot hold values above 32 KiB.
@@ -166,5 +169,17 @@ struct {
   __type(key, __u32);
   __type(value, struct python_scratch);
 } python_scratch SEC(".maps");
+
+// --- The thread context's (context.bpf.h, docs/trace-context.md) ---
+
+// Processes that publish an OpenTelemetry thread context the agent resolved (src/context/): how
+// their threads reach their record. Looked up only for a process that known_procs marks as having
+// an entry, or does not hold, as python_procs.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __u32);  // tgid
+  __type(value, struct ember_context_proc);
+} context_procs SEC(".maps");
 
 #endif  // EMBER_BPF_MAPS_BPF_H_

@@ -26,7 +26,9 @@ enum ember_phase {
   EMBER_PHASE_WINDOW_READS = 15,     /* count: stack window reads */
   EMBER_PHASE_WINDOW_BYTES = 16,     /* count: bytes of those reads */
   EMBER_PHASE_RECORD_BYTES = 17,     /* count: bytes of the records written */
-  EMBER_PHASE_COUNT = 18,
+  EMBER_PHASE_CONTEXT = 18,          /* ns: known_procs/context_procs lookups, the context read */
+  EMBER_PHASE_CONTEXT_READS = 19,    /* count: thread-context reads (context_procs entries hit) */
+  EMBER_PHASE_COUNT = 20,
 };
 
 #ifdef EMBER_BPF_PHASE_TIMES

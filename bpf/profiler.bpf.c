@@ -14,6 +14,7 @@
 #include "snapshot.bpf.h"
 #include "cfi_walk.bpf.h"
 #include "python_walk.bpf.h"
+#include "context.bpf.h"
 
 // bpf_get_stack and bpf_ringbuf_output are GPL-only helpers.
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -122,6 +123,7 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
   // CPython frames, for the processes the agent configured.
   const __u8 *known = has_mm ? bpf_map_lookup_elem(&known_procs, &pid) : NULL;
   const struct ember_python_proc *python = NULL;
+  __u64 python_bytes = 0;
   if (has_mm && (!known || (*known & EMBER_KNOWN_PROC_PYTHON))) {
     python = bpf_map_lookup_elem(&python_procs, &pid);
   }
@@ -141,11 +143,32 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
     if (at <= PYTHON_FRAMES_MAX_AT + 8 && bytes > 0 && bytes <= PYTHON_FRAMES_BYTES && scratch &&
         bpf_probe_read_kernel(buf->tail + at, bytes, scratch->frames) == 0) {
       s->python_depth = depth;
+      python_bytes = bytes;
       size = sizeof(struct ember_sample) + at + bytes;
     }
   }
 
   PHASE(EMBER_PHASE_PYTHON);
+  // The OpenTelemetry thread context, for the processes the agent resolved it of.
+  const struct ember_context_proc *context = NULL;
+  if (has_mm && (!known || (*known & EMBER_KNOWN_PROC_CONTEXT))) {
+    context = bpf_map_lookup_elem(&context_procs, &pid);
+  }
+  if (context) {
+    __u64 at = (((__u64)(kernel_depth + user_depth) * sizeof(__u64) + snapshot_bytes + 7) & ~7ull) +
+               python_bytes;
+    asm volatile("" : "+r"(at));
+    __u32 bytes = 0;
+    __u32 status = context__read(context, task, buf, at, &bytes);
+    context__count(status);
+    s->context_status = status;
+    if (status == EMBER_CONTEXT_OK && at <= CONTEXT_MAX_AT && bytes <= EMBER_MAX_CONTEXT_BYTES) {
+      s->context_bytes = bytes;
+      size = sizeof(struct ember_sample) + at + bytes;
+    }
+    PHASE_COUNT(EMBER_PHASE_CONTEXT_READS, 1);
+  }
+  PHASE(EMBER_PHASE_CONTEXT);
   s->flags = flags;
   s->kernel_depth = kernel_depth;
   s->user_depth = user_depth;
@@ -189,5 +212,34 @@ int profile__exec(void *ctx) {
   bpf_map_delete_elem(&known_procs, &tgid);
   bpf_map_delete_elem(&unwind_procs, &tgid);
   stack__forget_end(bpf_get_current_task_btf());
+  return 0;
+}
+
+// A process re-published its process context: prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len,
+// "OTEL_CTX") (OTEP 4719). Seen on entry, so the notice comes also where the kernel lacks
+// CONFIG_ANON_VMA_NAME and the call fails: the header is in memory all the same. Other names (glibc
+// names its thread stacks so) are not the agent's business.
+#define CONTEXT_PR_SET_VMA 0x53564d41
+#define CONTEXT_PR_SET_VMA_ANON_NAME 0
+
+SEC("tracepoint/syscalls/sys_enter_prctl")
+int profile__prctl(struct trace_event_raw_sys_enter *ctx) {
+  if (ctx->args[0] != CONTEXT_PR_SET_VMA || ctx->args[1] != CONTEXT_PR_SET_VMA_ANON_NAME) return 0;
+  __u32 pid = bpf_get_current_pid_tgid() >> 32;
+  if (pid == skip_tgid) return 0;
+  if (filter_pids && !bpf_map_lookup_elem(&pid_filter, &pid)) return 0;
+  char name[16] = {};
+  if (bpf_probe_read_user_str(name, sizeof(name), (const void *)ctx->args[4]) != 9) return 0;
+  if (name[0] != 'O' || name[1] != 'T' || name[2] != 'E' || name[3] != 'L' || name[4] != '_' ||
+      name[5] != 'C' || name[6] != 'T' || name[7] != 'X') {
+    return 0;
+  }
+  struct ember_context_notice notice = {
+      .version = EMBER_RECORD_VERSION, .kind = EMBER_RECORD_CONTEXT_NOTICE, .pid = pid};
+  if (bpf_ringbuf_output(&samples, &notice, sizeof(notice), 0) == 0) {
+    stats__add(EMBER_STAT_CONTEXT_NOTICES);
+  } else {
+    stats__add(EMBER_STAT_CONTEXT_NOTICES_LOST);
+  }
   return 0;
 }

@@ -32,6 +32,17 @@
 
 enum ember_record_kind {
   EMBER_RECORD_SAMPLE = 1,
+  EMBER_RECORD_CONTEXT_NOTICE = 2, /* struct ember_context_notice */
+};
+
+/* A process re-published its OpenTelemetry process context: it named its mapping OTEL_CTX again
+ * (prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, ...)), which the agent reads at once instead of at its
+ * next read of the process's maps. Travels in the `samples` ring buffer; starts as ember_sample
+ * does, so the kind tells the records apart. */
+struct ember_context_notice {
+  __u16 version; /* EMBER_RECORD_VERSION */
+  __u16 kind;    /* EMBER_RECORD_CONTEXT_NOTICE */
+  __u32 pid;     /* thread group id in the initial pid namespace */
 };
 
 /* Most bytes of an OpenTelemetry thread-context record copied per sample (docs/trace-context.md):
@@ -96,6 +107,8 @@ enum ember_context_status {
 /* The process has an entry in python_procs (CPython frames walked). A sample of a known process
  * without it skips that lookup. */
 #define EMBER_KNOWN_PROC_PYTHON (1u << 1)
+/* The process has an entry in context_procs (its thread-context record is copied). */
+#define EMBER_KNOWN_PROC_CONTEXT (1u << 2)
 
 /* ember_sample.python_status: how the CPython frame walk ended (the agent's WalkStatus + 1). */
 enum ember_python_status {
@@ -263,7 +276,16 @@ enum ember_stat {
   EMBER_STAT_UNWIND_COMPLETE = 12,
   EMBER_STAT_UNWIND_STOPPED = 13,
   EMBER_STAT_UNWIND_NO_TABLES = 14,
-  EMBER_STAT_COUNT = 15,
+  /* Thread-context reads of processes in context_procs, by enum ember_context_status. */
+  EMBER_STAT_CONTEXT_OK = 15,
+  EMBER_STAT_CONTEXT_NONE = 16,
+  EMBER_STAT_CONTEXT_INVALID = 17,
+  EMBER_STAT_CONTEXT_READ_FAILED = 18,
+  EMBER_STAT_CONTEXT_NO_TLS_BLOCK = 19,
+  /* Re-publish notices written (EMBER_RECORD_CONTEXT_NOTICE), and those lost: ring buffer full. */
+  EMBER_STAT_CONTEXT_NOTICES = 20,
+  EMBER_STAT_CONTEXT_NOTICES_LOST = 21,
+  EMBER_STAT_COUNT = 22,
 };
 
 #endif /* EMBER_BPF_SAMPLE_RECORD_H_ */

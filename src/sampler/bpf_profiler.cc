@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +31,9 @@ namespace ember {
 namespace {
 
 constexpr char kKernelBtf[] = "/sys/kernel/btf/vmlinux";
+constexpr char kTracefs[] = "/sys/kernel/tracing";
+constexpr char kTracefsEvents[] = "/sys/kernel/tracing/events";
+constexpr char kDebugfsEvents[] = "/sys/kernel/debug/tracing/events";
 
 int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
   char line[1024];
@@ -101,6 +106,13 @@ constexpr BpfStatField kBpfStatFields[] = {
     {EMBER_STAT_UNWIND_COMPLETE, &BpfStats::unwind_complete},
     {EMBER_STAT_UNWIND_STOPPED, &BpfStats::unwind_stopped},
     {EMBER_STAT_UNWIND_NO_TABLES, &BpfStats::unwind_no_tables},
+    {EMBER_STAT_CONTEXT_OK, &BpfStats::context_ok},
+    {EMBER_STAT_CONTEXT_NONE, &BpfStats::context_none},
+    {EMBER_STAT_CONTEXT_INVALID, &BpfStats::context_invalid},
+    {EMBER_STAT_CONTEXT_READ_FAILED, &BpfStats::context_read_failed},
+    {EMBER_STAT_CONTEXT_NO_TLS_BLOCK, &BpfStats::context_no_tls_block},
+    {EMBER_STAT_CONTEXT_NOTICES, &BpfStats::context_notices},
+    {EMBER_STAT_CONTEXT_NOTICES_LOST, &BpfStats::context_notices_lost},
 };
 
 // Every constant below EMBER_STAT_COUNT once, every member once.
@@ -260,12 +272,30 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
   if (self->exec_link_ == nullptr) {
     return ErrnoStatus(errno, "attaching to the sched_process_exec tracepoint");
   }
+  self->AttachPrctl();
   return self;
+}
+
+void BpfProfiler::AttachPrctl() {
+  // libbpf finds the tracepoint's id in tracefs, which not every host mounts. The agent is root
+  // here; a mount that fails still leaves the attach to try (debugfs may hold it).
+  if (access(kTracefsEvents, F_OK) != 0 && access(kDebugfsEvents, F_OK) != 0 &&
+      mount("nodev", kTracefs, "tracefs", 0, nullptr) != 0) {
+    spdlog::debug("mounting tracefs at {}: {}", kTracefs, strerror(errno));
+  }
+  prctl_link_ = bpf_program__attach(skeleton_->progs.profile__prctl);
+  if (prctl_link_ == nullptr) {
+    spdlog::warn(
+        "process-context re-publish notices are off (attaching to the sys_enter_prctl "
+        "tracepoint: {}): a process's context is read again only when its maps are",
+        strerror(errno));
+  }
 }
 
 BpfProfiler::~BpfProfiler() {
   for (bpf_link* link : links_) bpf_link__destroy(link);
   if (exec_link_ != nullptr) bpf_link__destroy(exec_link_);
+  if (prctl_link_ != nullptr) bpf_link__destroy(prctl_link_);
   for (int fd : perf_fds_) close(fd);
   ring_buffer__free(ring_);
   profiler_bpf__destroy(skeleton_);
@@ -273,6 +303,10 @@ BpfProfiler::~BpfProfiler() {
 
 int BpfProfiler::OnRecord(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfProfiler*>(ctx);
+  if (std::optional<uint32_t> pid = DecodeContextNotice(data, size)) {
+    if (self->context_notice_) self->context_notice_(*pid);
+    return 0;
+  }
   SampleView view;
   if (DecodeSample(data, size, &view) != DecodeResult::kOk) {
     ++self->malformed_records_;
@@ -345,8 +379,25 @@ void BpfProfiler::RemovePythonProcess(uint32_t pid) {
   UpdateKnownFlags(pid);
 }
 
+absl::Status BpfProfiler::SetThreadContextProcess(uint32_t pid, const ember_context_proc& config) {
+  if (bpf_map__update_elem(skeleton_->maps.context_procs, &pid, sizeof(pid), &config,
+                           sizeof(config), BPF_ANY) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("configuring the thread-context read of pid ", pid));
+  }
+  context_pids_.insert(pid);
+  UpdateKnownFlags(pid);
+  return absl::OkStatus();
+}
+
+void BpfProfiler::RemoveThreadContextProcess(uint32_t pid) {
+  bpf_map__delete_elem(skeleton_->maps.context_procs, &pid, sizeof(pid), 0);
+  context_pids_.erase(pid);
+  UpdateKnownFlags(pid);
+}
+
 uint8_t BpfProfiler::KnownFlags(uint32_t pid) const {
-  return EMBER_KNOWN_PROC | (python_pids_.contains(pid) ? EMBER_KNOWN_PROC_PYTHON : 0);
+  return EMBER_KNOWN_PROC | (python_pids_.contains(pid) ? EMBER_KNOWN_PROC_PYTHON : 0) |
+         (context_pids_.contains(pid) ? EMBER_KNOWN_PROC_CONTEXT : 0);
 }
 
 void BpfProfiler::UpdateKnownFlags(uint32_t pid) {
@@ -365,6 +416,9 @@ void BpfProfiler::MarkProcessKnown(uint32_t pid) {
 
 void BpfProfiler::ForgetProcess(uint32_t pid) {
   bpf_map__delete_elem(skeleton_->maps.known_procs, &pid, sizeof(pid), 0);
+  if (context_pids_.erase(pid) > 0) {
+    bpf_map__delete_elem(skeleton_->maps.context_procs, &pid, sizeof(pid), 0);
+  }
 }
 
 }  // namespace ember

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -57,16 +58,27 @@ struct BpfStats {
   uint64_t unwind_complete = 0;
   uint64_t unwind_stopped = 0;
   uint64_t unwind_no_tables = 0;
+  // OpenTelemetry thread-context reads by their result (ember_context_status).
+  uint64_t context_ok = 0;
+  uint64_t context_none = 0;
+  uint64_t context_invalid = 0;
+  uint64_t context_read_failed = 0;
+  uint64_t context_no_tls_block = 0;
+  // Process-context re-publish notices written, and lost to a full ring buffer.
+  uint64_t context_notices = 0;
+  uint64_t context_notices_lost = 0;
 };
 
 // Adds `value` to the member of `stats` that counts what the BPF program's `stats` map holds at
 // `index` (enum ember_stat); an index outside the enum adds to none.
 void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats);
 
-class BpfProfiler final : public RuntimeBpfConfig {
+class BpfProfiler final : public RuntimeBpfConfig, public ThreadContextBpfConfig {
  public:
   // Called for every record, inside Poll. Views are valid only during the call.
   using SampleHandler = std::function<void(const SampleView&)>;
+  // Called inside Poll for each process that re-published its OpenTelemetry process context.
+  using ContextNoticeHandler = std::function<void(uint32_t pid)>;
 
   static absl::StatusOr<std::unique_ptr<BpfProfiler>> Create(const BpfProfilerConfig& config,
                                                              SampleHandler handler);
@@ -96,7 +108,20 @@ class BpfProfiler final : public RuntimeBpfConfig {
   // The mark also says whether the process has a Python entry (EMBER_KNOWN_PROC_PYTHON): the
   // program looks that up only for processes marked so, or not marked at all.
   void MarkProcessKnown(uint32_t pid);
+  // Forgets the mark and the process's thread-context entry (the process exited).
   void ForgetProcess(uint32_t pid);
+  // Copies the OpenTelemetry thread-context record of each sampled thread of `pid` as `config`
+  // says (bpf/context.bpf.h), from its next sample on; one entry per process, replaced by the
+  // next call. The known_procs mark says so (EMBER_KNOWN_PROC_CONTEXT).
+  absl::Status SetThreadContextProcess(uint32_t pid, const ember_context_proc& config) override;
+  void RemoveThreadContextProcess(uint32_t pid) override;
+  // Where re-publish notices of process contexts go (prctl naming a mapping OTEL_CTX); none
+  // before it is set.
+  void set_context_notice_callback(ContextNoticeHandler callback) {
+    context_notice_ = std::move(callback);
+  }
+  // Whether the prctl tracepoint is attached: without it notices come only from maps re-reads.
+  bool context_notices_enabled() const { return prctl_link_ != nullptr; }
   // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
   UnwindMaps* unwind_maps() { return unwind_maps_.get(); }
   // Records the ring buffer held that did not decode (should stay 0).
@@ -105,6 +130,8 @@ class BpfProfiler final : public RuntimeBpfConfig {
  private:
   BpfProfiler() = default;
   static int OnRecord(void* ctx, void* data, size_t size);
+  // The re-publish notices: one warning when they cannot be had, never a failed start.
+  void AttachPrctl();
 
   // known_procs's value for `pid`, and its rewrite where there is one (after a Python change).
   uint8_t KnownFlags(uint32_t pid) const;
@@ -112,13 +139,16 @@ class BpfProfiler final : public RuntimeBpfConfig {
 
   struct profiler_bpf* skeleton_ = nullptr;
   std::vector<int> perf_fds_;
-  std::vector<struct bpf_link*> links_;   // one per CPU's perf event
-  struct bpf_link* exec_link_ = nullptr;  // sched_process_exec: forgets what an exec replaced
+  std::vector<struct bpf_link*> links_;    // one per CPU's perf event
+  struct bpf_link* exec_link_ = nullptr;   // sched_process_exec: forgets what an exec replaced
+  struct bpf_link* prctl_link_ = nullptr;  // sys_enter_prctl: process-context notices
   struct ring_buffer* ring_ = nullptr;
   SampleHandler handler_;
+  ContextNoticeHandler context_notice_;
   std::unique_ptr<UnwindMaps> unwind_maps_;
   uint64_t malformed_records_ = 0;
-  absl::flat_hash_set<uint32_t> python_pids_;  // the processes with a python_procs entry
+  absl::flat_hash_set<uint32_t> python_pids_;   // the processes with a python_procs entry
+  absl::flat_hash_set<uint32_t> context_pids_;  // the processes with a context_procs entry
 };
 
 }  // namespace ember

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 
 extern "C" {
@@ -98,6 +100,23 @@ struct SampleView {
   // header->context_status is EMBER_CONTEXT_OK. Unchecked beyond its size: hostile input.
   std::span<const uint8_t> thread_context;
 };
+
+static_assert(sizeof(ember_context_notice) == 8);
+static_assert(offsetof(ember_context_notice, kind) == offsetof(ember_sample, kind));
+static_assert(offsetof(ember_context_notice, pid) == 4);
+
+// The pid of a process-context re-publish notice (EMBER_RECORD_CONTEXT_NOTICE); nullopt for any
+// other record, and for a notice of another record version or size.
+inline std::optional<uint32_t> DecodeContextNotice(const void* data, size_t size) {
+  if (size < sizeof(ember_context_notice)) return std::nullopt;
+  ember_context_notice notice;
+  std::memcpy(&notice, data, sizeof(notice));
+  if (notice.kind != EMBER_RECORD_CONTEXT_NOTICE || notice.version != EMBER_RECORD_VERSION ||
+      size != sizeof(ember_context_notice)) {
+    return std::nullopt;
+  }
+  return notice.pid;
+}
 
 enum class DecodeResult { kOk, kTooShort, kBadVersion, kBadKind, kBadLength };
 

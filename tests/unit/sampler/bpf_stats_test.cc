@@ -31,6 +31,13 @@ TEST(BpfStatsTest, EachCounterLandsInItsNamedMember) {
   EXPECT_EQ(stats.unwind_complete, ValueOf(EMBER_STAT_UNWIND_COMPLETE));
   EXPECT_EQ(stats.unwind_stopped, ValueOf(EMBER_STAT_UNWIND_STOPPED));
   EXPECT_EQ(stats.unwind_no_tables, ValueOf(EMBER_STAT_UNWIND_NO_TABLES));
+  EXPECT_EQ(stats.context_ok, ValueOf(EMBER_STAT_CONTEXT_OK));
+  EXPECT_EQ(stats.context_none, ValueOf(EMBER_STAT_CONTEXT_NONE));
+  EXPECT_EQ(stats.context_invalid, ValueOf(EMBER_STAT_CONTEXT_INVALID));
+  EXPECT_EQ(stats.context_read_failed, ValueOf(EMBER_STAT_CONTEXT_READ_FAILED));
+  EXPECT_EQ(stats.context_no_tls_block, ValueOf(EMBER_STAT_CONTEXT_NO_TLS_BLOCK));
+  EXPECT_EQ(stats.context_notices, ValueOf(EMBER_STAT_CONTEXT_NOTICES));
+  EXPECT_EQ(stats.context_notices_lost, ValueOf(EMBER_STAT_CONTEXT_NOTICES_LOST));
 }
 
 TEST(BpfStatsTest, SumsSharesAndIgnoresIndexesOutsideTheEnum) {

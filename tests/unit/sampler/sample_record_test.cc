@@ -191,5 +191,17 @@ TEST(SampleRecordTest, RejectsPythonFramesBeyondTheRecordOrTheLimit) {
   EXPECT_EQ(view.python_frames.size(), size_t{EMBER_MAX_PYTHON_FRAMES});
 }
 
+TEST(SampleRecordTest, ContextNoticesCarryTheirPidAndAreNoSample) {
+  ember_context_notice notice{EMBER_RECORD_VERSION, EMBER_RECORD_CONTEXT_NOTICE, 4242};
+  EXPECT_EQ(DecodeContextNotice(&notice, sizeof(notice)), 4242u);
+  EXPECT_EQ(DecodeContextNotice(&notice, sizeof(notice) - 1), std::nullopt);
+  EXPECT_EQ(DecodeContextNotice(&notice, sizeof(notice) + 8), std::nullopt);
+  notice.version = EMBER_RECORD_VERSION - 1;
+  EXPECT_EQ(DecodeContextNotice(&notice, sizeof(notice)), std::nullopt);
+  // A sample is not a notice.
+  std::vector<uint8_t> bytes = Record(2, 3);
+  EXPECT_EQ(DecodeContextNotice(bytes.data(), bytes.size()), std::nullopt);
+}
+
 }  // namespace
 }  // namespace ember

@@ -35,9 +35,44 @@ TEST(SamplerMetricsTest, BpfSamplesAreTheProgramsSampleCounterReadAtEachScrape) 
               }).ok());
   EXPECT_EQ(reads, 0);  // nothing read before a scrape
   EXPECT_EQ(BpfSamples(registry), 41);
+  const int reads_per_scrape = reads;
+  EXPECT_GT(reads_per_scrape, 0);
   stats.samples = 43;
   EXPECT_EQ(BpfSamples(registry), 43);
-  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(reads, 2 * reads_per_scrape);
+}
+
+TEST(SamplerMetricsTest, ThreadContextReadsAndNoticesByResult) {
+  MetricsRegistry registry;
+  BpfStats stats;
+  stats.context_ok = 1;
+  stats.context_none = 2;
+  stats.context_invalid = 3;
+  stats.context_read_failed = 4;
+  stats.context_no_tls_block = 5;
+  stats.context_notices = 6;
+  stats.context_notices_lost = 7;
+  bool enabled = true;
+  ASSERT_TRUE(RegisterBpfSampleMetrics(
+                  registry, [&] { return stats; }, [&] { return enabled; })
+                  .ok());
+  auto exposition = testing::ParseExposition(registry.Render());
+  ASSERT_TRUE(exposition.ok()) << exposition.status();
+  const auto& samples = exposition->samples;
+  EXPECT_EQ(exposition->types.at("ember_bpf_thread_context_reads_total"), "counter");
+  EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"ok\"}"), 1);
+  EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"none\"}"), 2);
+  EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"invalid\"}"), 3);
+  EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"read_failed\"}"), 4);
+  EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"no_tls_block\"}"), 5);
+  EXPECT_EQ(samples.at("ember_bpf_context_notices_total{result=\"written\"}"), 6);
+  EXPECT_EQ(samples.at("ember_bpf_context_notices_total{result=\"lost\"}"), 7);
+  EXPECT_EQ(exposition->types.at("ember_trace_context_notices_enabled"), "gauge");
+  EXPECT_EQ(samples.at("ember_trace_context_notices_enabled"), 1);
+  enabled = false;
+  exposition = testing::ParseExposition(registry.Render());
+  ASSERT_TRUE(exposition.ok());
+  EXPECT_EQ(exposition->samples.at("ember_trace_context_notices_enabled"), 0);
 }
 
 TEST(SamplerMetricsTest, RegisteringTwiceFails) {

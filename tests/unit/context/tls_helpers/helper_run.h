@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +64,27 @@ static void *helper_spin_without_record(void *arg) {
   return NULL;
 }
 
+#ifndef PR_SET_VMA
+#define PR_SET_VMA 0x53564d41
+#define PR_SET_VMA_ANON_NAME 0
+#endif
+
+/* For each line on stdin: names a mapping "OTHER_NAME", then "OTEL_CTX", as a process re-publishing
+ * its process context does (OTEP 4719). Either may fail (a kernel without CONFIG_ANON_VMA_NAME);
+ * the call was made all the same. Prints "published N" after each. */
+static void *helper_publish_on_request(void *arg) {
+  static char page[4096] __attribute__((aligned(4096)));
+  char buffer[64];
+  int published = 0;
+  while (fgets(buffer, sizeof(buffer), stdin) != NULL) {
+    prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)page, sizeof(page), "OTHER_NAME");
+    prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)page, sizeof(page), "OTEL_CTX");
+    printf("published %d\n", ++published);
+    fflush(stdout);
+  }
+  return arg;
+}
+
 static int helper_run(int argc, char **argv, tls_address_fn address) {
   alarm(60);
   if (argc < 2) {
@@ -82,8 +104,10 @@ static int helper_run(int argc, char **argv, tls_address_fn address) {
   }
   if (strcmp(argv[1], "spin") == 0 && argc >= 3) {
     struct helper_spin_args args = {address, atoi(argv[2]) / 1000.0};
-    pthread_t other;
+    pthread_t other, publisher;
     if (pthread_create(&other, NULL, helper_spin_without_record, &args) != 0) return 1;
+    if (pthread_create(&publisher, NULL, helper_publish_on_request, NULL) != 0) return 1;
+    pthread_detach(publisher);
     *slot = &helper_record_value;
     printf("ready\n");
     fflush(stdout);

@@ -1,0 +1,169 @@
+// The BPF program copies a sampled thread's OpenTelemetry thread-context record where
+// FindThreadContextTls says its threads keep it: helpers set a known record on their main thread
+// and none on a second one, in each way a thread reaches its TLS (an offset from the thread
+// pointer, or its DTV); and a prctl naming a mapping OTEL_CTX comes back as a notice.
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "context/tls_location.h"
+#include "gtest/gtest.h"
+#include "process/process_table.h"
+#include "runtimes/process_memory.h"
+#include "sampler/bpf_profiler.h"
+#include "support/subprocess.h"
+
+namespace ember {
+namespace {
+
+const std::string kHelpers = EMBER_TLS_HELPERS;
+
+// The helpers' record (helper_run.h): its 28-byte header and 16 bytes of attributes.
+std::vector<uint8_t> ExpectedRecord() {
+  std::vector<uint8_t> bytes = {1,    2,    3,    4,    5,  6,  7,    8,    9,    10,
+                                11,   12,   13,   14,   15, 16, 0xa1, 0xa2, 0xa3, 0xa4,
+                                0xa5, 0xa6, 0xa7, 0xa8, 1,  1,  16,   0};
+  const char attrs[] = "\x00\x09/checkout\x01\x03GET";
+  bytes.insert(bytes.end(), attrs, attrs + 16);
+  return bytes;
+}
+
+struct Seen {
+  int ok = 0;
+  int ok_with_record = 0;  // ok, and the bytes are the helper's record
+  int none = 0;
+  int other = 0;
+};
+
+struct Case {
+  const char* name;
+  std::vector<std::string> argv;
+  uint8_t kind;  // EMBER_CONTEXT_TLS_*
+  const char* tunables = nullptr;
+};
+
+std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
+
+// Starts a helper spinning for `ms` with its record set; nullopt-like empty pid on failure.
+std::unique_ptr<testing::Subprocess> StartHelper(const Case& c, int ms) {
+  std::vector<std::string> argv;
+  if (c.tunables != nullptr) argv = {"/usr/bin/env", std::string("GLIBC_TUNABLES=") + c.tunables};
+  argv.push_back(kHelpers + "/" + c.argv[0]);
+  argv.push_back("spin");
+  argv.push_back(std::to_string(ms));
+  for (size_t i = 1; i < c.argv.size(); ++i) argv.push_back(kHelpers + "/" + c.argv[i]);
+  auto helper = std::make_unique<testing::Subprocess>(argv);
+  if (!helper->WaitForOutput("ready", std::chrono::seconds(20))) return nullptr;
+  return helper;
+}
+
+class ThreadContextReadTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ThreadContextReadTest, CopiesTheRecordOfTheThreadThatHasOne) {
+  const Case& c = GetParam();
+  std::unique_ptr<testing::Subprocess> helper = StartHelper(c, 8000);
+  ASSERT_NE(helper, nullptr);
+  const uint32_t pid = helper->pid();
+  ProcessTable table("/proc");
+  Process* process = table.Get(pid);
+  ASSERT_NE(process, nullptr);
+  ProcessMemoryReader memory(pid);
+  absl::StatusOr<context::TlsLocation> location = context::FindThreadContextTls(*process, memory);
+  ASSERT_TRUE(location.ok()) << location.status();
+  EXPECT_EQ(location->config.kind, c.kind);
+
+  const std::vector<uint8_t> expected = ExpectedRecord();
+  absl::flat_hash_map<uint32_t, Seen> by_thread;
+  int not_read = 0;
+  BpfProfilerConfig config{.sampling_hz = 499, .pids = {pid}};
+  absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler =
+      BpfProfiler::Create(config, [&](const SampleView& sample) {
+        if (sample.header->pid != pid) return;
+        Seen& seen = by_thread[sample.header->tid];
+        switch (sample.header->context_status) {
+          case EMBER_CONTEXT_OK:
+            ++seen.ok;
+            if (std::equal(sample.thread_context.begin(), sample.thread_context.end(),
+                           expected.begin(), expected.end())) {
+              ++seen.ok_with_record;
+            }
+            break;
+          case EMBER_CONTEXT_NONE:
+            ++seen.none;
+            break;
+          case EMBER_CONTEXT_NOT_READ:
+            ++not_read;
+            break;
+          default:
+            ++seen.other;
+        }
+      });
+  ASSERT_TRUE(profiler.ok()) << profiler.status();
+  ASSERT_TRUE((*profiler)->SetThreadContextProcess(pid, location->config).ok());
+  // Marked known with the context flag: the program looks the entry up for it.
+  (*profiler)->MarkProcessKnown(pid);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) ASSERT_TRUE((*profiler)->Poll(100).ok());
+  (*profiler)->RemoveThreadContextProcess(pid);
+  ASSERT_TRUE((*profiler)->Poll(0).ok());
+
+  const Seen main_thread = by_thread[pid];
+  EXPECT_GT(main_thread.ok, 20) << "the main thread's samples carry its record";
+  EXPECT_EQ(main_thread.ok_with_record, main_thread.ok);
+  EXPECT_EQ(main_thread.none, 0);
+  EXPECT_EQ(main_thread.other, 0);
+  int none = 0;
+  for (const auto& [tid, seen] : by_thread) {
+    if (tid == pid) continue;
+    none += seen.none;
+    EXPECT_EQ(seen.ok, 0) << "thread " << tid << " has no record";
+    EXPECT_EQ(seen.other, 0);
+  }
+  EXPECT_GT(none, 20) << "the second thread's samples say it has none";
+  const BpfStats stats = (*profiler)->ReadStats();
+  EXPECT_EQ(stats.context_ok, static_cast<uint64_t>(main_thread.ok));
+  EXPECT_GE(stats.context_none, static_cast<uint64_t>(none));
+  EXPECT_EQ(stats.context_read_failed + stats.context_invalid + stats.context_no_tls_block, 0u);
+  helper->Signal(SIGKILL);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ThreadContextReadTest,
+    ::testing::Values(Case{"Executable", {"exe_gcc_bfd"}, EMBER_CONTEXT_TLS_TP_OFFSET},
+                      Case{"TlsDescStatic", {"user_tlsdesc_gcc_lld"}, EMBER_CONTEXT_TLS_TP_OFFSET},
+                      Case{"GeneralDynamic", {"user_gd_gcc_bfd"}, EMBER_CONTEXT_TLS_DTV},
+                      Case{"TlsDescDynamic",
+                           {"dlopen_user", "libtlsdesc_gcc_bfd.so"},
+                           EMBER_CONTEXT_TLS_DTV,
+                           "glibc.rtld.optional_static_tls=0"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(ContextNoticeTest, APrctlNamingAMappingOtelCtxIsNoticedOnce) {
+  std::unique_ptr<testing::Subprocess> helper =
+      StartHelper(Case{"Executable", {"exe_gcc_bfd"}, EMBER_CONTEXT_TLS_TP_OFFSET}, 8000);
+  ASSERT_NE(helper, nullptr);
+  const uint32_t pid = helper->pid();
+  std::vector<uint32_t> notices;
+  absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler =
+      BpfProfiler::Create({.sampling_hz = 19}, [](const SampleView&) {});
+  ASSERT_TRUE(profiler.ok()) << profiler.status();
+  ASSERT_TRUE((*profiler)->context_notices_enabled());
+  (*profiler)->set_context_notice_callback([&](uint32_t from) { notices.push_back(from); });
+  for (int round = 1; round <= 2; ++round) {
+    ASSERT_TRUE(helper->WriteStdin("publish\n"));
+    ASSERT_TRUE(
+        helper->WaitForOutput("published " + std::to_string(round), std::chrono::seconds(10)));
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < end) ASSERT_TRUE((*profiler)->Poll(100).ok());
+  // Other processes may name their mappings too (glibc names thread stacks): only the helper's
+  // count here, two calls naming OTEL_CTX, none for its other name.
+  EXPECT_EQ(std::count(notices.begin(), notices.end(), pid), 2);
+  EXPECT_GE((*profiler)->ReadStats().context_notices, 2u);
+  helper->Signal(SIGKILL);
+}
+
+}  // namespace
+}  // namespace ember
