@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "phase_times.h"
 #include "profiler.skel.h"
 #include "sampler/cpu_list.h"
 #include "spdlog/spdlog.h"
@@ -343,6 +344,22 @@ BpfStats BpfProfiler::ReadStats() const {
     for (uint64_t v : values) AddBpfStat(index, v, stats);
   }
   return stats;
+}
+
+std::optional<std::vector<uint64_t>> BpfProfiler::ReadPhaseSums() const {
+  const bpf_map* map = bpf_object__find_map_by_name(skeleton_->obj, "phase_ns");
+  const int ncpus = libbpf_num_possible_cpus();
+  if (map == nullptr || ncpus <= 0) return std::nullopt;
+  std::vector<uint64_t> sums(EMBER_PHASE_COUNT);
+  std::vector<uint64_t> values(ncpus);
+  for (uint32_t index = 0; index < EMBER_PHASE_COUNT; ++index) {
+    if (bpf_map__lookup_elem(map, &index, sizeof(index), values.data(),
+                             values.size() * sizeof(uint64_t), 0) != 0) {
+      return std::nullopt;
+    }
+    for (uint64_t v : values) sums[index] += v;
+  }
+  return sums;
 }
 
 void AddBpfStat(uint32_t index, uint64_t value, BpfStats& stats) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -124,6 +125,9 @@ class BpfProfiler final : public RuntimeBpfConfig, public ThreadContextBpfConfig
   bool context_notices_enabled() const { return prctl_link_ != nullptr; }
   // The maps of the in-BPF walk; nullptr when the walk is off (unwind_rows 0).
   UnwindMaps* unwind_maps() { return unwind_maps_.get(); }
+  // The phase_ns map of a bench build (bpf/phase_times.h, CMake option EMBER_BPF_PHASE_TIMES),
+  // summed over CPUs, by enum ember_phase; nullopt in any other build.
+  std::optional<std::vector<uint64_t>> ReadPhaseSums() const;
   // Records the ring buffer held that did not decode (should stay 0).
   uint64_t malformed_records() const { return malformed_records_; }
 
