@@ -204,13 +204,15 @@ int profile__sample(struct bpf_perf_event_data *ctx) {
 }
 
 // An exec replaces the process's maps: what the agent read of it, the CFI rows it placed for it,
-// and the exec'ing thread's stack end are the old program's. Its samples must not be walked by
-// those rows, and must wake the agent to read it again.
+// where its threads kept their thread context, and the exec'ing thread's stack end are the old
+// program's. Its samples must not be walked by those rows, nor carry a record read at the old
+// program's TLS offsets, and must wake the agent to read it again.
 SEC("raw_tp/sched_process_exec")
 int profile__exec(void *ctx) {
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
   bpf_map_delete_elem(&known_procs, &tgid);
   bpf_map_delete_elem(&unwind_procs, &tgid);
+  bpf_map_delete_elem(&context_procs, &tgid);
   stack__forget_end(bpf_get_current_task_btf());
   return 0;
 }

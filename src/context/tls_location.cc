@@ -336,13 +336,20 @@ absl::StatusOr<TlsLocation> FindThreadContextTls(const Process& process, MemoryR
   };
   std::vector<Inspected> inspected;
   std::optional<size_t> defining;
+  int unreadable = 0;
+  std::string first_unreadable;
   for (const MemoryMapping* m : files) {
     FileLocation location(root, m->path, m->file,
                           absl::StrFormat("%s/map_files/%x-%x", pid_dir, m->start, m->end));
     absl::StatusOr<TlsFileInfo> info = InspectTlsFile(location);
     if (!info.ok()) {
-      // A file unreadable to the agent says nothing about the variable unless it is the one.
-      if (absl::IsFailedPrecondition(info.status())) return info.status();
+      // A file that defines the name badly is the process's error; one the agent cannot read (or
+      // refused to open) may or may not hold the variable.
+      if (absl::IsFailedPrecondition(info.status()) && !RefusalOf(info.status()).has_value()) {
+        return info.status();
+      }
+      if (unreadable == 0) first_unreadable = std::string(info.status().message());
+      ++unreadable;
       continue;
     }
     if (info->relocations.empty() && !info->defines) continue;
@@ -352,8 +359,13 @@ absl::StatusOr<TlsLocation> FindThreadContextTls(const Process& process, MemoryR
     }
   }
   if (!defining.has_value()) {
+    std::string also;
+    if (unreadable > 0) {
+      also = absl::StrCat(" (", unreadable,
+                          " mapped files could not be read, first: ", first_unreadable, ")");
+    }
     return absl::NotFoundError(
-        absl::StrCat("process ", process.pid, ": no mapped file defines ", kSymbolName));
+        absl::StrCat("process ", process.pid, ": no mapped file defines ", kSymbolName, also));
   }
   const Inspected& owner = inspected[*defining];
   const std::string& path = owner.mapping->path;
