@@ -3,7 +3,9 @@
 // and none on a second one, in each way a thread reaches its TLS (an offset from the thread
 // pointer, or its DTV); and a prctl naming a mapping OTEL_CTX comes back as a notice.
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -139,6 +141,57 @@ INSTANTIATE_TEST_SUITE_P(
                            EMBER_CONTEXT_TLS_DTV,
                            "glibc.rtld.optional_static_tls=0"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// An exec replaces the program, and where its threads keep their context with it: the BPF side
+// forgets the entry, even for the same program (whose offsets happen to be the same), until the
+// agent resolves the new image.
+TEST(ThreadContextReadTest, AnExecForgetsTheEntry) {
+  std::unique_ptr<testing::Subprocess> helper =
+      StartHelper(Case{"Executable", {"exe_gcc_bfd"}, EMBER_CONTEXT_TLS_TP_OFFSET}, 8000);
+  ASSERT_NE(helper, nullptr);
+  const uint32_t pid = helper->pid();
+  ProcessTable table("/proc");
+  Process* process = table.Get(pid);
+  ASSERT_NE(process, nullptr);
+  ProcessMemoryReader memory(pid);
+  absl::StatusOr<context::TlsLocation> location = context::FindThreadContextTls(*process, memory);
+  ASSERT_TRUE(location.ok()) << location.status();
+  uint64_t exec_seen_ns = UINT64_MAX;
+  int ok_before = 0, ok_after = 0, not_read_after = 0;
+  BpfProfilerConfig config{.sampling_hz = 499, .pids = {pid}};
+  absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler =
+      BpfProfiler::Create(config, [&](const SampleView& sample) {
+        if (sample.header->pid != pid || sample.header->tid != pid) return;
+        const bool after = sample.header->timestamp_ns > exec_seen_ns;
+        if (sample.header->context_status == EMBER_CONTEXT_OK) ++(after ? ok_after : ok_before);
+        if (after && sample.header->context_status == EMBER_CONTEXT_NOT_READ) ++not_read_after;
+      });
+  ASSERT_TRUE(profiler.ok()) << profiler.status();
+  ASSERT_TRUE((*profiler)->SetThreadContextProcess(pid, location->config).ok());
+  (*profiler)->MarkProcessKnown(pid);
+  auto poll_for = [&](std::chrono::milliseconds duration) {
+    const auto end = std::chrono::steady_clock::now() + duration;
+    while (std::chrono::steady_clock::now() < end) ASSERT_TRUE((*profiler)->Poll(50).ok());
+  };
+  poll_for(std::chrono::milliseconds(1000));
+  ASSERT_GT(ok_before, 20);
+  ASSERT_TRUE(helper->WriteStdin("exec\n"));
+  // The new image prints its own line and "ready" again.
+  const auto wait_end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (helper->output().find("ready") == helper->output().rfind("ready") &&
+         std::chrono::steady_clock::now() < wait_end) {
+    helper->WaitForOutput("never printed", std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(helper->output().find("ready"), helper->output().rfind("ready")) << helper->output();
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  poll_for(std::chrono::milliseconds(20));  // samples before the mark were taken before it
+  exec_seen_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  poll_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(ok_after, 0);
+  EXPECT_GT(not_read_after, 20);
+  helper->Signal(SIGKILL);
+}
 
 TEST(ContextNoticeTest, APrctlNamingAMappingOtelCtxIsNoticedOnce) {
   std::unique_ptr<testing::Subprocess> helper =

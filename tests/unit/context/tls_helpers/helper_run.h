@@ -69,14 +69,22 @@ static void *helper_spin_without_record(void *arg) {
 #define PR_SET_VMA_ANON_NAME 0
 #endif
 
-/* For each line on stdin: names a mapping "OTHER_NAME", then "OTEL_CTX", as a process re-publishing
- * its process context does (OTEP 4719). Either may fail (a kernel without CONFIG_ANON_VMA_NAME);
- * the call was made all the same. Prints "published N" after each. */
+static char **helper_argv;
+
+/* For each line on stdin: execs itself anew for "exec"; else names a mapping "OTHER_NAME", then
+ * "OTEL_CTX", as a process re-publishing its process context does (OTEP 4719). Either may fail (a
+ * kernel without CONFIG_ANON_VMA_NAME); the call was made all the same. Prints "published N" after
+ * each. */
 static void *helper_publish_on_request(void *arg) {
   static char page[4096] __attribute__((aligned(4096)));
   char buffer[64];
   int published = 0;
   while (fgets(buffer, sizeof(buffer), stdin) != NULL) {
+    if (strncmp(buffer, "exec", 4) == 0) {
+      /* The same program again: the same TLS layout, a new image. */
+      execv("/proc/self/exe", helper_argv);
+      return arg;
+    }
     prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)page, sizeof(page), "OTHER_NAME");
     prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)page, sizeof(page), "OTEL_CTX");
     printf("published %d\n", ++published);
@@ -87,6 +95,7 @@ static void *helper_publish_on_request(void *arg) {
 
 static int helper_run(int argc, char **argv, tls_address_fn address) {
   alarm(60);
+  helper_argv = argv;
   if (argc < 2) {
     fprintf(stderr, "usage: %s wait|spin MS [library]\n", argv[0]);
     return 2;
