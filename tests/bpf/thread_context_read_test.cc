@@ -28,7 +28,8 @@ std::vector<uint8_t> ExpectedRecord() {
                                 11,   12,   13,   14,   15, 16, 0xa1, 0xa2, 0xa3, 0xa4,
                                 0xa5, 0xa6, 0xa7, 0xa8, 1,  1,  16,   0};
   const char attrs[] = "\x00\x09/checkout\x01\x03GET";
-  bytes.insert(bytes.end(), attrs, attrs + 16);
+  bytes.reserve(bytes.size() + 16);
+  for (size_t i = 0; i < 16; ++i) bytes.push_back(static_cast<uint8_t>(attrs[i]));
   return bytes;
 }
 
@@ -199,8 +200,8 @@ TEST(ContextNoticeTest, APrctlNamingAMappingOtelCtxIsNoticedOnce) {
   ASSERT_NE(helper, nullptr);
   const uint32_t pid = helper->pid();
   std::vector<uint32_t> notices;
-  absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler =
-      BpfProfiler::Create({.sampling_hz = 19}, [](const SampleView&) {});
+  absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler = BpfProfiler::Create(
+      BpfProfilerConfig{.sampling_hz = 19, .pids = {}}, [](const SampleView&) {});
   ASSERT_TRUE(profiler.ok()) << profiler.status();
   ASSERT_TRUE((*profiler)->context_notices_enabled());
   (*profiler)->set_context_notice_callback([&](uint32_t from) { notices.push_back(from); });
