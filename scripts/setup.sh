@@ -10,6 +10,9 @@ packages=(
   # LLVM's linker: the unwinding tests link a clang-built fixture with it, as LLD lays segments
   # out (file offset and address differing) unlike GNU ld
   lld
+  # musl's C library and compiler wrapper: the thread-context tests build helpers against musl,
+  # whose loader keeps TLS module pointers in one-word DTV entries
+  musl-tools
   # BPF: compiler for the bpf target, skeleton generator, loader
   clang llvm bpftool libbpf-dev linux-libc-dev
   # libraries

@@ -313,11 +313,19 @@ absl::StatusOr<TlsLocation> FindThreadContextTls(const Process& process, MemoryR
       process.proc_dir.empty() ? absl::StrCat("/proc/", process.pid) : process.proc_dir;
   const std::string root = absl::StrCat(dir, "/root");
   const std::string pid_dir = absl::StrCat("/proc/", process.pid);
-  // musl's loader (its libc) keeps DTV entries of one pointer; glibc's of two.
-  uint8_t dtv_shift = 4;
+  // musl's loader (its libc: /lib/ld-musl-x86_64.so.1, or Debian's
+  // /usr/lib/x86_64-linux-musl/libc.so it links to) keeps DTV entries of one pointer; glibc's
+  // (ld-linux-x86-64.so.2) of two.
+  bool musl = false;
+  bool glibc = false;
   for (const MemoryMapping& m : process.mappings) {
-    if (absl::StrContains(m.path, "/ld-musl-")) dtv_shift = 3;
+    const absl::string_view name = absl::string_view(m.path).substr(m.path.rfind('/') + 1);
+    if (absl::StartsWith(name, "ld-linux")) glibc = true;
+    if (absl::StartsWith(name, "ld-musl-") || absl::StrContains(m.path, "-linux-musl/")) {
+      musl = true;
+    }
   }
+  const uint8_t dtv_shift = musl && !glibc ? 3 : 4;
   // One mapping per file, the executable's first.
   std::vector<const MemoryMapping*> files;
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;

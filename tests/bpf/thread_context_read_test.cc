@@ -137,6 +137,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"Executable", {"exe_gcc_bfd"}, EMBER_CONTEXT_TLS_TP_OFFSET},
                       Case{"TlsDescStatic", {"user_tlsdesc_gcc_lld"}, EMBER_CONTEXT_TLS_TP_OFFSET},
                       Case{"GeneralDynamic", {"user_gd_gcc_bfd"}, EMBER_CONTEXT_TLS_DTV},
+                      // musl's DTV: one-word entries, its length in the first.
+                      Case{"MuslGeneralDynamic", {"user_gd_musl"}, EMBER_CONTEXT_TLS_DTV},
                       Case{"TlsDescDynamic",
                            {"dlopen_user", "libtlsdesc_gcc_bfd.so"},
                            EMBER_CONTEXT_TLS_DTV,

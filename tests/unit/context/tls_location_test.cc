@@ -50,8 +50,10 @@ std::optional<uint64_t> Resolve(const ember_context_proc& config, uint64_t fs,
   if (config.kind != EMBER_CONTEXT_TLS_DTV) return std::nullopt;
   uint64_t dtv = 0;
   if (!memory.Read(fs + 8, &dtv, sizeof(dtv))) return std::nullopt;
+  // glibc keeps the DTV's length one entry before it, musl in its first word.
   uint64_t length = 0;
-  if (!memory.Read(dtv - 16, &length, sizeof(length)) || config.module_id > length) {
+  const uint64_t length_at = config.dtv_entry_shift == 3 ? dtv : dtv - 16;
+  if (!memory.Read(length_at, &length, sizeof(length)) || config.module_id > length) {
     return std::nullopt;
   }
   uint64_t block = 0;
@@ -68,6 +70,7 @@ struct Case {
   TlsModel model;
   const char* module;  // the file name expected to define it
   const char* tunables = nullptr;
+  bool musl = false;
 };
 
 std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
@@ -96,7 +99,7 @@ TEST_P(TlsLocationTest, ResolvesTheAddressTheThreadPrints) {
   ASSERT_TRUE(location.ok()) << location.status();
   EXPECT_EQ(TlsModelName(location->model), std::string(TlsModelName(c.model)));
   EXPECT_EQ(std::filesystem::path(location->module_path).filename(), c.module);
-  EXPECT_EQ(location->config.dtv_entry_shift, 4);  // glibc
+  EXPECT_EQ(location->config.dtv_entry_shift, c.musl ? 3 : 4);
   std::optional<uint64_t> resolved = Resolve(location->config, printed->fs, memory);
   ASSERT_TRUE(resolved.has_value());
   EXPECT_EQ(*resolved, printed->address)
@@ -153,7 +156,20 @@ INSTANTIATE_TEST_SUITE_P(
              {"user_ie_gcc_bfd"},
              TlsModel::kInitialExec,
              "libie_gcc_bfd.so"},
-        Case{"LocalDynamic", {"user_ld_gcc_bfd"}, TlsModel::kLocalDynamic, "libld_gcc_bfd.so"}),
+        Case{"LocalDynamic", {"user_ld_gcc_bfd"}, TlsModel::kLocalDynamic, "libld_gcc_bfd.so"},
+        Case{"MuslExecutable", {"exe_musl"}, TlsModel::kExecutable, "exe_musl", nullptr, true},
+        Case{"MuslGeneralDynamic",
+             {"user_gd_musl"},
+             TlsModel::kGeneralDynamic,
+             "libgd_musl.so",
+             nullptr,
+             true},
+        Case{"MuslTlsDescStatic",
+             {"user_tlsdesc_musl"},
+             TlsModel::kTlsDescStatic,
+             "libtlsdesc_musl.so",
+             nullptr,
+             true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // glibc's and musl's placement of the executable's block, by hand.

@@ -5,7 +5,6 @@
 #ifndef EMBER_TLS_HELPER_RUN_H_
 #define EMBER_TLS_HELPER_RUN_H_
 
-#include <asm/prctl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +14,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* asm/prctl.h's, which musl-gcc's headers lack. */
+#define HELPER_ARCH_GET_FS 0x1003
 
 typedef void **(*tls_address_fn)(void);
 
@@ -101,7 +103,7 @@ static int helper_run(int argc, char **argv, tls_address_fn address) {
     return 2;
   }
   unsigned long fs = 0;
-  if (syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) != 0) return 1;
+  if (syscall(SYS_arch_prctl, HELPER_ARCH_GET_FS, &fs) != 0) return 1;
   void **slot = address();
   printf("fs=0x%lx addr=0x%lx end\n", fs, (unsigned long)slot);
   fflush(stdout);
