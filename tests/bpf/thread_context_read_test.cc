@@ -37,6 +37,7 @@ struct Seen {
   int ok = 0;
   int ok_with_record = 0;  // ok, and the bytes are the helper's record
   int none = 0;
+  int no_tls_block = 0;
   int other = 0;
 };
 
@@ -45,6 +46,9 @@ struct Case {
   std::vector<std::string> argv;
   uint8_t kind;  // EMBER_CONTEXT_TLS_*
   const char* tunables = nullptr;
+  // What the helper's thread that never touches the variable reads as: NONE in static TLS (its
+  // pointer is the initial NULL), NO_TLS_BLOCK in a dlopened module's dynamic TLS.
+  uint8_t untouched = EMBER_CONTEXT_NONE;
 };
 
 std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
@@ -96,6 +100,9 @@ TEST_P(ThreadContextReadTest, CopiesTheRecordOfTheThreadThatHasOne) {
           case EMBER_CONTEXT_NONE:
             ++seen.none;
             break;
+          case EMBER_CONTEXT_NO_TLS_BLOCK:
+            ++seen.no_tls_block;
+            break;
           case EMBER_CONTEXT_NOT_READ:
             ++not_read;
             break;
@@ -112,6 +119,17 @@ TEST_P(ThreadContextReadTest, CopiesTheRecordOfTheThreadThatHasOne) {
   (*profiler)->RemoveThreadContextProcess(pid);
   ASSERT_TRUE((*profiler)->Poll(0).ok());
 
+  const size_t untouched_at = helper->output().find("untouched=");
+  ASSERT_NE(untouched_at, std::string::npos) << helper->output();
+  const uint32_t untouched = std::stoul(helper->output().substr(untouched_at + 10));
+  const Seen untouched_thread = by_thread[untouched];
+  by_thread.erase(untouched);
+  EXPECT_GT(
+      c.untouched == EMBER_CONTEXT_NONE ? untouched_thread.none : untouched_thread.no_tls_block, 20)
+      << "the thread that never touched the variable";
+  EXPECT_EQ(untouched_thread.ok + untouched_thread.other, 0);
+  EXPECT_EQ(
+      c.untouched == EMBER_CONTEXT_NONE ? untouched_thread.no_tls_block : untouched_thread.none, 0);
   const Seen main_thread = by_thread[pid];
   EXPECT_GT(main_thread.ok, 20) << "the main thread's samples carry its record";
   EXPECT_EQ(main_thread.ok_with_record, main_thread.ok);
@@ -122,13 +140,14 @@ TEST_P(ThreadContextReadTest, CopiesTheRecordOfTheThreadThatHasOne) {
     if (tid == pid) continue;
     none += seen.none;
     EXPECT_EQ(seen.ok, 0) << "thread " << tid << " has no record";
-    EXPECT_EQ(seen.other, 0);
+    EXPECT_EQ(seen.other + seen.no_tls_block, 0);
   }
   EXPECT_GT(none, 20) << "the second thread's samples say it has none";
   const BpfStats stats = (*profiler)->ReadStats();
   EXPECT_EQ(stats.context_ok, static_cast<uint64_t>(main_thread.ok));
-  EXPECT_GE(stats.context_none, static_cast<uint64_t>(none));
-  EXPECT_EQ(stats.context_read_failed + stats.context_invalid + stats.context_no_tls_block, 0u);
+  EXPECT_GE(stats.context_none, static_cast<uint64_t>(none + untouched_thread.none));
+  EXPECT_EQ(stats.context_no_tls_block, static_cast<uint64_t>(untouched_thread.no_tls_block));
+  EXPECT_EQ(stats.context_read_failed + stats.context_invalid, 0u);
   helper->Signal(SIGKILL);
 }
 
@@ -142,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"TlsDescDynamic",
                            {"dlopen_user", "libtlsdesc_gcc_bfd.so"},
                            EMBER_CONTEXT_TLS_DTV,
-                           "glibc.rtld.optional_static_tls=0"}),
+                           "glibc.rtld.optional_static_tls=0",
+                           EMBER_CONTEXT_NO_TLS_BLOCK}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // An exec replaces the program, and where its threads keep their context with it: the BPF side

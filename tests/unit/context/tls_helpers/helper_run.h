@@ -1,7 +1,8 @@
 /* The behaviour every TLS helper shares: print where the calling thread's otel_thread_ctx_v1
  * lives (its fs base and the variable's address), then wait for stdin to close ("wait"), or run
- * busy for a while with a known thread-context record on the main thread and none on a second
- * thread ("spin MS"). Every run ends by itself within a minute. */
+ * busy for a while with a known thread-context record on the main thread, none on a second thread
+ * and a third thread that never touches the variable ("spin MS"). Every run ends by itself within a
+ * minute. */
 #ifndef EMBER_TLS_HELPER_RUN_H_
 #define EMBER_TLS_HELPER_RUN_H_
 
@@ -66,6 +67,17 @@ static void *helper_spin_without_record(void *arg) {
   return NULL;
 }
 
+static volatile long helper_untouched_tid;
+
+/* Never touches the variable: with a dlopened module's dynamic TLS its block is never allocated
+ * (glibc's DTV holds -1 for it); with static TLS its pointer is the initial NULL. */
+static void *helper_spin_untouched(void *arg) {
+  struct helper_spin_args *args = arg;
+  helper_untouched_tid = syscall(SYS_gettid);
+  helper_spin(args->seconds);
+  return NULL;
+}
+
 #ifndef PR_SET_VMA
 #define PR_SET_VMA 0x53564d41
 #define PR_SET_VMA_ANON_NAME 0
@@ -115,15 +127,18 @@ static int helper_run(int argc, char **argv, tls_address_fn address) {
   }
   if (strcmp(argv[1], "spin") == 0 && argc >= 3) {
     struct helper_spin_args args = {address, atoi(argv[2]) / 1000.0};
-    pthread_t other, publisher;
+    pthread_t other, untouched, publisher;
     if (pthread_create(&other, NULL, helper_spin_without_record, &args) != 0) return 1;
+    if (pthread_create(&untouched, NULL, helper_spin_untouched, &args) != 0) return 1;
     if (pthread_create(&publisher, NULL, helper_publish_on_request, NULL) != 0) return 1;
     pthread_detach(publisher);
     *slot = &helper_record_value;
-    printf("ready\n");
+    while (helper_untouched_tid == 0) usleep(1000);
+    printf("untouched=%ld ready\n", helper_untouched_tid);
     fflush(stdout);
     helper_spin(args.seconds);
     pthread_join(other, NULL);
+    pthread_join(untouched, NULL);
     return 0;
   }
   fprintf(stderr, "unknown mode %s\n", argv[1]);
