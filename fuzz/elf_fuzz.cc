@@ -1,12 +1,15 @@
 // Binaries the agent opens belong to the profiled programs: any bytes at all. The input becomes a
-// file that the symbolizer, the CFI unwinder and the CPython detector each open and use.
+// file that the symbolizer, the CFI unwinder, the CPython detector and the thread-context TLS
+// resolution each open and use.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "context/tls_location.h"
 #include "runtimes/cpython/interpreter_detect.h"
 #include "symbolize/elf_module.h"
 #include "unwind/elf_image.h"
@@ -51,6 +54,39 @@ void Use(const std::string& path) {
                                                            .file_offset = offset,
                                                            .executable = offset != 0});
     }
+  }
+  // otel_thread_ctx_v1 resolved in a process that maps the file as a library from its first
+  // segment, whose GOT slots read as a pattern (or not at all).
+  absl::StatusOr<ember::context::TlsFileInfo> tls = ember::context::InspectTlsFile(path);
+  if (tls.ok() && (tls->defines || !tls->relocations.empty())) {
+    class PatternMemory : public ember::MemoryReader {
+     public:
+      bool Read(uint64_t address, void* out, size_t size) override {
+        if ((address >> 40) != 0x7f) return false;
+        auto* bytes = static_cast<uint8_t*>(out);
+        for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>((address + i) * 13);
+        return true;
+      }
+    } memory;
+    // The fuzzer's own process, whose root holds the file.
+    ember::Process process;
+    process.pid = static_cast<uint32_t>(getpid());
+    process.proc_dir = "/proc/self";
+    process.executable_path = "/nonexistent/exe";
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return;
+    for (const ember::LoadSegment& segment : tls->segments) {
+      ember::MemoryMapping mapping;
+      mapping.start = 0x7f0000000000 + (segment.vaddr & 0xfffffff000);
+      mapping.end = mapping.start + 0x1000;
+      mapping.offset = segment.offset & ~uint64_t{0xfff};
+      mapping.executable = mapping.readable = true;
+      mapping.file = {st.st_dev, st.st_ino};
+      mapping.path = path;
+      process.mappings.push_back(mapping);
+      break;
+    }
+    if (!process.mappings.empty()) (void)ember::context::FindThreadContextTls(process, memory);
   }
 }
 
