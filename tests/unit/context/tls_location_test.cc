@@ -157,6 +157,11 @@ INSTANTIATE_TEST_SUITE_P(
              TlsModel::kInitialExec,
              "libie_gcc_bfd.so"},
         Case{"LocalDynamic", {"user_ld_gcc_bfd"}, TlsModel::kLocalDynamic, "libld_gcc_bfd.so"},
+        // The library never reaches its variable; the executable does, by initial exec.
+        Case{"InitialExecFromTheExecutable",
+             {"user_exe_ie"},
+             TlsModel::kInitialExec,
+             "libdefine_only.so"},
         Case{"MuslExecutable", {"exe_musl"}, TlsModel::kExecutable, "exe_musl", nullptr, true},
         Case{"MuslGeneralDynamic",
              {"user_gd_musl"},
