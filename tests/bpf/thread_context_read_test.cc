@@ -2,6 +2,13 @@
 // FindThreadContextTls says its threads keep it: helpers set a known record on their main thread
 // and none on a second one, in each way a thread reaches its TLS (an offset from the thread
 // pointer, or its DTV); and a prctl naming a mapping OTEL_CTX comes back as a notice.
+#include <linux/capability.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -239,6 +246,34 @@ TEST(ContextNoticeTest, APrctlNamingAMappingOtelCtxIsNoticedOnce) {
   EXPECT_EQ(std::count(notices.begin(), notices.end(), pid), 2);
   EXPECT_GE((*profiler)->ReadStats().context_notices, 2u);
   helper->Signal(SIGKILL);
+}
+
+// Where tracefs is not mounted and cannot be (no CAP_SYS_ADMIN), the profiler starts all the same,
+// with notices off. In a child of its own mount namespace, so the host keeps its tracefs.
+TEST(ContextNoticeTest, WithoutTracefsTheProfilerStartsWithNoticesOff) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0) _exit(10);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(11);
+    umount2("/sys/kernel/tracing", MNT_DETACH);
+    umount2("/sys/kernel/debug", MNT_DETACH);
+    if (access("/sys/kernel/tracing/events", F_OK) == 0) _exit(12);
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (syscall(SYS_capget, &header, data) != 0) _exit(13);
+    data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective &= ~CAP_TO_MASK(CAP_SYS_ADMIN);
+    if (syscall(SYS_capset, &header, data) != 0) _exit(14);
+    absl::StatusOr<std::unique_ptr<BpfProfiler>> profiler = BpfProfiler::Create(
+        BpfProfilerConfig{.sampling_hz = 19, .pids = {}}, [](const SampleView&) {});
+    if (!profiler.ok()) _exit(15);
+    _exit((*profiler)->context_notices_enabled() ? 16 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10-14: the test's setup failed; 15: the profiler did not "
+                                       "start; 16: notices on without tracefs";
 }
 
 }  // namespace
