@@ -4,6 +4,7 @@
 //   update KEY VALUE  publish again with KEY=VALUE added to the resource -> "updated"
 //   hold              start an update and stay in it (timestamp 0)     -> "holding"
 //   release           finish it with a new timestamp                   -> "released"
+//   spin SECONDS      run on the CPU that long (for a profiler to sample) -> "spun"
 // Prints "ready" once the first context is published; exits at the end of stdin.
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -118,6 +119,19 @@ int main() {
       header->published_at_ns = 0;
       Fence();
       std::cout << "holding" << std::endl;
+    } else if (command == "spin") {
+      double seconds = 0;
+      words >> seconds;
+      timespec start, now;
+      clock_gettime(CLOCK_MONOTONIC, &start);
+      volatile uint64_t sink = 0;
+      do {
+        for (int i = 0; i < 100000; ++i) sink = sink + static_cast<uint64_t>(i);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+      } while (static_cast<double>(now.tv_sec - start.tv_sec) +
+                   static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9 <
+               seconds);
+      std::cout << "spun" << std::endl;
     } else if (command == "release") {
       header->published_at_ns = BootTimeNs();
       Fence();
