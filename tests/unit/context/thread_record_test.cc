@@ -176,7 +176,8 @@ TEST_F(ThreadRecordTest, EveryKeyIdOnce) {
   for (int i = 0; i < 256; ++i) key_map.push_back("k" + std::to_string(i));
   Record record;
   for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < 256; ++i) record.Raw({static_cast<uint8_t>(i), 1, pass ? 'b' : 'a'});
+    for (int i = 0; i < 256; ++i)
+      record.Raw({static_cast<uint8_t>(i), 1, static_cast<uint8_t>(pass ? 'b' : 'a')});
   }
   // Longer than a real copy (640 bytes), which the decoder does not assume.
   SampleContext context = Decode(record.Bytes(), key_map);

@@ -112,7 +112,10 @@ class TraceContextsTest : public ::testing::Test {
     process_.pid = kPid;
     process_.proc_dir = dir_.path();
     SetMaps(false);
-    tls_result_ = ember_context_proc{.offset = -64, .kind = EMBER_CONTEXT_TLS_TP_OFFSET};
+    ember_context_proc config{};
+    config.offset = -64;
+    config.kind = EMBER_CONTEXT_TLS_TP_OFFSET;
+    tls_result_ = config;
   }
 
   std::unique_ptr<TraceContexts> Make(TraceContextsOptions options = {}) {
@@ -344,8 +347,12 @@ TEST_F(TraceContextsTest, AVariableInALibraryDlopenedLaterIsFoundAtTheNextMapsCh
   EXPECT_TRUE(bpf_.entries.empty());
   EXPECT_EQ(Metric("ember_thread_context_tls_resolutions_total", "result", "not_found"), 1);
 
-  tls_result_ = ember_context_proc{
-      .offset = 16, .module_id = 3, .kind = EMBER_CONTEXT_TLS_DTV, .dtv_entry_shift = 4};
+  ember_context_proc dtv{};
+  dtv.offset = 16;
+  dtv.module_id = 3;
+  dtv.kind = EMBER_CONTEXT_TLS_DTV;
+  dtv.dtv_entry_shift = 4;
+  tls_result_ = dtv;
   Advance(std::chrono::seconds(2));
   contexts->OnMapsChanged(process_);  // the dlopen's new code
   EXPECT_EQ(Reads("unchanged"), 1);
