@@ -47,16 +47,17 @@ struct TraceContextsOptions {
   int max_torn_retries = 3;
 };
 
-// What the tracker asks of the system; tests stand in for each.
+// What the tracker asks of the system; tests stand in for each. (Every member has an initializer,
+// so designated initializers may leave any out.)
 struct TraceContextsHooks {
   // The process table's process of `pid`, if it holds it (ProcessTable::Find).
-  std::function<const Process*(uint32_t pid)> find_process;
+  std::function<const Process*(uint32_t pid)> find_process = {};
   // Memory of `pid`; null: ProcessMemoryReader.
-  std::function<std::unique_ptr<MemoryReader>(uint32_t pid)> memory;
+  std::function<std::unique_ptr<MemoryReader>(uint32_t pid)> memory = {};
   // Null: thread contexts are not read (their processes count as tls_unresolved).
-  TlsResolver resolve_tls;
+  TlsResolver resolve_tls = {};
   // Null: std::chrono::steady_clock::now.
-  std::function<std::chrono::steady_clock::time_point()> now;
+  std::function<std::chrono::steady_clock::time_point()> now = {};
 };
 
 class TraceContexts final : public ProcessEvents {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "opentelemetry/proto/processcontext/v1development/process_context.pb.h"
 #include "support/recorded_memory.h"
+#include "support/subprocess.h"
 #include "support/temp_dir.h"
 
 namespace ember::context {
@@ -491,6 +492,44 @@ TEST_F(TraceContextsTest, AnEvictedProcessIsReadByPidWhenItRepublishes) {
   contexts->OnMapsChanged(process_);
   EXPECT_EQ(tls_calls_, 1);
   EXPECT_EQ(Processes("thread_context"), 1);
+}
+
+}  // namespace
+}  // namespace ember::context
+
+namespace ember::context {
+namespace {
+
+// The tracker with its own ways to the system (the process's /proc directory, process_vm_readv)
+// on a live publisher that re-publishes.
+TEST(TraceContextsLiveTest, ReadsAndRereadsALivePublisher) {
+  testing::Subprocess publisher({EMBER_CONTEXT_PUBLISHER});
+  ASSERT_TRUE(publisher.WaitForOutput("ready", std::chrono::seconds(10))) << publisher.output();
+  Process process;
+  process.pid = static_cast<uint32_t>(publisher.pid());
+  process.proc_dir = absl::StrCat("/proc/", publisher.pid());
+  MetricsRegistry metrics;
+  FakeBpf bpf;
+  TraceContexts contexts(&bpf, metrics,
+                         TraceContextsHooks{.find_process = [&](uint32_t) { return &process; }},
+                         TraceContextsOptions{.min_reread = std::chrono::milliseconds(0)});
+  contexts.OnMapsChanged(process);
+  ASSERT_NE(contexts.Published(process.pid), nullptr);
+  EXPECT_THAT(*contexts.Published(process.pid),
+              ElementsAre(ProcessLabel{"service.name", "checkout"},
+                          ProcessLabel{"service.version", "1.2.3"}));
+  // Its schema is read, but no resolver is given: nothing for the BPF side.
+  EXPECT_TRUE(bpf.entries.empty());
+
+  ASSERT_TRUE(publisher.WriteStdin("update service.instance.id 7f3a\n"));
+  ASSERT_TRUE(publisher.WaitForOutput("updated", std::chrono::seconds(10)));
+  contexts.Notice(process.pid);
+  EXPECT_THAT(contexts.Published(process.pid)->back(),
+              (ProcessLabel{"service.instance.id", "7f3a"}));
+  publisher.CloseStdin();
+  EXPECT_EQ(publisher.Wait(std::chrono::seconds(10)), 0);
+  contexts.OnExited(process.pid);
+  EXPECT_EQ(contexts.Published(process.pid), nullptr);
 }
 
 }  // namespace
