@@ -51,8 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ember::context::DecodeProcessContext(bytes, &context)) {
     if (context.key_map.size() > ember::context::kMaxKeyMapEntries) __builtin_trap();
   }
-  if (auto mapping = ember::context::FindContextMapping(bytes)) {
-    if (!ember::context::IsContextMappingName(mapping->path)) __builtin_trap();
+  const auto mappings = ember::context::FindContextMappings(bytes);
+  if (mappings.size() > ember::context::kMaxContextMappings) __builtin_trap();
+  for (const ember::MemoryMapping& mapping : mappings) {
+    if (!ember::context::IsContextMappingName(mapping.path)) __builtin_trap();
   }
 
   ImageMemory memory(bytes);

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -79,20 +80,25 @@ bool IsContextMappingName(absl::string_view path) {
   return false;
 }
 
-std::optional<MemoryMapping> FindContextMapping(absl::string_view maps_text) {
-  while (!maps_text.empty()) {
+std::vector<MemoryMapping> FindContextMappings(absl::string_view maps_text) {
+  std::vector<MemoryMapping> found;
+  while (!maps_text.empty() && found.size() < kMaxContextMappings) {
     size_t end = maps_text.find('\n');
     absl::string_view line = maps_text.substr(0, end);
     maps_text.remove_prefix(end == absl::string_view::npos ? maps_text.size() : end + 1);
-    if (auto mapping = ContextMappingOf(line)) return mapping;
+    if (auto mapping = ContextMappingOf(line)) found.push_back(std::move(*mapping));
   }
-  return std::nullopt;
+  return found;
 }
 
-absl::StatusOr<std::optional<MemoryMapping>> FindContextMappingInFile(
-    const std::string& maps_path) {
+absl::StatusOr<std::vector<MemoryMapping>> FindContextMappingsInFile(const std::string& maps_path) {
   UniqueFd fd(open(maps_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::NotFoundError(absl::StrCat("cannot open ", maps_path));
+  std::vector<MemoryMapping> found;
+  const auto take = [&found](absl::string_view line) {
+    if (auto mapping = ContextMappingOf(line)) found.push_back(std::move(*mapping));
+    return found.size() < kMaxContextMappings;
+  };
   std::string partial;  // an unfinished line: at most a path's length
   char buffer[16384];
   while (true) {
@@ -109,17 +115,19 @@ absl::StatusOr<std::optional<MemoryMapping>> FindContextMappingInFile(
       }
       absl::string_view line = chunk.substr(0, end);
       chunk.remove_prefix(end + 1);
+      bool more;
       if (!partial.empty()) {
         partial.append(line.data(), line.size());
-        std::optional<MemoryMapping> found = ContextMappingOf(partial);
+        more = take(partial);
         partial.clear();
-        if (found) return found;
-      } else if (auto found = ContextMappingOf(line)) {
-        return found;
+      } else {
+        more = take(line);
       }
+      if (!more) return found;
     }
   }
-  return ContextMappingOf(partial);
+  take(partial);
+  return found;
 }
 
 absl::string_view ReadResultName(ReadResult result) {

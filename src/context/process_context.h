@@ -29,13 +29,18 @@ inline constexpr absl::string_view kContextMappingNames[] = {"[anon_shmem:OTEL_C
 // Whether a maps path (without its " (deleted)" suffix) names a process-context mapping.
 bool IsContextMappingName(absl::string_view path);
 
-// The first mapping of `maps_text` (/proc/PID/maps) whose name is a process-context mapping's;
-// nullopt when there is none. Lines that do not parse are passed over.
-std::optional<MemoryMapping> FindContextMapping(absl::string_view maps_text);
+// Candidates kept from one process's maps: a real publisher has one (the OTEP makes the context a
+// singleton), a decoy or a stale one may come before it.
+inline constexpr size_t kMaxContextMappings = 8;
 
-// As FindContextMapping, reading the file at `maps_path` piece by piece (a big process's maps
+// The mappings of `maps_text` (/proc/PID/maps) whose name is a process-context mapping's, in the
+// text's order, at most kMaxContextMappings: the reader tries each until one has a context's
+// signature and version, as the OTEP says. Lines that do not parse are passed over.
+std::vector<MemoryMapping> FindContextMappings(absl::string_view maps_text);
+
+// As FindContextMappings, reading the file at `maps_path` piece by piece (a big process's maps
 // are megabytes); an error when it cannot be opened or read.
-absl::StatusOr<std::optional<MemoryMapping>> FindContextMappingInFile(const std::string& maps_path);
+absl::StatusOr<std::vector<MemoryMapping>> FindContextMappingsInFile(const std::string& maps_path);
 
 // The header at the start of the mapping (host endianness).
 struct ProcessContextHeader {
@@ -68,6 +73,11 @@ enum class ReadResult : uint8_t {
 };
 inline constexpr size_t kReadResults = 9;
 absl::string_view ReadResultName(ReadResult result);
+// A mapping that reads so holds no context: the next candidate is tried.
+inline bool IsRefusedMapping(ReadResult result) {
+  return result == ReadResult::kBadSignature || result == ReadResult::kBadVersion ||
+         result == ReadResult::kUnreadable;
+}
 
 // The payload of one consistent read.
 struct RawProcessContext {

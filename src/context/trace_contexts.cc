@@ -10,7 +10,8 @@
 namespace ember::context {
 namespace {
 
-// ember_thread_context_records_total{result}: one per sample that has a thread-context status.
+// ember_thread_context_records_total{result}: one of the first six per sample that has a
+// thread-context status; the last two count records besides their result.
 enum RecordMetric : uint8_t {
   kRecordOk,
   kRecordNoTrace,
@@ -18,10 +19,18 @@ enum RecordMetric : uint8_t {
   kRecordNone,
   kRecordReadFailed,
   kRecordNoTlsBlock,
+  kRecordAttributeTruncated,
+  kRecordKeyOutOfRange,
   kRecordMetrics
 };
-constexpr std::array<const char*, kRecordMetrics> kRecordNames = {
-    "ok", "no_trace", "invalid", "none", "read_failed", "no_tls_block"};
+constexpr std::array<const char*, kRecordMetrics> kRecordNames = {"ok",
+                                                                  "no_trace",
+                                                                  "invalid",
+                                                                  "none",
+                                                                  "read_failed",
+                                                                  "no_tls_block",
+                                                                  "attribute_truncated",
+                                                                  "key_out_of_range"};
 
 enum TlsMetric : uint8_t { kTlsOk, kTlsNotFound, kTlsFailed, kTlsBpfFailed, kTlsMetrics };
 constexpr std::array<const char*, kTlsMetrics> kTlsNames = {"ok", "not_found", "failed",
@@ -61,21 +70,13 @@ struct TraceContexts::Metrics {
                           "thread's record gave: ok (a span), no_trace (valid, no trace id), "
                           "invalid (valid byte not 1, or too short), none (no record: outside any "
                           "span), read_failed (TLS slot, pointer or record unreadable), "
-                          "no_tls_block (the thread has no TLS block of that module yet).",
+                          "no_tls_block (the thread has no TLS block of that module yet); and, "
+                          "besides those, records with an attribute entry past their end "
+                          "(attribute_truncated: it and what follows are skipped) or with entries "
+                          "whose key id the key map does not name (key_out_of_range: skipped).",
                           {{"result", kRecordNames[i]}})
               .value();
     }
-    const auto attribute_errors = [&](const char* reason) {
-      return registry
-          .AddCounter("ember_thread_context_attribute_errors_total",
-                      "Thread-context record attribute entries skipped: truncated (records with "
-                      "an entry past their end: it and what follows are skipped), "
-                      "key_out_of_range (entries whose key id the key map does not name).",
-                      {{"reason", reason}})
-          .value();
-    };
-    truncated = attribute_errors("truncated");
-    key_out_of_range = attribute_errors("key_out_of_range");
     for (size_t i = 0; i < kTlsMetrics; ++i) {
       tls[i] = registry
                    .AddCounter("ember_thread_context_tls_resolutions_total",
@@ -129,8 +130,6 @@ struct TraceContexts::Metrics {
   std::array<Counter*, kReadResults> reads{};
   Counter* skipped = nullptr;
   std::array<Counter*, kRecordMetrics> records{};
-  Counter* truncated = nullptr;
-  Counter* key_out_of_range = nullptr;
   std::array<Counter*, kTlsMetrics> tls{};
   std::array<Counter*, kNoticeMetrics> notices{};
   Gauge* published = nullptr;
@@ -261,74 +260,88 @@ void TraceContexts::Refresh(uint32_t pid, State& state, const Process* process, 
   state.read_once = true;
   const Pending was_pending = std::exchange(state.pending, Pending::kNone);
   pending_.erase(pid);
-  const auto count = [&](ReadResult result) {
-    metrics_->reads[static_cast<size_t>(result)]->Increment();
-  };
   std::unique_ptr<MemoryReader> memory = MemoryOf(pid);
-  for (int pass = 0; pass < 2; ++pass) {
-    if (read_maps || !state.has_mapping) {
-      const std::string dir = process != nullptr && !process->proc_dir.empty()
-                                  ? process->proc_dir
-                                  : absl::StrCat(options_.proc_root, "/", pid);
-      auto found = FindContextMappingInFile(dir + "/maps");
-      if (!found.ok()) {
-        count(ReadResult::kUnreadable);
-        return;
-      }
-      if (!found->has_value()) {
-        count(ReadResult::kNoMapping);
-        // A publisher may withdraw its context (at its SDK's shutdown).
-        if (state.has_mapping) Reset(pid, state);
-        return;
-      }
-      state.mapping = std::move(**found);
-      state.has_mapping = true;
-      read_maps = true;
-    }
-    const uint64_t known = state.has_context ? state.context.published_at_ns : 0;
+  const uint64_t known = state.has_context ? state.context.published_at_ns : 0;
+  if (!read_maps && state.has_mapping) {
     const ReadResult result = ReadProcessContext(*memory, state.mapping, known, &raw_);
-    switch (result) {
-      case ReadResult::kOk: {
-        ProcessContext context;
-        if (!DecodeProcessContext(raw_.payload, &context)) {
-          count(ReadResult::kBadPayload);
-          return;
-        }
-        count(ReadResult::kOk);
-        metrics_->skipped->Increment(context.skipped_attributes);
-        context.published_at_ns = raw_.published_at_ns;
-        state.torn_retries = 0;
-        const bool schema_changed = context.schema_version != state.context.schema_version;
-        state.context = std::move(context);
-        SetHasContext(state, true);
-        if (schema_changed && state.thread == ThreadState::kEnabled &&
-            !IsTlsSchema(state.context.schema_version)) {
-          if (bpf_ != nullptr) bpf_->RemoveThreadContextProcess(pid);
-          SetThread(state, ThreadState::kNone);
-        }
-        UpdateThread(pid, state, process, *memory);
+    if (!IsRefusedMapping(result)) {
+      Apply(pid, state, process, *memory, result, was_pending);
+      return;
+    }
+    // The mapping known may be gone (and another published): the maps tell.
+    metrics_->reads[static_cast<size_t>(result)]->Increment();
+  }
+  const std::string dir = process != nullptr && !process->proc_dir.empty()
+                              ? process->proc_dir
+                              : absl::StrCat(options_.proc_root, "/", pid);
+  auto candidates = FindContextMappingsInFile(dir + "/maps");
+  if (!candidates.ok()) {
+    metrics_->reads[static_cast<size_t>(ReadResult::kUnreadable)]->Increment();
+    return;
+  }
+  // The first candidate with a context's signature and version is the process's; the others
+  // (decoys, a stale mapping) are counted by why they were refused.
+  ReadResult result = ReadResult::kNoMapping;
+  for (const MemoryMapping& candidate : *candidates) {
+    const bool same = state.has_mapping && candidate.start == state.mapping.start;
+    result = ReadProcessContext(*memory, candidate, same ? known : 0, &raw_);
+    if (IsRefusedMapping(result)) {
+      metrics_->reads[static_cast<size_t>(result)]->Increment();
+      continue;
+    }
+    state.mapping = candidate;
+    state.has_mapping = true;
+    Apply(pid, state, process, *memory, result, was_pending);
+    return;
+  }
+  if (result == ReadResult::kNoMapping) {
+    metrics_->reads[static_cast<size_t>(result)]->Increment();
+  }
+  // No context there (any more): a publisher may withdraw it at its SDK's shutdown.
+  Reset(pid, state);
+}
+
+void TraceContexts::Apply(uint32_t pid, State& state, const Process* process, MemoryReader& memory,
+                          ReadResult result, Pending was_pending) {
+  const auto count = [&](ReadResult counted) {
+    metrics_->reads[static_cast<size_t>(counted)]->Increment();
+  };
+  switch (result) {
+    case ReadResult::kOk: {
+      ProcessContext context;
+      if (!DecodeProcessContext(raw_.payload, &context)) {
+        count(ReadResult::kBadPayload);
         return;
       }
-      case ReadResult::kUnchanged:
-        count(result);
-        UpdateThread(pid, state, process, *memory);
-        return;
-      case ReadResult::kTorn:
-        count(result);
-        if (state.torn_retries++ < options_.max_torn_retries) {
-          state.pending = was_pending == Pending::kMaps ? Pending::kMaps : Pending::kHeader;
-          pending_.insert(pid);
-        }
-        return;
-      default:
-        // The mapping known may be gone (and another published): its maps tell, once.
-        if (!read_maps) {
-          read_maps = true;
-          continue;
-        }
-        count(result);
-        return;
+      count(ReadResult::kOk);
+      metrics_->skipped->Increment(context.skipped_attributes);
+      context.published_at_ns = raw_.published_at_ns;
+      state.torn_retries = 0;
+      const bool schema_changed = context.schema_version != state.context.schema_version;
+      state.context = std::move(context);
+      SetHasContext(state, true);
+      if (schema_changed && state.thread == ThreadState::kEnabled &&
+          !IsTlsSchema(state.context.schema_version)) {
+        if (bpf_ != nullptr) bpf_->RemoveThreadContextProcess(pid);
+        SetThread(state, ThreadState::kNone);
+      }
+      UpdateThread(pid, state, process, memory);
+      return;
     }
+    case ReadResult::kUnchanged:
+      count(result);
+      UpdateThread(pid, state, process, memory);
+      return;
+    case ReadResult::kTorn:
+      count(result);
+      if (state.torn_retries++ < options_.max_torn_retries) {
+        state.pending = was_pending == Pending::kMaps ? Pending::kMaps : Pending::kHeader;
+        pending_.insert(pid);
+      }
+      return;
+    default:
+      count(result);
+      return;
   }
 }
 
@@ -395,9 +408,8 @@ SampleContext TraceContexts::ContextOf(const Process* process, const SampleView&
       metrics_->records[kRecordInvalid]->Increment();
       break;
   }
-  if (outcome.attribute_truncated) metrics_->truncated->Increment();
-  if (outcome.keys_out_of_range > 0)
-    metrics_->key_out_of_range->Increment(outcome.keys_out_of_range);
+  if (outcome.attribute_truncated) metrics_->records[kRecordAttributeTruncated]->Increment();
+  if (outcome.keys_out_of_range > 0) metrics_->records[kRecordKeyOutOfRange]->Increment();
   // The key map is append-only: an id past its end means a longer one was published.
   if (outcome.key_map_stale && state != nullptr && state->pending == Pending::kNone) {
     state->pending = Pending::kHeader;

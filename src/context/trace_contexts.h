@@ -108,7 +108,8 @@ class TraceContexts final : public ProcessEvents {
   struct State {
     uint64_t execs = 0;
     bool has_mapping = false;
-    MemoryMapping mapping;  // the OTEL_CTX mapping, when has_mapping
+    // The OTEL_CTX mapping whose header had a context's signature and version, when has_mapping.
+    MemoryMapping mapping;
     bool has_context = false;
     ProcessContext context;  // the last consistent read's
     ThreadState thread = ThreadState::kNone;
@@ -119,9 +120,12 @@ class TraceContexts final : public ProcessEvents {
   };
   struct Metrics;
 
-  // Reads the context of `pid` (its maps first when `read_maps` or no mapping is known) and
-  // updates its thread-context state.
+  // Reads the context of `pid` (its maps first when `read_maps` or no mapping is known, or when
+  // the known one holds none any more) and updates its thread-context state.
   void Refresh(uint32_t pid, State& state, const Process* process, bool read_maps);
+  // What a read of the process's established mapping found.
+  void Apply(uint32_t pid, State& state, const Process* process, MemoryReader& memory,
+             ReadResult result, Pending was_pending);
   void UpdateThread(uint32_t pid, State& state, const Process* process, MemoryReader& memory);
   // Reads now when min_reread has passed since the last read, else puts it off (Upkeep).
   void RefreshOrDefer(uint32_t pid, State& state, const Process* process, Pending what);

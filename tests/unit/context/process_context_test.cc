@@ -45,36 +45,52 @@ TEST(FindContextMappingTest, FindsEachNameTheOtepLists) {
                                  "/memfd:OTEL_CTX (deleted)", "/memfd:OTEL_CTX"}) {
     SCOPED_TRACE(path);
     auto found =
-        FindContextMapping(kOtherLines + MapsLine(0x7f1000000000, 0x7f1000001000, "rw-s", path));
-    ASSERT_TRUE(found.has_value());
-    EXPECT_EQ(found->start, 0x7f1000000000u);
-    EXPECT_EQ(found->end, 0x7f1000001000u);
-    EXPECT_TRUE(found->readable);
-    EXPECT_EQ(found->deleted, absl::StrContains(path, "(deleted)"));
+        FindContextMappings(kOtherLines + MapsLine(0x7f1000000000, 0x7f1000001000, "rw-s", path));
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].start, 0x7f1000000000u);
+    EXPECT_EQ(found[0].end, 0x7f1000001000u);
+    EXPECT_TRUE(found[0].readable);
+    EXPECT_EQ(found[0].deleted, absl::StrContains(path, "(deleted)"));
   }
 }
 
 TEST(FindContextMappingTest, NoneAmongDecoys) {
-  EXPECT_EQ(FindContextMapping(kOtherLines), std::nullopt);
-  EXPECT_EQ(FindContextMapping(""), std::nullopt);
+  EXPECT_TRUE(FindContextMappings(kOtherLines).empty());
+  EXPECT_TRUE(FindContextMappings("").empty());
 }
 
-TEST(FindContextMappingTest, StartsWithIsTheRuleAndTheFirstMatchWins) {
+TEST(FindContextMappingTest, StartsWithIsTheRuleAndEveryCandidateComesInOrder) {
   // A longer name starting with a context's name counts (the signature check tells a real one);
-  // it comes first here, so it is the one returned.
-  auto found = FindContextMapping(
+  // it comes first here, and the reader tries it first.
+  auto found = FindContextMappings(
       kOtherLines + MapsLine(0x7f2000000000, 0x7f2000001000, "rw-s", "/memfd:OTEL_CTX_OTHER") +
       MapsLine(0x7f3000000000, 0x7f3000001000, "rw-s", "/memfd:OTEL_CTX (deleted)"));
-  ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->start, 0x7f2000000000u);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].start, 0x7f2000000000u);
+  EXPECT_EQ(found[1].start, 0x7f3000000000u);
+}
+
+TEST(FindContextMappingTest, AtMostSoManyCandidates) {
+  std::string text;
+  for (uint64_t i = 0; i < 3 * kMaxContextMappings; ++i) {
+    text += MapsLine(0x10000 + i * 0x1000, 0x11000 + i * 0x1000, "rw-s", "/memfd:OTEL_CTX");
+  }
+  auto found = FindContextMappings(text);
+  ASSERT_EQ(found.size(), kMaxContextMappings);
+  EXPECT_EQ(found.back().start, 0x10000 + (kMaxContextMappings - 1) * 0x1000);
+  testing::TempDir dir("ember-context");
+  testing::WriteFile(dir.path() + "/maps", text);
+  auto from_file = FindContextMappingsInFile(dir.path() + "/maps");
+  ASSERT_TRUE(from_file.ok());
+  EXPECT_EQ(from_file->size(), kMaxContextMappings);
 }
 
 TEST(FindContextMappingTest, MalformedLineIsPassedOver) {
-  auto found = FindContextMapping("zzzz-yyyy rw-s 0 00:01 1 /memfd:OTEL_CTX\n" + kOtherLines +
-                                  MapsLine(0x1000, 0x2000, "r--s", "[anon:OTEL_CTX]"));
-  ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->start, 0x1000u);
-  EXPECT_FALSE(found->executable);
+  auto found = FindContextMappings("zzzz-yyyy rw-s 0 00:01 1 /memfd:OTEL_CTX\n" + kOtherLines +
+                                   MapsLine(0x1000, 0x2000, "r--s", "[anon:OTEL_CTX]"));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].start, 0x1000u);
+  EXPECT_FALSE(found[0].executable);
 }
 
 TEST(FindContextMappingTest, ReadsAFileBiggerThanOneReadWithTheLineAcrossPieces) {
@@ -89,24 +105,24 @@ TEST(FindContextMappingTest, ReadsAFileBiggerThanOneReadWithTheLineAcrossPieces)
   text += MapsLine(0x7f5000000000, 0x7f5000001000, "rw-p", "[stack]");
   const std::string path = dir.path() + "/maps";
   testing::WriteFile(path, text);
-  auto found = FindContextMappingInFile(path);
+  auto found = FindContextMappingsInFile(path);
   ASSERT_TRUE(found.ok()) << found.status();
-  ASSERT_TRUE(found->has_value());
-  EXPECT_EQ((*found)->start, 0x7f4000000000u);
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].start, 0x7f4000000000u);
 
   testing::WriteFile(path, kOtherLines);
-  found = FindContextMappingInFile(path);
+  found = FindContextMappingsInFile(path);
   ASSERT_TRUE(found.ok());
-  EXPECT_EQ(*found, std::nullopt);
+  EXPECT_TRUE(found->empty());
   // The last line need not end in a newline.
   std::string last = MapsLine(0x1000, 0x2000, "rw-s", "[anon_shmem:OTEL_CTX]");
   last.pop_back();
   testing::WriteFile(path, kOtherLines + last);
-  found = FindContextMappingInFile(path);
+  found = FindContextMappingsInFile(path);
   ASSERT_TRUE(found.ok());
-  EXPECT_TRUE(found->has_value());
+  EXPECT_EQ(found->size(), 1u);
 
-  EXPECT_FALSE(FindContextMappingInFile(dir.path() + "/absent").ok());
+  EXPECT_FALSE(FindContextMappingsInFile(dir.path() + "/absent").ok());
 }
 
 // A publisher's memory: the header in its mapping, the payload elsewhere.
@@ -335,14 +351,15 @@ TEST(ProcessContextLiveTest, ReadsAPublisherThroughItsMemory) {
   testing::Subprocess publisher({EMBER_CONTEXT_PUBLISHER});
   ASSERT_TRUE(publisher.WaitForOutput("ready", std::chrono::seconds(10))) << publisher.output();
   const std::string maps_path = absl::StrCat("/proc/", publisher.pid(), "/maps");
-  auto mapping = FindContextMappingInFile(maps_path);
-  ASSERT_TRUE(mapping.ok()) << mapping.status();
-  ASSERT_TRUE(mapping->has_value());
-  EXPECT_TRUE((*mapping)->path.starts_with("/memfd:OTEL_CTX"));
+  auto mappings = FindContextMappingsInFile(maps_path);
+  ASSERT_TRUE(mappings.ok()) << mappings.status();
+  ASSERT_EQ(mappings->size(), 1u);
+  const MemoryMapping* mapping = &mappings->front();
+  EXPECT_TRUE(mapping->path.starts_with("/memfd:OTEL_CTX"));
 
   ProcessMemoryReader memory(publisher.pid());
   RawProcessContext raw;
-  ASSERT_EQ(ReadProcessContext(memory, **mapping, 0, &raw), ReadResult::kOk);
+  ASSERT_EQ(ReadProcessContext(memory, *mapping, 0, &raw), ReadResult::kOk);
   ProcessContext context;
   ASSERT_TRUE(DecodeProcessContext(raw.payload, &context));
   EXPECT_THAT(context.resource, ElementsAre(ProcessLabel{"service.name", "checkout"},
@@ -350,21 +367,21 @@ TEST(ProcessContextLiveTest, ReadsAPublisherThroughItsMemory) {
   EXPECT_EQ(context.schema_version, "tlsdesc_v1_dev");
   EXPECT_THAT(context.key_map, ElementsAre("http.route"));
   const uint64_t first = raw.published_at_ns;
-  EXPECT_EQ(ReadProcessContext(memory, **mapping, first, &raw), ReadResult::kUnchanged);
+  EXPECT_EQ(ReadProcessContext(memory, *mapping, first, &raw), ReadResult::kUnchanged);
 
   ASSERT_TRUE(publisher.WriteStdin("update deployment.environment.name staging\n"));
   ASSERT_TRUE(publisher.WaitForOutput("updated", std::chrono::seconds(10)));
-  ASSERT_EQ(ReadProcessContext(memory, **mapping, first, &raw), ReadResult::kOk);
+  ASSERT_EQ(ReadProcessContext(memory, *mapping, first, &raw), ReadResult::kOk);
   EXPECT_GT(raw.published_at_ns, first);
   ASSERT_TRUE(DecodeProcessContext(raw.payload, &context));
   EXPECT_THAT(context.resource.back(), (ProcessLabel{"deployment.environment.name", "staging"}));
 
   ASSERT_TRUE(publisher.WriteStdin("hold\n"));
   ASSERT_TRUE(publisher.WaitForOutput("holding", std::chrono::seconds(10)));
-  EXPECT_EQ(ReadProcessContext(memory, **mapping, 0, &raw), ReadResult::kTorn);
+  EXPECT_EQ(ReadProcessContext(memory, *mapping, 0, &raw), ReadResult::kTorn);
   ASSERT_TRUE(publisher.WriteStdin("release\n"));
   ASSERT_TRUE(publisher.WaitForOutput("released", std::chrono::seconds(10)));
-  EXPECT_EQ(ReadProcessContext(memory, **mapping, 0, &raw), ReadResult::kOk);
+  EXPECT_EQ(ReadProcessContext(memory, *mapping, 0, &raw), ReadResult::kOk);
   publisher.CloseStdin();
   EXPECT_EQ(publisher.Wait(std::chrono::seconds(10)), 0);
 }

@@ -314,7 +314,7 @@ TEST_F(TraceContextsTest, ARepublicationWithANewKeyIsReadWhenARecordUsesIt) {
   EXPECT_THAT(
       Sample(*contexts, EMBER_CONTEXT_OK, Record(1, {{0, "/cart"}, {1, "checkout"}})).attributes,
       ElementsAre(SampleAttribute{"http.route", "/cart"}));
-  EXPECT_EQ(Metric("ember_thread_context_attribute_errors_total", "reason", "key_out_of_range"), 1);
+  EXPECT_EQ(Metric("ember_thread_context_records_total", "result", "key_out_of_range"), 1);
   // The record's key id 1 is past the map: its process context is read again (no notice came:
   // the kernel cannot report the prctl here, say).
   EXPECT_EQ(contexts->pending(), 1u);
@@ -442,13 +442,38 @@ TEST_F(TraceContextsTest, HostileContextsAreCountedAndNothingIsPublished) {
   EXPECT_EQ(Reads("bad_payload"), 1);
   EXPECT_EQ(contexts->Published(kPid), nullptr);
 
-  // Unreadable memory (the process exited between its maps and its memory).
+  // Unreadable memory (the process exited between its maps and its memory): the mapping known,
+  // then the maps' candidate, each read once.
   testing::RecordedMemory empty;
   memory_ = empty;
   Advance(std::chrono::seconds(2));
   contexts->Notice(kPid);
-  EXPECT_EQ(Reads("unreadable"), 1);
+  EXPECT_EQ(Reads("unreadable"), 2);
   EXPECT_EQ(Processes("published"), 0);
+}
+
+TEST_F(TraceContextsTest, ADecoyBeforeTheContextDoesNotHideIt) {
+  // A mapping named like a context, without its signature, listed before the real one.
+  const uint64_t decoy_at = kMappingAt - 0x100000;
+  testing::WriteFile(dir_.path() + "/maps",
+                     MapsLine(decoy_at, "rw-s", "/memfd:OTEL_CTX (deleted)") +
+                         MapsLine(0x7e0000000000, "rw-p", "[anon:OTEL_CTX]") +
+                         MapsLine(kMappingAt, "rw-s", "/memfd:OTEL_CTX (deleted)"));
+  const std::string junk(64, 'J');
+  memory_.Add(decoy_at, junk.data(), junk.size());
+  Publish(Published{}, 100);
+  auto contexts = Make();
+  contexts->OnMapsChanged(process_);
+  EXPECT_EQ(Reads("bad_signature"), 1);
+  EXPECT_EQ(Reads("unreadable"), 1);  // the second decoy is not even mapped
+  EXPECT_EQ(Reads("ok"), 1);
+  ASSERT_NE(contexts->Published(kPid), nullptr);
+  EXPECT_EQ(bpf_.entries.size(), 1u);
+  // The real one is what later reads go to.
+  Advance(std::chrono::seconds(2));
+  contexts->Notice(kPid);
+  EXPECT_EQ(Reads("unchanged"), 1);
+  EXPECT_EQ(Reads("bad_signature"), 1);
 }
 
 TEST_F(TraceContextsTest, ATornContextIsTriedAgainABoundedNumberOfTimes) {
