@@ -194,6 +194,14 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   agent->unwinder_events_ = std::make_unique<ProcessEventCallbacks>(
       nullptr, [self](uint32_t pid) { self->unwinder_.ForgetProcess(pid); });
   agent->processes_.Subscribe(agent->unwinder_events_.get());
+  // The OpenTelemetry process and thread contexts (docs/trace-context.md): read at a process's
+  // first sight, when it re-publishes (the BPF side's notice of its naming prctl) and after its
+  // maps change; the BPF program copies the thread-context records of the processes it is told.
+  agent->trace_contexts_ = std::make_unique<context::TraceContexts>(
+      /*bpf=*/nullptr, agent->metrics_,
+      context::TraceContextsHooks{
+          .find_process = [self](uint32_t pid) { return self->processes_.Find(pid); }});
+  agent->processes_.Subscribe(agent->trace_contexts_.get());
   // Subscribed last: the BPF side forgets a process once the rest has.
   agent->known_processes_ = std::make_unique<KnownProcesses>(
       agent->processes_, [self](uint32_t pid) { self->profiler_->MarkProcessKnown(pid); },
@@ -355,6 +363,7 @@ void Agent::OnSample(const SampleView& sample) {
   const std::vector<const Frame*>& stack = stacks_->Build(sample, process);
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
+  trace_contexts_->ContextOf(process, sample);
   aggregator_.Add(header.pid, process_name, thread, stack);
   memory_.AfterSample();
 }
@@ -373,6 +382,12 @@ void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {
       absl::ToUnixNanos(span.start), absl::ToInt64Nanoseconds(span.length), period_ns);
   // Before exited processes are dropped, and before any writer: each reads the same metadata.
   AttachProcessMetadata(processes_, pods_.get(), &profile);
+  for (auto& [pid, metadata] : profile.process_metadata) {
+    const std::vector<ProcessLabel>* published = trace_contexts_->Published(pid);
+    if (published == nullptr) continue;
+    metadata.published = *published;
+    CapMetadataNames(metadata);
+  }
   int64_t samples = 0;
   for (const StackSample& s : profile.samples) samples += s.count;
   if (samples > 0 && exporter_ != nullptr) {
@@ -423,6 +438,8 @@ void Agent::WireIntervalTurnover() {
 
 absl::Status Agent::PollSamples(int timeout_ms) {
   known_processes_->OnPoll();
+  // Context reads put off to bound their rate: only processes with one pending.
+  trace_contexts_->Upkeep();
   return profiler_->Poll(timeout_ms).status();
 }
 

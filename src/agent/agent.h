@@ -17,6 +17,7 @@
 #include "agent/interval_clock.h"
 #include "agent/memory_upkeep.h"
 #include "agent/options.h"
+#include "context/trace_contexts.h"
 #include "debuginfod/debug_file_fetcher.h"
 #include "k8s/cgroup_resolver.h"
 #include "k8s/pod_index.h"
@@ -130,6 +131,9 @@ class Agent {
   // tables, the unwinder.
   std::unique_ptr<BpfUnwindTablesFeed> bpf_unwind_feed_;
   std::unique_ptr<ProcessEventCallbacks> unwinder_events_;
+  // What each process published about itself through OpenTelemetry (its resource, the span each
+  // sampled thread served); a subscriber of the process table. Made in Create, never null after.
+  std::unique_ptr<context::TraceContexts> trace_contexts_;
 
   // The agent's own counters in metrics_ (registered in the constructor, never null).
   Counter* samples_metric_ = nullptr;
