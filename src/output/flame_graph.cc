@@ -205,6 +205,7 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   std::vector<const Frame*> frames;
   std::vector<Path> paths;
   paths.reserve(profile.samples.size());
+  std::vector<const SampleContext*> contexts;  // of the samples that have one
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
     absl::string_view process(s.process.data(), s.process.size());
@@ -215,8 +216,13 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
       if (*it != nullptr) frames.push_back(*it);
     }
+    uint32_t context = kNoContext;
+    if (!s.context.empty()) {
+      context = static_cast<uint32_t>(contexts.size());
+      contexts.push_back(&s.context);
+    }
     paths.push_back(
-        Path{id->second, s.count, begin, static_cast<uint32_t>(frames.size()), &s.context});
+        Path{id->second, begin, static_cast<uint32_t>(frames.size()), context, s.count});
   }
   std::vector<uint32_t> by_name(processes.size());
   std::iota(by_name.begin(), by_name.end(), 0);
@@ -261,7 +267,9 @@ void FlameGraph::Add(const IntervalProfile& profile) {
       const uint32_t node = AddToChild(0, process, count);
       previous = nullptr;
       if (node == kFolded) {
-        AddContextSamples(last_other_, *path.context, count);
+        if (path.context != kNoContext) {
+          AddContextSamples(last_other_, *contexts[path.context], count);
+        }
         continue;
       }
       nodes_on_path.push_back(node);
@@ -281,12 +289,14 @@ void FlameGraph::Add(const IntervalProfile& profile) {
       if (node != kFolded) frame_ends.push_back(nodes_on_path.size());
     }
     // The stack ended at the last node it reached, or in the "[other]" leaf it was folded into.
-    AddContextSamples(node == kFolded ? last_other_ : nodes_on_path.back(), *path.context, count);
+    if (path.context != kNoContext) {
+      AddContextSamples(node == kFolded ? last_other_ : nodes_on_path.back(),
+                        *contexts[path.context], count);
+    }
   }
 }
 
 void FlameGraph::AddContextSamples(uint32_t node, const SampleContext& context, int64_t count) {
-  if (context.empty()) return;
   const uint32_t id = ContextId(context);
   if (id == kNoContext) {
     context_folded_samples_ += count;

@@ -108,10 +108,10 @@ class FlameGraph {
   // frames[begin, end) of Add's one array for the whole interval.
   struct Path {
     uint32_t process;  // the rank of its process's name (or "pid N") among the interval's
-    int64_t count;
     uint32_t begin;
     uint32_t end;
-    const SampleContext* context;  // the sample's, in the interval
+    uint32_t context;  // into Add's list of the interval's contexts; kNoContext: none
+    int64_t count;
   };
   // A distinct trace context, its texts as ids into context_strings_.
   struct Context {
@@ -140,7 +140,7 @@ class FlameGraph {
   uint32_t InternName(absl::string_view name);
   uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
   uint32_t NewNode(uint32_t name, NodeType type);
-  // Counts `count` samples of `context` (when it is not empty) at `node`, where their stack ended.
+  // Counts `count` samples of `context` (not empty) at `node`, where their stack ended.
   void AddContextSamples(uint32_t node, const SampleContext& context, int64_t count);
   // The id of `context` in contexts_, added if new; kNoContext when the bound is reached.
   uint32_t ContextId(const SampleContext& context);
