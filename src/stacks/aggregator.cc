@@ -28,42 +28,50 @@ struct HashedContext {
 }  // namespace
 
 bool Aggregator::KeyEq::operator()(const Key& a, const Key& b) const {
-  return a.hash == b.hash && a.pid == b.pid && a.process == b.process && a.thread == b.thread &&
-         std::equal(a.frames.begin(), a.frames.end(), b.frames.begin(), b.frames.end()) &&
-         a.context.link == b.context.link &&
-         std::equal(a.context.attributes.begin(), a.context.attributes.end(),
-                    b.context.attributes.begin(), b.context.attributes.end());
+  if (a.hash != b.hash || a.pid != b.pid || a.process != b.process || a.thread != b.thread ||
+      !std::equal(a.frames.begin(), a.frames.end(), b.frames.begin(), b.frames.end())) {
+    return false;
+  }
+  if (a.context == nullptr || b.context == nullptr) return a.context == b.context;
+  return a.context->link == b.context->link &&
+         std::equal(a.context->attributes.begin(), a.context->attributes.end(),
+                    b.context->attributes.begin(), b.context->attributes.end());
 }
 
-SampleContext Aggregator::CopyContext(const SampleContext& context) {
-  if (context.attributes.empty()) return {.link = context.link, .attributes = {}};
-  attribute_scratch_.clear();
-  for (const SampleAttribute& attribute : context.attributes) {
-    attribute_scratch_.push_back(
-        {.key = arena_.CopyString(attribute.key), .value = arena_.CopyString(attribute.value)});
+const SampleContext* Aggregator::CopyContext(const SampleContext* context) {
+  if (context == nullptr) return nullptr;
+  SampleContext copy{.link = context->link, .attributes = {}};
+  if (!context->attributes.empty()) {
+    attribute_scratch_.clear();
+    for (const SampleAttribute& attribute : context->attributes) {
+      attribute_scratch_.push_back(
+          {.key = arena_.CopyString(attribute.key), .value = arena_.CopyString(attribute.value)});
+    }
+    copy.attributes = arena_.CopySpan(std::span<const SampleAttribute>(attribute_scratch_));
   }
-  return {.link = context.link,
-          .attributes = arena_.CopySpan(std::span<const SampleAttribute>(attribute_scratch_))};
+  return arena_.CopySpan(std::span<const SampleContext>(&copy, 1)).data();
 }
 
 void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view thread,
                      std::span<const Frame* const> frames, const SampleContext& context) {
   ++total_samples_;
+  const absl::Span<const Frame* const> frame_span(frames.data(), frames.size());
+  const SampleContext* with_context = context.empty() ? nullptr : &context;
   const Key probe{.pid = pid,
                   .process = {process.data(), process.size()},
                   .thread = {thread.data(), thread.size()},
                   .frames = frames,
-                  .context = context,
-                  .hash = absl::HashOf(pid, process, thread,
-                                       absl::Span<const Frame* const>(frames.data(), frames.size()),
-                                       HashedContext{context})};
+                  .context = with_context,
+                  .hash = with_context == nullptr ? absl::HashOf(pid, process, thread, frame_span)
+                                                  : absl::HashOf(pid, process, thread, frame_span,
+                                                                 HashedContext{*with_context})};
   // One probe finds the count, or copies the sample into the arena as a new key.
   auto it = counts_.lazy_emplace(probe, [&](const auto& construct) {
     construct(Key{.pid = pid,
                   .process = arena_.CopyString(probe.process),
                   .thread = arena_.CopyString(probe.thread),
                   .frames = arena_.CopyFrames(frames),
-                  .context = CopyContext(context),
+                  .context = CopyContext(with_context),
                   .hash = probe.hash},
               0);
   });
@@ -78,12 +86,13 @@ IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration
   profile.period_ns = period_ns;
   profile.samples.reserve(counts_.size());
   for (const auto& [key, count] : counts_) {
-    profile.samples.push_back(StackSample{.pid = key.pid,
-                                          .process = key.process,
-                                          .thread = key.thread,
-                                          .frames = key.frames,
-                                          .count = count,
-                                          .context = key.context});
+    profile.samples.push_back(
+        StackSample{.pid = key.pid,
+                    .process = key.process,
+                    .thread = key.thread,
+                    .frames = key.frames,
+                    .count = count,
+                    .context = key.context != nullptr ? *key.context : SampleContext{}});
   }
   // The keys' names, frames and contexts go with the profile: the samples view them.
   profile.arena = std::move(arena_);

@@ -33,7 +33,8 @@ class Aggregator {
     std::string_view process;
     std::string_view thread;
     std::span<const Frame* const> frames;
-    SampleContext context;
+    // nullptr for a sample without one (most): the key stays small and hashes as before.
+    const SampleContext* context = nullptr;
     size_t hash = 0;
   };
   struct KeyHash {
@@ -42,7 +43,8 @@ class Aggregator {
   struct KeyEq {
     bool operator()(const Key& a, const Key& b) const;
   };
-  SampleContext CopyContext(const SampleContext& context);
+  // A copy of `context` in arena_, its attributes' texts too.
+  const SampleContext* CopyContext(const SampleContext* context);
 
   SampleArena arena_;
   std::vector<SampleAttribute> attribute_scratch_;  // reused: a new key's attributes, in arena_
