@@ -141,8 +141,7 @@ class PprofBuilder {
       labels.emplace_back(Intern(key), Intern(value));
     };
     const auto overridden = [&](absl::string_view key) {
-      return !IsMeasuredResourceKey({key.data(), key.size()}) &&
-             absl::c_linear_search(published_keys, key);
+      return absl::c_linear_search(published_keys, key);
     };
     add("container.id", metadata->container_id);
     for (const ProcessLabel& label : metadata->attributes) {
