@@ -64,8 +64,9 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
 
 }  // namespace
 
-FlameGraph::FlameGraph(size_t max_nodes)
-    : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)) {
+FlameGraph::FlameGraph(size_t max_nodes, size_t max_context_bytes)
+    : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)),
+      max_context_bytes_(max_context_bytes) {
   NewNode(InternName("all"), NodeType::kRoot);
 }
 
@@ -326,7 +327,12 @@ uint32_t FlameGraph::ContextId(const SampleContext& context) {
     }
   }
   if (auto it = context_ids_.find(context_key_); it != context_ids_.end()) return it->second;
-  if (contexts_.size() >= max_nodes_) return kNoContext;
+  // The texts a new context adds are at most its key's bytes over again (hex ids: twice).
+  if (contexts_.size() >= max_nodes_ ||
+      context_bytes_ + 3 * context_key_.size() > max_context_bytes_) {
+    return kNoContext;
+  }
+  context_bytes_ += context_key_.size();
   Context& entry = contexts_.emplace_back();
   if (!context.link.empty()) {
     static constexpr char kDigits[] = "0123456789abcdef";
@@ -357,6 +363,7 @@ uint32_t FlameGraph::ContextId(const SampleContext& context) {
 uint32_t FlameGraph::ContextString(absl::string_view text) {
   if (auto it = context_string_ids_.find(text); it != context_string_ids_.end()) return it->second;
   context_strings_.emplace_back(text);
+  context_bytes_ += text.size();
   const auto id = static_cast<uint32_t>(context_strings_.size() - 1);
   context_string_ids_.emplace(context_strings_.back(), id);
   return id;

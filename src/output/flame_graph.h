@@ -41,8 +41,10 @@ class FlameGraph {
   };
 
   // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children
-  // are leaves and at most one per node, so the tree never exceeds 2 * max_nodes nodes.
-  explicit FlameGraph(size_t max_nodes = 200000);
+  // are leaves and at most one per node, so the tree never exceeds 2 * max_nodes nodes. Trace
+  // contexts are bounded apart: at most max_nodes distinct ones, whose bytes (ids, attribute keys
+  // and values) take at most max_context_bytes, and max_nodes (node, context) counts.
+  explicit FlameGraph(size_t max_nodes = 200000, size_t max_context_bytes = 8 << 20);
 
   void Add(const IntervalProfile& profile);  // copies names; holds no pointers into profile
   int64_t total_samples() const { return total_samples_; }
@@ -64,8 +66,7 @@ class FlameGraph {
   size_t node_count() const { return nodes_.size(); }
   int64_t folded_samples() const { return folded_samples_; }
   size_t contexts() const { return contexts_.size(); }
-  // Samples with a context that the page cannot filter: beyond max_nodes distinct contexts, or
-  // beyond max_nodes (node, context) counts.
+  // Samples with a context that the page cannot filter: beyond the bounds of the contexts.
   int64_t context_folded_samples() const { return context_folded_samples_; }
   // Samples of the node reached from the root by `path` (process name, then frame names
   // outermost first, inlined functions after their frame; a step matches a child of any type),
@@ -153,6 +154,7 @@ class FlameGraph {
   static constexpr uint32_t kNoContext = UINT32_MAX;
 
   size_t max_nodes_;
+  size_t max_context_bytes_;
   std::vector<Node> nodes_;
   absl::flat_hash_map<ChildKey, uint32_t> children_;  // of nodes with two children or more
   // A deque so the views in name_ids_ stay valid as names are added.
@@ -169,6 +171,7 @@ class FlameGraph {
   absl::flat_hash_map<absl::string_view, uint32_t> context_string_ids_;
   absl::flat_hash_map<uint64_t, int64_t> context_samples_;  // node << 32 | context -> samples
   int64_t context_folded_samples_ = 0;
+  size_t context_bytes_ = 0;  // of context_ids_' keys and context_strings_
 
   int64_t total_samples_ = 0;
   int64_t folded_samples_ = 0;

@@ -594,6 +594,24 @@ TEST(FlameGraphTest, ContextsAreBounded) {
   EXPECT_EQ(counted, 3);
   EXPECT_EQ(contexts.folded, 7);
   EXPECT_EQ(graph.total_samples(), 10);
+
+  // Big attribute values fill the byte bound before the count bound.
+  FlameGraph by_bytes(1000, 64 * 1024);
+  samples.clear();
+  for (int i = 0; i < 200; ++i) {
+    OwnedSample s{10, "web", "t", {&a, &main_fn}, 1};
+    s.attributes = {{"request", std::string(250, 'a' + i % 26) + std::to_string(i)}};
+    samples.push_back(s);
+  }
+  by_bytes.Add(Interval(samples));
+  EXPECT_GT(by_bytes.contexts(), 0u);
+  EXPECT_LT(by_bytes.contexts(), 200u);
+  EXPECT_EQ(static_cast<int64_t>(by_bytes.contexts()) + by_bytes.context_folded_samples(), 200);
+  // What the page carries of them stays within the bound.
+  const std::string json = by_bytes.ToJson();
+  const size_t contexts_at = json.find("\"contexts\":");
+  ASSERT_NE(contexts_at, std::string::npos);
+  EXPECT_LT(json.size() - contexts_at, 64u * 1024);
 }
 
 // Runs check_flamegraph.sh on page with the Chromium found at configure time.
