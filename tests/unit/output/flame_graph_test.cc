@@ -735,6 +735,8 @@ TEST_F(FlameGraphPageTest, FilterNarrowsTheGraphToOneTraceSpanOrAttribute) {
       {10, "web", "a", {&serve, &main_fn}, 50, buy, {{"http.route", "/checkout"}}},
       {10, "web", "b", {&search, &serve, &main_fn}, 200, find, {{"http.route", "/search"}}},
       {10, "web", "c", {&idle, &main_fn}, 350},
+      // Texts from the profiled process are as hostile as its frame names.
+      {10, "web", "d", {&idle, &main_fn}, 1, {}, {{"note", "</script><b>x&y\u2028"}}},
   }));
   const std::string page = ::testing::TempDir() + "/ember_flame_graph_filter.html";
   ASSERT_TRUE(graph.WriteHtml(page, "filter").ok());
@@ -764,7 +766,8 @@ TEST_F(FlameGraphPageTest, FilterNarrowsTheGraphToOneTraceSpanOrAttribute) {
   check(offered[0] === 'http.route=/checkout', 'commonest value offered first: ' + offered[0]);
   check(offered.indexOf('trace_id=4bf92f3577b34da6a3ce929d0e0e4736') !== -1, 'trace offered');
   check(offered.indexOf('span_id=b7ad6b7169203332') !== -1, 'span offered');
-  check(samplesOf('all') === 1000 && samplesOf('Serve') === 650, 'unfiltered counts');
+  check(samplesOf('all') === 1001 && samplesOf('Serve') === 650, 'unfiltered counts');
+  check(offered.indexOf('note=<\/script><b>x&y\u2028') !== -1, 'hostile text offered as it is');
 
   set('http.route=/checkout');
   check(!frame('SearchIndex') && !frame('Idle'), 'other requests and idle work hidden');
@@ -787,7 +790,7 @@ TEST_F(FlameGraphPageTest, FilterNarrowsTheGraphToOneTraceSpanOrAttribute) {
 
   set('checkout');
   check(filter.classList.contains('bad'), 'a filter without = is refused');
-  check(samplesOf('Idle') === 350, 'a refused filter shows everything');
+  check(samplesOf('Idle') === 351, 'a refused filter shows everything');
 
   set('http.route=/search');
   document.getElementById('search').value = 'Index';
@@ -795,7 +798,7 @@ TEST_F(FlameGraphPageTest, FilterNarrowsTheGraphToOneTraceSpanOrAttribute) {
   check(document.getElementById('matched').textContent.indexOf('100.0%') !== -1,
         'search shares are of the filtered samples');
   set('');
-  check(frame('Idle') && frame('Checkout') && samplesOf('all') === 1000, 'clearing restores all');
+  check(frame('Idle') && frame('Checkout') && samplesOf('all') === 1001, 'clearing restores all');
   check(filtered.textContent === '', 'no filter, no share');
 })();
 </script>
