@@ -67,12 +67,17 @@ class PprofBuilder {
           AddStrLabel(sample, span_id_key, Hex(span));
         }
       }
+      attribute_keys_.clear();
       for (const SampleAttribute& attribute : s.context.attributes) {
         const absl::string_view key(attribute.key.data(), attribute.key.size());
-        if (IsSampleLabel(key)) continue;
-        AddStrLabel(sample, Intern(key), {attribute.value.data(), attribute.value.size()});
+        if (IsSampleLabel(key) || attribute.value.empty()) continue;
+        attribute_keys_.push_back(Intern(key));
+        AddStrLabel(sample, attribute_keys_.back(),
+                    {attribute.value.data(), attribute.value.size()});
       }
       for (const auto& [key, value] : ProcessLabelsOf(profile, s.pid)) {
+        // The span's own attribute says more of this sample than its process's of the same name.
+        if (absl::c_linear_search(attribute_keys_, key)) continue;
         pb::Label* label = sample->add_label();
         label->set_key(key);
         label->set_str(value);
@@ -237,7 +242,8 @@ class PprofBuilder {
   using StringPair = std::pair<absl::string_view, absl::string_view>;
 
   pb::Profile& out_;
-  std::string hex_;  // Hex()'s text, reused
+  std::string hex_;                      // Hex()'s text, reused
+  std::vector<int64_t> attribute_keys_;  // a sample's context attribute labels, reused
   absl::flat_hash_map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> process_labels_;
   absl::flat_hash_map<absl::string_view, int64_t> strings_;
   absl::flat_hash_map<const Frame*, uint64_t> by_pointer_;

@@ -16,7 +16,8 @@ namespace ember {
 // labels pid (num), process (str), thread (str) on each sample; from its trace context, trace_id
 // and span_id (lowercase hex; span_id when not zero) when it has a link, and each attribute as a
 // label named by its key (except keys named as the labels above); then from the process's
-// `process_metadata` (str), each key once: container.id, its attributes in order (k8s.pod.name,
+// `process_metadata` (str), each key once and not one the sample's attributes have: container.id,
+// its attributes in order (k8s.pod.name,
 // ...), service.name and what the process published about itself (`published`, in order), each
 // when not empty. A published value replaces the derived one of the same key, except for the keys
 // the agent measures (IsMeasuredResourceKey), which keep the agent's. One Location per distinct

@@ -314,8 +314,15 @@ TEST(PprofWriterContextTest, PublishedAttributesWinOverDerivedOnes) {
                         {"service.instance.id", ""},
                         {"thread", "forged"}}});
   profile.AttachProcessMetadata(8, {.service_name = "orders-db"});
+  // A span's attribute named as a process label: the sample's own says more of it.
+  AddSamples(profile, {{.pid = 8,
+                        .process = "db",
+                        .thread = "d",
+                        .frames = {&leaf},
+                        .count = 1,
+                        .attributes = {{"service.name", "orders-db-replica"}}}});
   const pb::Profile p = BuildPprof(profile);
-  ASSERT_EQ(p.sample_size(), 3);
+  ASSERT_EQ(p.sample_size(), 4);
   const std::vector<std::map<std::string, std::string>> labels = SampleStrLabels(p);
   const std::map<std::string, std::string> want7 = {
       {"process", "app"},           {"thread", "a"},
@@ -328,6 +335,9 @@ TEST(PprofWriterContextTest, PublishedAttributesWinOverDerivedOnes) {
   EXPECT_EQ(labels[1], want7b);
   EXPECT_EQ(labels[2], (std::map<std::string, std::string>{
                            {"process", "db"}, {"thread", "c"}, {"service.name", "orders-db"}}));
+  EXPECT_EQ(labels[3],
+            (std::map<std::string, std::string>{
+                {"process", "db"}, {"thread", "d"}, {"service.name", "orders-db-replica"}}));
 }
 
 TEST(PprofWriterNamesTest, NoStringIsLongerThanTheNameCap) {
