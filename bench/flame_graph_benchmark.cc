@@ -38,8 +38,8 @@ struct Workload {
       paths.push_back(std::move(path));
     }
   }
-  // With `spans`, each sample served a span (a new one every 20 samples, of one of 8 traces) with
-  // one of 3 routes as its thread context's attribute, as an instrumented server's would.
+  // With `spans`, each sample served a span of its own (the worst case: no two stacks share a
+  // context), of one of 8 traces, with one of 3 routes as its thread context's attribute.
   IntervalProfile Interval(size_t stacks, std::mt19937& random, bool spans = false) const {
     static constexpr std::string_view kRoutes[] = {"/checkout", "/search", "/cart"};
     IntervalProfile p;
