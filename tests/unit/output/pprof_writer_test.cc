@@ -532,6 +532,40 @@ TEST(PprofToolTest, GooglePprofReadsTheFile) {
   EXPECT_EQ(FlatOf(cpu_top, "Work(int)"), "60ms") << cpu_top;
 }
 
+// What README says one does with the trace context labels: pprof narrows a profile to one route
+// or one trace by them.
+TEST(PprofToolTest, GooglePprofFocusesOnOneRouteOrTrace) {
+  const std::string pprof = EMBER_PPROF_PATH;
+  ASSERT_FALSE(pprof.empty() || pprof.ends_with("-NOTFOUND"))
+      << "Google's pprof was not found at .cache/tools/pprof; run scripts/setup.sh and reconfigure";
+  Frame checkout{.function = "Checkout", .address = 0x10, .module = "/app"};
+  Frame search{.function = "Search", .address = 0x20, .module = "/app"};
+  Frame serve{.function = "Serve", .address = 0x30, .module = "/app"};
+  const TraceLink buy = testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  const TraceLink find = testing::LinkOf("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(profile, {{7, "app", "a", {&checkout, &serve}, 6, buy, {{"http.route", "/checkout"}}},
+                       {7, "app", "a", {&serve}, 2, buy, {{"http.route", "/checkout"}}},
+                       {7, "app", "b", {&search, &serve}, 5, find, {{"http.route", "/search"}}},
+                       {7, "app", "c", {&serve}, 3}});
+  const std::string path = TempPath("ember_pprof_tagfocus_test.pb.gz");
+  ASSERT_TRUE(WritePprofFile(profile, path).ok());
+  const auto top = [&](const std::string& focus) {
+    return ember::testing::RunProgram(
+        {pprof, "-top", "-symbolize=none", "-sample_index=samples", "-tagfocus=" + focus, path});
+  };
+  const auto [rc, route] = top("http.route=/checkout");
+  ASSERT_EQ(rc, 0) << route;
+  EXPECT_THAT(route, HasSubstr("accounting for 8, 50.00% of 16 total")) << route;
+  EXPECT_EQ(FlatOf(route, "Checkout"), "6") << route;
+  EXPECT_EQ(FlatOf(route, "Search"), "") << route;
+  const auto [trace_rc, trace] = top("trace_id=4bf92f3577b34da6a3ce929d0e0e4736");
+  ASSERT_EQ(trace_rc, 0) << trace;
+  EXPECT_THAT(trace, HasSubstr("accounting for 5, 31.25% of 16 total")) << trace;
+  EXPECT_EQ(FlatOf(trace, "Search"), "5") << trace;
+}
+
 TEST(PprofToolTest, GooglePprofShowsInlinedFunctions) {
   const std::string pprof = EMBER_PPROF_PATH;
   ASSERT_FALSE(pprof.empty() || pprof.ends_with("-NOTFOUND"))
