@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,13 +38,25 @@ struct Workload {
       paths.push_back(std::move(path));
     }
   }
-  IntervalProfile Interval(size_t stacks, std::mt19937& random) const {
+  // With `spans`, each sample served a span of its own (the worst case: no two stacks share a
+  // context), of one of 8 traces, with one of 3 routes as its thread context's attribute.
+  IntervalProfile Interval(size_t stacks, std::mt19937& random, bool spans = false) const {
+    static constexpr std::string_view kRoutes[] = {"/checkout", "/search", "/cart"};
     IntervalProfile p;
     p.period_ns = 10'101'010;
     p.duration_ns = 10'000'000'000;
     for (size_t i = 0; i < stacks; ++i) {
+      SampleContext context;
+      SampleAttribute route;
+      if (spans) {
+        const uint32_t span = static_cast<uint32_t>(random() >> 4);
+        context.link.trace_id[0] = static_cast<uint8_t>(1 + span % 8);
+        std::memcpy(context.link.span_id.data(), &span, sizeof(span));
+        route = {"http.route", kRoutes[span % 3]};
+        context.attributes = {&route, 1};
+      }
       p.AddSample(100 + static_cast<uint32_t>(i % 2), "overhead_work", "overhead_work",
-                  paths[random() % paths.size()], 1);
+                  paths[random() % paths.size()], 1, context);
     }
     return p;
   }
@@ -71,6 +85,24 @@ void BM_FlameGraphAddInterval(benchmark::State& state) {
       2000.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FlameGraphAddInterval)->Arg(20000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// The same, every sample with a trace context (docs/trace-context.md): what the page's filter
+// costs the merge. Spans are random here, so after a few intervals the contexts reach their bound
+// and the cost is that of looking them up.
+void BM_FlameGraphAddIntervalWithSpans(benchmark::State& state) {
+  Workload workload(1);
+  std::mt19937 random(2);
+  FlameGraph graph;
+  Grow(graph, 100000);
+  std::vector<IntervalProfile> intervals;
+  for (int i = 0; i < 16; ++i) intervals.push_back(workload.Interval(2000, random, true));
+  size_t next = 0;
+  for (auto _ : state) graph.Add(intervals[next++ % intervals.size()]);
+  state.counters["contexts"] = static_cast<double>(graph.contexts());
+  state.counters["stacks_per_s"] = benchmark::Counter(
+      2000.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FlameGraphAddIntervalWithSpans)->Unit(benchmark::kMillisecond);
 
 // Stacks as the agent sees bench/overhead_work's once samples stop anywhere in a descent: every
 // sample a call path of its own, 24 to 39 frames of eight step functions below main and ow_unit,

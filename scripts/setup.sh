@@ -45,6 +45,8 @@ packages=(
   # CPython frame tests: Debian's interpreter and its debug info (the layouts are checked against
   # it), and its shared library for the test of an application that loads it with dlopen
   python3.11 python3.11-dbg libpython3.11
+  # the upstream OTLP .proto files the tests decode Ember's requests with, fetched below
+  curl
 )
 
 missing=()
@@ -118,4 +120,26 @@ for jdk in "${jdks[@]}"; do
     rm -rf "$jdk_work"
   fi
 done
+# The upstream OTLP .proto files of opentelemetry-proto v1.11.0: tests decode Ember's export requests
+# with them (`protoc --decode`, tests/support/upstream_otlp.h), so that what they check is what a
+# receiver built from the published schema reads, not Ember's own copy in proto/. Maven Central's
+# opentelemetry-proto jar carries them beside its Java classes. Pinned by the jar's hash, unpacked
+# to .cache/otlp-proto/ (CMake's EMBER_UPSTREAM_OTLP_PROTO_DIR).
+otlp_proto_version=1.11.0
+otlp_proto_sha256=a5f47de1368ca82aec597e74d0be6969763707483da6672471d703d454d65b5b
+otlp_proto_dir=.cache/otlp-proto
+if [[ "$(cat "$otlp_proto_dir/.jar-sha256" 2>/dev/null)" != "$otlp_proto_sha256" ]]; then
+  echo "setup: fetching opentelemetry-proto $otlp_proto_version .proto files into $otlp_proto_dir"
+  proto_work=$(mktemp -d)
+  jar=opentelemetry-proto-$otlp_proto_version-alpha.jar
+  curl -fsSL --retry 3 -o "$proto_work/$jar" \
+    "https://repo1.maven.org/maven2/io/opentelemetry/proto/opentelemetry-proto/$otlp_proto_version-alpha/$jar"
+  echo "$otlp_proto_sha256  $proto_work/$jar" | sha256sum --check --quiet -
+  unzip -q "$proto_work/$jar" 'opentelemetry/*.proto' -d "$proto_work/protos"
+  echo "$otlp_proto_sha256" >"$proto_work/protos/.jar-sha256"
+  rm -rf "$otlp_proto_dir"
+  mkdir -p .cache
+  mv "$proto_work/protos" "$otlp_proto_dir"
+  rm -rf "$proto_work"
+fi
 echo "setup: done"

@@ -121,8 +121,8 @@ struct SampleAttribute {
 // attributes (one per key, in record order). Empty for a thread that published none. Samples
 // with different contexts are counted apart.
 struct SampleContext {
-  TraceLink link;
-  std::span<const SampleAttribute> attributes;
+  TraceLink link = {};
+  std::span<const SampleAttribute> attributes = {};
   bool empty() const { return link.empty() && attributes.empty(); }
 };
 

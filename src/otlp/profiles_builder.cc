@@ -80,6 +80,22 @@ class Dictionary {
     return it->second;
   }
 
+  // The link of a sample's trace context; the zero link (index 0) when it has none.
+  int32_t Link(const TraceLink& link) {
+    if (link.empty()) return 0;
+    std::array<uint8_t, 24> key;
+    std::copy(link.trace_id.begin(), link.trace_id.end(), key.begin());
+    std::copy(link.span_id.begin(), link.span_id.end(), key.begin() + link.trace_id.size());
+    auto [it, inserted] = links_.try_emplace(key, 0);
+    if (inserted) {
+      it->second = out_->link_table_size();
+      profiles_pb::Link* out = out_->add_link_table();
+      out->set_trace_id(link.trace_id.data(), link.trace_id.size());
+      out->set_span_id(link.span_id.data(), link.span_id.size());
+    }
+    return it->second;
+  }
+
   int32_t Location(const Frame& frame) {
     // Most samples of an interval share Frame objects from the symbol cache, so the pointer
     // lookup usually answers without hashing strings.
@@ -174,6 +190,7 @@ class Dictionary {
   absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> mappings_;
   absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> functions_;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> stacks_;
+  absl::flat_hash_map<std::array<uint8_t, 24>, int32_t> links_;  // trace id, then span id
 };
 
 void AddString(common_pb::KeyValue* kv, absl::string_view key, absl::string_view value) {
@@ -197,13 +214,37 @@ constexpr std::array<absl::string_view, 6> kSetFromProcess = {"service.name",
                                                               "process.executable.path",
                                                               "container.id"};
 
+// The keys `meta.published` sets on the resource: those with a value that the agent does not
+// measure itself, each once (the first).
+std::vector<const ProcessLabel*> PublishedAttributes(const ProcessMetadata& meta) {
+  std::vector<const ProcessLabel*> published;
+  for (const ProcessLabel& a : meta.published) {
+    if (a.value.empty() || IsMeasuredResourceKey(a.key) ||
+        absl::c_any_of(published, [&](const ProcessLabel* p) { return p->key == a.key; })) {
+      continue;
+    }
+    published.push_back(&a);
+  }
+  return published;
+}
+
 void FillResource(uint32_t pid, absl::string_view process_name, const ProcessMetadata& meta,
                   const ResourceContext& context,
                   opentelemetry::proto::resource::v1::Resource* resource) {
   const absl::string_view executable =
       meta.executable_name.empty() ? process_name : absl::string_view(meta.executable_name);
+  const std::vector<const ProcessLabel*> published = PublishedAttributes(meta);
+  const auto published_value = [&](absl::string_view key) -> const std::string* {
+    for (const ProcessLabel* a : published) {
+      if (a->key == key) return &a->value;
+    }
+    return nullptr;
+  };
 
-  std::string service = context.service_name;
+  // What the process says of itself wins over the agent's configuration and the workload's name.
+  std::string service;
+  if (const std::string* own = published_value("service.name")) service = *own;
+  if (service.empty()) service = context.service_name;
   if (service.empty()) {
     if (const ResourceAttribute* a = FindAttribute(context.attributes, "service.name")) {
       service = a->value;
@@ -231,15 +272,23 @@ void FillResource(uint32_t pid, absl::string_view process_name, const ProcessMet
   if (!meta.container_id.empty()) {
     AddString(resource->add_attributes(), "container.id", meta.container_id);
   }
-  // The process's own attributes (its pod) come before the agent-wide ones, and win over them.
+  // The process's own attributes (its pod) come before the agent-wide ones, and win over them;
+  // what it published wins over what the agent derived, except what the agent measures.
   std::vector<absl::string_view> own_keys;
   for (const ProcessLabel& a : meta.attributes) {
     if (a.value.empty() || absl::c_linear_search(kSetFromProcess, a.key) ||
-        absl::c_linear_search(own_keys, a.key)) {
+        absl::c_linear_search(own_keys, a.key) || published_value(a.key) != nullptr) {
       continue;
     }
     own_keys.push_back(a.key);
     AddString(resource->add_attributes(), Utf8(a.key), a.value);
+  }
+  for (const ProcessLabel* a : published) {
+    if (absl::c_linear_search(kSetFromProcess, a->key) || absl::c_linear_search(own_keys, a->key)) {
+      continue;
+    }
+    own_keys.push_back(a->key);
+    AddString(resource->add_attributes(), Utf8(a->key), a->value);
   }
 
   for (const ResourceAttribute& a : context.attributes) {
@@ -312,6 +361,13 @@ collector_pb::ExportProfilesServiceRequest BuildRequest(const IntervalProfile& p
       if (!s->thread.empty()) {
         sample->add_attribute_indices(
             dict.Attribute(thread_name, absl::string_view(s->thread.data(), s->thread.size())));
+      }
+      sample->set_link_index(dict.Link(s->context.link));
+      for (const SampleAttribute& attribute : s->context.attributes) {
+        if (attribute.value.empty() || attribute.key == "thread.name") continue;
+        sample->add_attribute_indices(
+            dict.Attribute(dict.String({attribute.key.data(), attribute.key.size()}),
+                           {attribute.value.data(), attribute.value.size()}));
       }
     }
   }

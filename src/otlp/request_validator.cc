@@ -115,6 +115,11 @@ class Validator {
                                       link.span_id().size(),
                                       "-byte span_id; they must be 16 and 8"));
       }
+      if (link.trace_id() == std::string(16, '\0')) {
+        return Violation(absl::StrCat("dictionary.link_table[", i,
+                                      "] has an all-zero trace_id, which names no trace (a sample "
+                                      "without one has link_index 0)"));
+      }
     }
     for (int i = 0; i < d_.attribute_table_size(); ++i) {
       const profiles_pb::KeyValueAndUnit& kv = d_.attribute_table(i);
@@ -178,6 +183,21 @@ class Validator {
     for (int k = 0; k < indices.size(); ++k) {
       RETURN_IF_ERROR(Index(indices[k], d_.attribute_table_size(), "attribute_table",
                             [&] { return absl::StrCat(owner(), ".attribute_indices[", k, "]"); }));
+    }
+    return absl::OkStatus();
+  }
+
+  // An attribute collection names each key once (indices already in range).
+  absl::Status KeysOnce(const Indices& indices, Path owner) const {
+    for (int k = 1; k < indices.size(); ++k) {
+      const int32_t key = d_.attribute_table(indices[k]).key_strindex();
+      for (int j = 0; j < k; ++j) {
+        if (d_.attribute_table(indices[j]).key_strindex() == key) {
+          return Violation(absl::StrCat(owner(), ".attribute_indices[", k, "] repeats the key \"",
+                                        ToValidUtf8(d_.string_table(key)),
+                                        "\" of attribute_indices[", j, "]"));
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -282,6 +302,7 @@ class Validator {
       RETURN_IF_ERROR(Index(sample.stack_index(), d_.stack_table_size(), "stack_table",
                             Field(sample_path, ".stack_index")));
       RETURN_IF_ERROR(AttributeIndices(sample.attribute_indices(), sample_path));
+      RETURN_IF_ERROR(KeysOnce(sample.attribute_indices(), sample_path));
       RETURN_IF_ERROR(Index(sample.link_index(), d_.link_table_size(), "link_table",
                             Field(sample_path, ".link_index")));
       const int values = sample.values_size();

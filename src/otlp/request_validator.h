@@ -21,7 +21,9 @@ namespace ember {
 //    forms, and no key twice;
 //  - the string table, attribute keys and string values, and scope name and version are valid
 //    UTF-8 (receivers fail to parse the message otherwise); a profile_id is empty or 16 bytes, a
-//    link's trace_id 16 and span_id 8 bytes.
+//    link's trace_id 16 and span_id 8 bytes;
+//  - a link (past index 0) has a trace_id that is not all zero, and a sample's attributes name
+//    each key once.
 absl::Status ValidateExportRequest(
     const opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest&
         request);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <numeric>
+#include <span>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -61,8 +64,9 @@ FlameGraph::NodeType TypeOf(const Frame& frame) {
 
 }  // namespace
 
-FlameGraph::FlameGraph(size_t max_nodes)
-    : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)) {
+FlameGraph::FlameGraph(size_t max_nodes, size_t max_context_bytes)
+    : max_nodes_(std::clamp<size_t>(max_nodes, 1, kMostNodes)),
+      max_context_bytes_(max_context_bytes) {
   NewNode(InternName("all"), NodeType::kRoot);
 }
 
@@ -156,6 +160,7 @@ uint32_t FlameGraph::FindOrAddChild(uint32_t parent, Step& step, int64_t count) 
   if (other == kNoChild) other = AddChild(parent, other_name_, NodeType::kOther);
   nodes_[other].samples += count;
   folded_samples_ += count;
+  last_other_ = other;
   return kFolded;
 }
 
@@ -201,6 +206,7 @@ void FlameGraph::Add(const IntervalProfile& profile) {
   std::vector<const Frame*> frames;
   std::vector<Path> paths;
   paths.reserve(profile.samples.size());
+  std::vector<const SampleContext*> contexts;  // of the samples that have one
   for (const StackSample& s : profile.samples) {
     if (s.count <= 0) continue;
     absl::string_view process(s.process.data(), s.process.size());
@@ -211,7 +217,13 @@ void FlameGraph::Add(const IntervalProfile& profile) {
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
       if (*it != nullptr) frames.push_back(*it);
     }
-    paths.push_back(Path{id->second, s.count, begin, static_cast<uint32_t>(frames.size())});
+    uint32_t context = kNoContext;
+    if (!s.context.empty()) {
+      context = static_cast<uint32_t>(contexts.size());
+      contexts.push_back(&s.context);
+    }
+    paths.push_back(
+        Path{id->second, begin, static_cast<uint32_t>(frames.size()), context, s.count});
   }
   std::vector<uint32_t> by_name(processes.size());
   std::iota(by_name.begin(), by_name.end(), 0);
@@ -255,7 +267,12 @@ void FlameGraph::Add(const IntervalProfile& profile) {
       Step process{name, NameId(name), NodeType::kProcess};
       const uint32_t node = AddToChild(0, process, count);
       previous = nullptr;
-      if (node == kFolded) continue;
+      if (node == kFolded) {
+        if (path.context != kNoContext) {
+          AddContextSamples(last_other_, *contexts[path.context], count);
+        }
+        continue;
+      }
       nodes_on_path.push_back(node);
     }
     previous = &path;
@@ -272,7 +289,84 @@ void FlameGraph::Add(const IntervalProfile& profile) {
       // A frame counts as on the path only with all its nodes: one folded away ends the path.
       if (node != kFolded) frame_ends.push_back(nodes_on_path.size());
     }
+    // The stack ended at the last node it reached, or in the "[other]" leaf it was folded into.
+    if (path.context != kNoContext) {
+      AddContextSamples(node == kFolded ? last_other_ : nodes_on_path.back(),
+                        *contexts[path.context], count);
+    }
   }
+}
+
+void FlameGraph::AddContextSamples(uint32_t node, const SampleContext& context, int64_t count) {
+  const uint32_t id = ContextId(context);
+  if (id == kNoContext) {
+    context_folded_samples_ += count;
+    return;
+  }
+  const uint64_t key = uint64_t{node} << 32 | id;
+  if (auto it = context_samples_.find(key); it != context_samples_.end()) {
+    it->second += count;
+  } else if (context_samples_.size() < max_nodes_) {
+    context_samples_.emplace(key, count);
+  } else {
+    context_folded_samples_ += count;
+  }
+}
+
+uint32_t FlameGraph::ContextId(const SampleContext& context) {
+  // The context's bytes: ids, then each attribute's key and value, each after its length.
+  context_key_.assign(reinterpret_cast<const char*>(context.link.trace_id.data()),
+                      context.link.trace_id.size());
+  context_key_.append(reinterpret_cast<const char*>(context.link.span_id.data()),
+                      context.link.span_id.size());
+  for (const SampleAttribute& attribute : context.attributes) {
+    for (std::string_view text : {attribute.key, attribute.value}) {
+      const auto size = static_cast<uint32_t>(text.size());
+      context_key_.append(reinterpret_cast<const char*>(&size), sizeof(size));
+      context_key_.append(text);
+    }
+  }
+  if (auto it = context_ids_.find(context_key_); it != context_ids_.end()) return it->second;
+  // The texts a new context adds are at most its key's bytes over again (hex ids: twice).
+  if (contexts_.size() >= max_nodes_ ||
+      context_bytes_ + 3 * context_key_.size() > max_context_bytes_) {
+    return kNoContext;
+  }
+  context_bytes_ += context_key_.size();
+  Context& entry = contexts_.emplace_back();
+  if (!context.link.empty()) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string hex;
+    const auto to_hex = [&](std::span<const uint8_t> bytes) {
+      hex.clear();
+      for (uint8_t b : bytes) {
+        hex.push_back(kDigits[b >> 4]);
+        hex.push_back(kDigits[b & 15]);
+      }
+      return static_cast<int32_t>(ContextString(hex));
+    };
+    entry.trace_id = to_hex(context.link.trace_id);
+    const auto& span = context.link.span_id;
+    if (std::any_of(span.begin(), span.end(), [](uint8_t b) { return b != 0; })) {
+      entry.span_id = to_hex(span);
+    }
+  }
+  for (const SampleAttribute& attribute : context.attributes) {
+    entry.attributes.push_back(ContextString({attribute.key.data(), attribute.key.size()}));
+    entry.attributes.push_back(ContextString({attribute.value.data(), attribute.value.size()}));
+  }
+  const auto id = static_cast<uint32_t>(contexts_.size() - 1);
+  context_ids_.emplace(context_key_, id);
+  return id;
+}
+
+uint32_t FlameGraph::ContextString(absl::string_view text) {
+  if (auto it = context_string_ids_.find(text); it != context_string_ids_.end()) return it->second;
+  context_strings_.emplace_back(text);
+  context_bytes_ += text.size();
+  const auto id = static_cast<uint32_t>(context_strings_.size() - 1);
+  context_string_ids_.emplace(context_strings_.back(), id);
+  return id;
 }
 
 int64_t FlameGraph::SamplesAt(const std::vector<std::string>& path) const {
@@ -346,6 +440,9 @@ void FlameGraph::AppendJson(std::string* json) const {
   // Iterative pre-order walk: call trees can be thousands of frames deep. Each quadruple is
   // formatted into a small buffer and appended once (StrAppend's pieces took two thirds of this).
   std::vector<uint32_t> stack = {0};
+  // Each node's place in the pre-order, which the contexts' samples name it by.
+  std::vector<uint32_t> position(contexts_.empty() ? 0 : n);
+  uint32_t next_position = 0;
   char entry[1 + 4 * 21];  // a comma, then four numbers of at most 20 digits and a sign, and commas
   char* const entry_end = entry + sizeof(entry);
   bool first_entry = true;
@@ -353,6 +450,7 @@ void FlameGraph::AppendJson(std::string* json) const {
     const uint32_t i = stack.back();
     stack.pop_back();
     const Node& node = nodes_[i];
+    if (!position.empty()) position[i] = next_position++;
     char* at = entry;
     if (!first_entry) *at++ = ',';
     first_entry = false;
@@ -366,7 +464,40 @@ void FlameGraph::AppendJson(std::string* json) const {
     out.append(entry, at);
     for (uint32_t k = first[i + 1]; k > first[i]; --k) stack.push_back(kids[k - 1]);
   }
-  out.append("]}");
+  out.append("]");
+  // Left out without contexts, so the page of a run without any stays as it was.
+  if (!contexts_.empty() || context_folded_samples_ > 0) AppendContextsJson(position, &out);
+  out.append("}");
+}
+
+void FlameGraph::AppendContextsJson(const std::vector<uint32_t>& position,
+                                    std::string* json) const {
+  std::string& out = *json;
+  out.append(",\"contexts\":{\"strings\":[");
+  for (size_t i = 0; i < context_strings_.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonString(&out, context_strings_[i]);
+  }
+  out.append("],\"list\":[");
+  for (size_t i = 0; i < contexts_.size(); ++i) {
+    const Context& context = contexts_[i];
+    absl::StrAppend(&out, i > 0 ? ",[" : "[", context.trace_id, ",", context.span_id);
+    for (uint32_t text : context.attributes) absl::StrAppend(&out, ",", text);
+    out.push_back(']');
+  }
+  out.append("],\"samples\":[");
+  // (position, context, samples) in tree order, so that the page is the same for the same data.
+  std::vector<std::tuple<uint32_t, uint32_t, int64_t>> samples;
+  samples.reserve(context_samples_.size());
+  for (const auto& [key, count] : context_samples_) {
+    samples.emplace_back(position[key >> 32], static_cast<uint32_t>(key), count);
+  }
+  std::sort(samples.begin(), samples.end());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& [at, context, count] = samples[i];
+    absl::StrAppend(&out, i > 0 ? "," : "", at, ",", context, ",", count);
+  }
+  absl::StrAppend(&out, "],\"folded_samples\":", context_folded_samples_, "}");
 }
 
 absl::Status FlameGraph::WriteHtml(const std::string& path, const std::string& title) const {

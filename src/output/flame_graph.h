@@ -17,7 +17,9 @@ namespace ember {
 
 // The whole run's stacks merged into one tree (root -> process name -> outermost frame -> ... ->
 // leaf), written as one self-contained HTML page. A frame's inlined functions are nodes of their
-// own below it (outermost first), typed kInlined.
+// own below it (outermost first), typed kInlined. Samples with a trace context (a span, thread
+// context attributes) also count, per distinct context, at the node where their stack ends, so
+// that the page can narrow the graph to one trace id, span id or attribute value.
 class FlameGraph {
  public:
   // What a node stands for; decides its colour on the page. Values are part of the page's JSON.
@@ -39,8 +41,10 @@ class FlameGraph {
   };
 
   // beyond it, new children fold into an "[other]" child: bounded memory. The "[other]" children
-  // are leaves and at most one per node, so the tree never exceeds 2 * max_nodes nodes.
-  explicit FlameGraph(size_t max_nodes = 200000);
+  // are leaves and at most one per node, so the tree never exceeds 2 * max_nodes nodes. Trace
+  // contexts are bounded apart: at most max_nodes distinct ones, whose bytes (ids, attribute keys
+  // and values) take at most max_context_bytes, and max_nodes (node, context) counts.
+  explicit FlameGraph(size_t max_nodes = 200000, size_t max_context_bytes = 8 << 20);
 
   void Add(const IntervalProfile& profile);  // copies names; holds no pointers into profile
   int64_t total_samples() const { return total_samples_; }
@@ -52,11 +56,18 @@ class FlameGraph {
 
   // The JSON the page embeds: run summary, a name table and the tree in pre-order as flat
   // [name index, NodeType, samples, child count] quadruples, children by descending samples.
+  // When samples had trace contexts, also "contexts": {"strings": [text...], "list": [[trace id,
+  // span id, key, value, key, value, ...] per distinct context, as indices into strings (ids in
+  // lowercase hex; -1 for none)], "samples": [tree position of the node where the stacks ended,
+  // context, samples, ...], "folded_samples": samples whose context went over the bounds}.
   std::string ToJson() const;
 
   // For tests and diagnostics.
   size_t node_count() const { return nodes_.size(); }
   int64_t folded_samples() const { return folded_samples_; }
+  size_t contexts() const { return contexts_.size(); }
+  // Samples with a context that the page cannot filter: beyond the bounds of the contexts.
+  int64_t context_folded_samples() const { return context_folded_samples_; }
   // Samples of the node reached from the root by `path` (process name, then frame names
   // outermost first, inlined functions after their frame; a step matches a child of any type),
   // or -1 if there is no such node.
@@ -98,9 +109,16 @@ class FlameGraph {
   // frames[begin, end) of Add's one array for the whole interval.
   struct Path {
     uint32_t process;  // the rank of its process's name (or "pid N") among the interval's
-    int64_t count;
     uint32_t begin;
     uint32_t end;
+    uint32_t context;  // into Add's list of the interval's contexts; kNoContext: none
+    int64_t count;
+  };
+  // A distinct trace context, its texts as ids into context_strings_.
+  struct Context {
+    int32_t trace_id = -1;  // lowercase hex; -1: none
+    int32_t span_id = -1;
+    std::vector<uint32_t> attributes;  // key, value, key, value, ...
   };
   // The child a frame or an inlined function of the interval steps to, worked out once per frame.
   struct Step {
@@ -123,18 +141,37 @@ class FlameGraph {
   uint32_t InternName(absl::string_view name);
   uint32_t NameId(absl::string_view name) const;  // kNoName if not interned
   uint32_t NewNode(uint32_t name, NodeType type);
+  // Counts `count` samples of `context` (not empty) at `node`, where their stack ended.
+  void AddContextSamples(uint32_t node, const SampleContext& context, int64_t count);
+  // The id of `context` in contexts_, added if new; kNoContext when the bound is reached.
+  uint32_t ContextId(const SampleContext& context);
+  uint32_t ContextString(absl::string_view text);
+  void AppendContextsJson(const std::vector<uint32_t>& position, std::string* out) const;
 
   static constexpr uint32_t kFolded = UINT32_MAX;
   static constexpr uint32_t kNoChild = 0;  // the root is no node's child
   static constexpr uint32_t kNoName = UINT32_MAX;
+  static constexpr uint32_t kNoContext = UINT32_MAX;
 
   size_t max_nodes_;
+  size_t max_context_bytes_;
   std::vector<Node> nodes_;
   absl::flat_hash_map<ChildKey, uint32_t> children_;  // of nodes with two children or more
   // A deque so the views in name_ids_ stay valid as names are added.
   std::deque<std::string> names_;
   absl::flat_hash_map<absl::string_view, uint32_t> name_ids_;
   uint32_t other_name_ = kNoName;  // "[other]" enters the name table with the first fold
+  uint32_t last_other_ = 0;        // the "[other]" node the last fold counted at
+
+  // The contexts (bounded by max_nodes_), their texts, and the samples per (node, context).
+  std::vector<Context> contexts_;
+  absl::flat_hash_map<std::string, uint32_t> context_ids_;  // by the context's bytes
+  std::string context_key_;                                 // ContextId's, reused
+  std::deque<std::string> context_strings_;
+  absl::flat_hash_map<absl::string_view, uint32_t> context_string_ids_;
+  absl::flat_hash_map<uint64_t, int64_t> context_samples_;  // node << 32 | context -> samples
+  int64_t context_folded_samples_ = 0;
+  size_t context_bytes_ = 0;  // of context_ids_' keys and context_strings_
 
   int64_t total_samples_ = 0;
   int64_t folded_samples_ = 0;

@@ -2,10 +2,15 @@
 // tables once per interval, then emits one Sample per StackSample.
 #include "output/pprof_writer.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "common/gzip.h"
@@ -39,6 +44,8 @@ class PprofBuilder {
     const int64_t pid_key = Intern("pid");
     const int64_t process_key = Intern("process");
     const int64_t thread_key = Intern("thread");
+    const int64_t trace_id_key = Intern("trace_id");
+    const int64_t span_id_key = Intern("span_id");
     for (const StackSample& s : profile.samples) {
       if (s.count <= 0) continue;
       pb::Sample* sample = out_.add_sample();
@@ -53,17 +60,27 @@ class PprofBuilder {
       pid->set_num(s.pid);
       AddStrLabel(sample, process_key, {s.process.data(), s.process.size()});
       AddStrLabel(sample, thread_key, {s.thread.data(), s.thread.size()});
-      if (const ProcessMetadata* metadata = profile.MetadataOf(s.pid)) {
-        // The process's container and pod, named as OTLP resource attributes are.
-        if (!metadata->container_id.empty()) {
-          AddStrLabel(sample, Intern("container.id"), metadata->container_id);
+      if (!s.context.link.empty()) {
+        AddStrLabel(sample, trace_id_key, Hex(s.context.link.trace_id));
+        const auto& span = s.context.link.span_id;
+        if (std::any_of(span.begin(), span.end(), [](uint8_t b) { return b != 0; })) {
+          AddStrLabel(sample, span_id_key, Hex(span));
         }
-        for (const ProcessLabel& label : metadata->attributes) {
-          AddStrLabel(sample, Intern(label.key), label.value);
-        }
-        if (!metadata->service_name.empty()) {
-          AddStrLabel(sample, Intern("service.name"), metadata->service_name);
-        }
+      }
+      attribute_keys_.clear();
+      for (const SampleAttribute& attribute : s.context.attributes) {
+        const absl::string_view key(attribute.key.data(), attribute.key.size());
+        if (IsSampleLabel(key) || attribute.value.empty()) continue;
+        attribute_keys_.push_back(Intern(key));
+        AddStrLabel(sample, attribute_keys_.back(),
+                    {attribute.value.data(), attribute.value.size()});
+      }
+      for (const auto& [key, value] : ProcessLabelsOf(profile, s.pid)) {
+        // The span's own attribute says more of this sample than its process's of the same name.
+        if (absl::c_linear_search(attribute_keys_, key)) continue;
+        pb::Label* label = sample->add_label();
+        label->set_key(key);
+        label->set_str(value);
       }
     }
   }
@@ -83,6 +100,63 @@ class PprofBuilder {
     copy->assign(s.data(), s.size());
     strings_.emplace(*copy, id);
     return id;
+  }
+
+  // The labels Ember sets on a sample itself, which a thread context's attribute of the same name
+  // would make ambiguous.
+  static bool IsSampleLabel(absl::string_view key) {
+    return key == "pid" || key == "process" || key == "thread" || key == "trace_id" ||
+           key == "span_id";
+  }
+
+  // Lowercase hex, as trace and span ids are written in W3C traceparent headers.
+  template <size_t N>
+  absl::string_view Hex(const std::array<uint8_t, N>& bytes) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    hex_.resize(2 * N);
+    for (size_t i = 0; i < N; ++i) {
+      hex_[2 * i] = kDigits[bytes[i] >> 4];
+      hex_[2 * i + 1] = kDigits[bytes[i] & 0xf];
+    }
+    return hex_;
+  }
+
+  // The (key, value) string ids every sample of `pid` carries, worked out once per process: its
+  // container, pod and service, named as OTLP resource attributes are. What the process published
+  // about itself wins over what the agent derived for the same key, except the keys the agent
+  // measures (IsMeasuredResourceKey) and the sample's own labels.
+  const std::vector<std::pair<int64_t, int64_t>>& ProcessLabelsOf(const IntervalProfile& profile,
+                                                                  uint32_t pid) {
+    auto [it, inserted] = process_labels_.try_emplace(pid);
+    if (!inserted) return it->second;
+    const ProcessMetadata* metadata = profile.MetadataOf(pid);
+    if (metadata == nullptr) return it->second;
+    std::vector<std::pair<int64_t, int64_t>>& labels = it->second;
+    std::vector<absl::string_view> published_keys;
+    for (const ProcessLabel& label : metadata->published) {
+      if (!label.value.empty() && !IsMeasuredResourceKey(label.key) && !IsSampleLabel(label.key)) {
+        published_keys.push_back(label.key);
+      }
+    }
+    const auto add = [&](absl::string_view key, absl::string_view value) {
+      if (value.empty()) return;
+      for (const auto& [k, v] : labels) {
+        if (out_.string_table(static_cast<int>(k)) == key) return;  // each key once
+      }
+      labels.emplace_back(Intern(key), Intern(value));
+    };
+    const auto overridden = [&](absl::string_view key) {
+      return absl::c_linear_search(published_keys, key);
+    };
+    add("container.id", metadata->container_id);
+    for (const ProcessLabel& label : metadata->attributes) {
+      if (!overridden(label.key)) add(label.key, label.value);
+    }
+    if (!overridden("service.name")) add("service.name", metadata->service_name);
+    for (const ProcessLabel& label : metadata->published) {
+      if (absl::c_linear_search(published_keys, label.key)) add(label.key, label.value);
+    }
+    return labels;
   }
 
   void SetValueType(pb::ValueType* vt, absl::string_view type, absl::string_view unit) {
@@ -168,6 +242,9 @@ class PprofBuilder {
   using StringPair = std::pair<absl::string_view, absl::string_view>;
 
   pb::Profile& out_;
+  std::string hex_;                      // Hex()'s text, reused
+  std::vector<int64_t> attribute_keys_;  // a sample's context attribute labels, reused
+  absl::flat_hash_map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> process_labels_;
   absl::flat_hash_map<absl::string_view, int64_t> strings_;
   absl::flat_hash_map<const Frame*, uint64_t> by_pointer_;
   absl::flat_hash_map<LocationKey, uint64_t> locations_;

@@ -107,5 +107,34 @@ TEST(ProcessMetadataWritersTest, BothWritersSayTheSameOfEachProcess) {
   EXPECT_EQ(NamesTruncated(NameKind::kOutput), output_cut);
 }
 
+// What a process published about itself wins over the derived values alike in both writers, and
+// neither lets it replace what the agent measures.
+TEST(ProcessMetadataWritersTest, BothWritersLetPublishedAttributesWinAlike) {
+  Frame leaf{.function = "work", .address = 0x10, .module = "/app"};
+  IntervalProfile profile;
+  profile.period_ns = 10'000'000;
+  AddSamples(profile, {{.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 2}});
+  profile.AttachProcessMetadata(7, {.container_id = "3f2a9c",
+                                    .service_name = "checkout-deployment",
+                                    .attributes = {{"k8s.pod.name", "checkout-x2x9z"}},
+                                    .published = {{"service.name", "checkout"},
+                                                  {"service.version", "1.4.2"},
+                                                  {"container.id", "forged"},
+                                                  {"k8s.pod.name", "forged"}}});
+  const Labels pprof = PprofProcessLabels(BuildPprof(profile)).at(7);
+  const auto request = BuildExportRequest(profile, ResourceContext{});
+  ASSERT_EQ(request.resource_profiles_size(), 1);
+  Labels otlp;
+  for (const auto& kv : request.resource_profiles(0).resource().attributes()) {
+    if (pprof.contains(kv.key())) otlp[kv.key()] = kv.value().string_value();
+  }
+  const Labels want = {{"container.id", "3f2a9c"},
+                       {"k8s.pod.name", "checkout-x2x9z"},
+                       {"service.name", "checkout"},
+                       {"service.version", "1.4.2"}};
+  EXPECT_EQ(pprof, want);
+  EXPECT_EQ(otlp, want);
+}
+
 }  // namespace
 }  // namespace ember

@@ -453,6 +453,131 @@ TEST(BuildExportRequestTest, PodAttributesFollowTheProcessAndWinOverTheAgentsOwn
   EXPECT_EQ(Attributes(request.resource_profiles(2))["k8s.pod.name"], "ember-agent-x7");
 }
 
+// A sample's trace context: its span as a link (one link_table entry per distinct trace and span,
+// shared across processes), its attributes beside thread.name; contexts never merge samples.
+TEST(BuildExportRequestTest, TraceContextsBecomeLinksAndSampleAttributes) {
+  Frame work{.function = "work", .address = 0x10, .module = "/app"};
+  Frame other{.function = "other", .address = 0x20, .module = "/app"};
+  const TraceLink checkout =
+      testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  const TraceLink search = testing::LinkOf("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+  TraceLink checkout_next = checkout;
+  checkout_next.span_id[7] ^= 1;  // the same trace, the next span
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  const std::vector<std::pair<std::string, std::string>> route_checkout = {
+      {"http.route", "/checkout"}, {"request.kind", "buy"}};
+  AddSamples(profile, {{7, "app", "a", {&work}, 2, checkout, route_checkout},
+                       {7, "app", "a", {&other}, 1, checkout, route_checkout},
+                       {7, "app", "a", {&work}, 3, search, {{"http.route", "/search"}}},
+                       {7, "app", "a", {&work}, 4, checkout_next, route_checkout},
+                       {7, "app", "a", {&work}, 5},
+                       {8, "db", "b", {&work}, 6, search, {{"http.route", "/search"}}},
+                       // No trace, attributes only; an empty value and thread.name are not sample
+                       // attributes of the context.
+                       {8, "db", "b", {&work}, 7, {}, {{"http.route", "/idle"}, {"empty", ""}}},
+                       {8, "db", "b", {&work}, 8, {}, {{"thread.name", "forged"}}}});
+  const auto request = BuildExportRequest(profile, ResourceContext{});
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const Decoded d(request);
+  const profiles_pb::ProfilesDictionary& dict = request.dictionary();
+  // The zero link, then checkout, search and checkout's next span: once each.
+  ASSERT_EQ(dict.link_table_size(), 4);
+  EXPECT_EQ(dict.link_table(0).ByteSizeLong(), 0u);
+  const auto link_of = [&](const profiles_pb::Sample& s) -> std::pair<std::string, std::string> {
+    const profiles_pb::Link& link = dict.link_table(s.link_index());
+    return {link.trace_id(), link.span_id()};
+  };
+  const auto bytes = [](const auto& id) {
+    return std::string(reinterpret_cast<const char*>(id.data()), id.size());
+  };
+  const auto attributes_of = [&](const profiles_pb::Sample& s) {
+    std::map<std::string, std::string> out;
+    for (int32_t i : s.attribute_indices()) {
+      const profiles_pb::KeyValueAndUnit& kv = dict.attribute_table(i);
+      EXPECT_TRUE(out.emplace(d.Str(kv.key_strindex()), kv.value().string_value()).second)
+          << "key " << d.Str(kv.key_strindex()) << " twice";
+    }
+    return out;
+  };
+  using Attrs = std::map<std::string, std::string>;
+  const profiles_pb::Profile& app = OnlyProfile(request.resource_profiles(0));
+  ASSERT_EQ(app.samples_size(), 5);
+  EXPECT_EQ(link_of(app.samples(0)),
+            std::make_pair(bytes(checkout.trace_id), bytes(checkout.span_id)));
+  EXPECT_EQ(app.samples(0).link_index(), app.samples(1).link_index());
+  EXPECT_EQ(link_of(app.samples(2)), std::make_pair(bytes(search.trace_id), bytes(search.span_id)));
+  EXPECT_EQ(link_of(app.samples(3)),
+            std::make_pair(bytes(checkout.trace_id), bytes(checkout_next.span_id)));
+  EXPECT_EQ(app.samples(4).link_index(), 0);
+  EXPECT_EQ(attributes_of(app.samples(0)),
+            (Attrs{{"thread.name", "a"}, {"http.route", "/checkout"}, {"request.kind", "buy"}}));
+  EXPECT_EQ(app.samples(0).attribute_indices(0), app.samples(3).attribute_indices(0));
+  EXPECT_EQ(attributes_of(app.samples(2)),
+            (Attrs{{"thread.name", "a"}, {"http.route", "/search"}}));
+  EXPECT_EQ(attributes_of(app.samples(4)), (Attrs{{"thread.name", "a"}}));
+  std::vector<int64_t> values;
+  for (const profiles_pb::Sample& s : app.samples()) values.push_back(s.values(0));
+  EXPECT_THAT(values, ElementsAre(2, 1, 3, 4, 5));
+
+  const profiles_pb::Profile& db = OnlyProfile(request.resource_profiles(1));
+  ASSERT_EQ(db.samples_size(), 3);
+  EXPECT_EQ(db.samples(0).link_index(), app.samples(2).link_index());  // shared across processes
+  EXPECT_EQ(db.samples(1).link_index(), 0);
+  EXPECT_EQ(attributes_of(db.samples(1)), (Attrs{{"thread.name", "b"}, {"http.route", "/idle"}}));
+  EXPECT_EQ(attributes_of(db.samples(2)), (Attrs{{"thread.name", "b"}}));
+}
+
+// What a process published about itself (its OpenTelemetry process context) joins its resource
+// and wins over what the agent derives or is configured with, except what the agent measures.
+TEST(BuildExportRequestTest, PublishedResourceAttributesWinExceptMeasuredOnes) {
+  Fixture f;
+  f.context.service_name = "from-otel-service-name";
+  f.context.attributes = ParseResourceAttributes(
+                             "deployment.environment.name=agent-env,k8s.cluster.name=prod-eu,"
+                             "team=perf")
+                             .attributes;
+  f.profile.process_metadata[100] = {
+      .executable_name = "app-server",
+      .container_id = "3f2a9c",
+      .service_name = "checkout-deployment",
+      .attributes = {{"k8s.pod.name", "checkout-x2x9z"}, {"service.namespace", "derived"}},
+      .published = {{"service.name", "checkout"},
+                    {"service.namespace", "shop"},
+                    {"service.version", "1.4.2"},
+                    {"deployment.environment.name", "prod"},
+                    {"service.instance.id", ""},  // empty: left out
+                    {"container.id", "forged"},
+                    {"k8s.pod.name", "forged"},
+                    {"k8s.cluster.name", "forged"},
+                    {"process.pid", "1"},
+                    {"process.executable.name", "forged"},
+                    {"host.name", "forged"},
+                    {"service.version", "dup"}}};  // each key once: the first
+  const auto request = BuildExportRequest(f.profile, f.context);
+  ASSERT_TRUE(ValidateExportRequest(request).ok()) << ValidateExportRequest(request);
+  const auto& rp = request.resource_profiles(0);
+  EXPECT_THAT(Keys(rp),
+              ElementsAre("service.name", "host.name", "process.pid", "process.executable.name",
+                          "container.id", "k8s.pod.name", "service.namespace", "service.version",
+                          "deployment.environment.name", "k8s.cluster.name", "team"));
+  const auto attrs = Attributes(rp);
+  EXPECT_EQ(attrs.at("service.name"), "checkout");
+  EXPECT_EQ(attrs.at("service.namespace"), "shop");
+  EXPECT_EQ(attrs.at("service.version"), "1.4.2");
+  EXPECT_EQ(attrs.at("deployment.environment.name"), "prod");
+  EXPECT_EQ(attrs.at("host.name"), "node-1");
+  EXPECT_EQ(attrs.at("process.pid"), "int:100");
+  EXPECT_EQ(attrs.at("process.executable.name"), "app-server");
+  EXPECT_EQ(attrs.at("container.id"), "3f2a9c");
+  EXPECT_EQ(attrs.at("k8s.pod.name"), "checkout-x2x9z");
+  EXPECT_EQ(attrs.at("k8s.cluster.name"), "prod-eu");
+  // Another process without a published context keeps the agent's values.
+  const auto other = Attributes(request.resource_profiles(1));
+  EXPECT_EQ(other.at("service.name"), "from-otel-service-name");
+  EXPECT_EQ(other.at("deployment.environment.name"), "agent-env");
+}
+
 TEST(BuildExportRequestTest, EmptyIntervalGivesNoResourceProfilesAndZeroValueTables) {
   for (const bool all_zero_counts : {false, true}) {
     Fixture f;

@@ -203,6 +203,14 @@ INSTANTIATE_TEST_SUITE_P(
            link->set_span_id("span");
          },
          "dictionary.link_table[1] has a 16-byte trace_id and a 4-byte span_id"},
+        {"LinkZeroTrace",
+         [](Request& r) {
+           auto* link = Dict(r).add_link_table();
+           link->set_trace_id(std::string(16, '\0'));
+           link->set_span_id(std::string(8, 's'));
+           Sample0(r).set_link_index(1);
+         },
+         "dictionary.link_table[1] has an all-zero trace_id"},
         {"StringNotUtf8", [](Request& r) { Dict(r).set_string_table(kMain, "ma\xFFin"); },
          "dictionary.string_table[5] is not valid UTF-8"},
         // ...and in the profiles.
@@ -212,6 +220,15 @@ INSTANTIATE_TEST_SUITE_P(
          std::string(kSample) + ".attribute_indices[1] = 7 is out of range"},
         {"SampleLink", [](Request& r) { Sample0(r).set_link_index(1); },
          std::string(kSample) + ".link_index = 1 is out of range (link_table has 1 entry)"},
+        {"SampleRepeatedKey",
+         [](Request& r) {
+           auto* again = Dict(r).add_attribute_table();
+           again->set_key_strindex(kThreadName);
+           again->mutable_value()->set_string_value("other");
+           Sample0(r).add_attribute_indices(2);
+         },
+         std::string(kSample) +
+             ".attribute_indices[1] repeats the key \"thread.name\" of attribute_indices[0]"},
         {"SampleTypeUnit",
          [](Request& r) { Prof(r).mutable_sample_type()->set_unit_strindex(kSize); },
          "resource_profiles[0].scope_profiles[0].profiles[0].sample_type.unit_strindex = 8"},
@@ -284,6 +301,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ValidateExportRequestTest, AcceptsTheValidRequest) {
   EXPECT_TRUE(ValidateExportRequest(ValidRequest()).ok()) << ValidateExportRequest(ValidRequest());
+}
+
+TEST(ValidateExportRequestTest, AcceptsASampleWithALinkAndMoreAttributes) {
+  Request r = ValidRequest();
+  auto* link = Dict(r).add_link_table();
+  link->set_trace_id(std::string(15, '\0') + "\x01");
+  link->set_span_id(std::string(8, '\0'));
+  Sample0(r).set_link_index(1);
+  Dict(r).add_string_table("http.route");
+  auto* route = Dict(r).add_attribute_table();
+  route->set_key_strindex(kSize);
+  route->mutable_value()->set_string_value("/checkout");
+  Sample0(r).add_attribute_indices(2);
+  EXPECT_TRUE(ValidateExportRequest(r).ok()) << ValidateExportRequest(r);
 }
 
 TEST(ValidateExportRequestTest, AcceptsTimestampsOnlyWithAPeriodAndSeveralValuesWithout) {

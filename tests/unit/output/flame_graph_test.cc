@@ -19,6 +19,7 @@
 #include "common/names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "support/subprocess.h"
 #include "support/test_samples.h"
 
@@ -477,6 +478,142 @@ TEST(FlameGraphTest, NamesAreCutToTheNameCap) {
   EXPECT_EQ(graph.SamplesAt({"p", std::string(kMaxNameBytes - 3, 'f') + "\xE2\x80\xA6"}), 3);
 }
 
+// The page's contexts as the JSON gives them: per context its texts ("trace_id=…", "key=value"),
+// and per (path from the process down, context texts joined by ' ') the samples counted there.
+struct PageContexts {
+  std::map<std::string, int64_t> samples;
+  int64_t folded = 0;
+};
+PageContexts ContextsOf(const std::string& json) {
+  const nlohmann::json data = nlohmann::json::parse(json);
+  PageContexts out;
+  if (!data.contains("contexts")) return out;
+  const auto& names = data["names"];
+  const auto& tree = data["tree"];
+  // Each pre-order position's path, from the tree's quadruples.
+  std::vector<std::string> paths;
+  std::vector<std::pair<std::string, int64_t>> open;  // path, children left
+  for (size_t i = 0; i + 3 < tree.size(); i += 4) {
+    std::string path;
+    if (!open.empty()) {
+      path = open.back().first.empty()
+                 ? names[tree[i].get<size_t>()].get<std::string>()
+                 : open.back().first + ";" + names[tree[i].get<size_t>()].get<std::string>();
+      --open.back().second;
+    }
+    paths.push_back(path);
+    if (tree[i + 3].get<int64_t>() > 0) open.emplace_back(path, tree[i + 3].get<int64_t>());
+    while (!open.empty() && open.back().second == 0) open.pop_back();
+  }
+  const auto& contexts = data["contexts"];
+  const auto& strings = contexts["strings"];
+  std::vector<std::string> texts;
+  for (const auto& entry : contexts["list"]) {
+    std::string text;
+    const auto add = [&](const std::string& part) { text += (text.empty() ? "" : " ") + part; };
+    if (entry[0].get<int>() >= 0)
+      add("trace_id=" + strings[entry[0].get<size_t>()].get<std::string>());
+    if (entry[1].get<int>() >= 0)
+      add("span_id=" + strings[entry[1].get<size_t>()].get<std::string>());
+    for (size_t a = 2; a + 1 < entry.size(); a += 2) {
+      add(strings[entry[a].get<size_t>()].get<std::string>() + "=" +
+          strings[entry[a + 1].get<size_t>()].get<std::string>());
+    }
+    texts.push_back(text);
+  }
+  const auto& samples = contexts["samples"];
+  for (size_t i = 0; i + 2 < samples.size(); i += 3) {
+    const std::string key =
+        paths.at(samples[i].get<size_t>()) + " | " + texts.at(samples[i + 1].get<size_t>());
+    EXPECT_FALSE(out.samples.contains(key)) << key << " twice";
+    out.samples[key] += samples[i + 2].get<int64_t>();
+  }
+  out.folded = contexts["folded_samples"].get<int64_t>();
+  return out;
+}
+
+// Each sample with a trace context counts, per context, at the node where its stack ended (the
+// deepest inlined function of its leaf, or the "[other]" leaf it was folded into), over intervals.
+TEST(FlameGraphTest, ContextsCountWhereTheirStacksEnd) {
+  Frame main_fn = Native("main"), serve = Native("Serve"), parse = Native("Parse");
+  parse.inlined = {{.function = "Next"}};
+  const TraceLink checkout =
+      ember::testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  TraceLink no_span = checkout;
+  no_span.span_id = {};
+  const std::vector<std::pair<std::string, std::string>> route = {{"http.route", "/checkout"}};
+  FlameGraph graph;
+  for (int interval = 0; interval < 2; ++interval) {
+    graph.Add(Interval({
+        {10, "web", "a", {&parse, &serve, &main_fn}, 4, checkout, route},
+        {10, "web", "a", {&parse, &serve, &main_fn}, 3, {}, {{"http.route", "/search"}}},
+        {10, "web", "a", {&parse, &serve, &main_fn}, 5},  // no context: not recorded
+        {10, "web", "a", {&serve, &main_fn}, 2, checkout, route},
+        {11, "db", "b", {&main_fn}, 1, no_span, {}},
+    }));
+  }
+  EXPECT_EQ(graph.SamplesAt({"web", "main", "Serve", "Parse", "Next"}), 24);
+  EXPECT_EQ(graph.contexts(), 3u);
+  const std::string checkout_text =
+      "trace_id=0af7651916cd43dd8448eb211c80319c span_id=b7ad6b7169203331 http.route=/checkout";
+  const PageContexts contexts = ContextsOf(graph.ToJson());
+  EXPECT_EQ(contexts.samples, (std::map<std::string, int64_t>{
+                                  {"web;main;Serve;Parse;Next | " + checkout_text, 8},
+                                  {"web;main;Serve;Parse;Next | http.route=/search", 6},
+                                  {"web;main;Serve | " + checkout_text, 4},
+                                  {"db;main | trace_id=0af7651916cd43dd8448eb211c80319c", 2},
+                              }));
+  EXPECT_EQ(contexts.folded, 0);
+
+  // Without any context the page's data stays as it was.
+  FlameGraph plain;
+  plain.Add(Interval({{10, "web", "a", {&serve, &main_fn}, 2}}));
+  EXPECT_THAT(plain.ToJson(), Not(HasSubstr("contexts")));
+}
+
+// Under the node bound the contexts of folded stacks count at the "[other]" leaf; distinct
+// contexts and (node, context) counts are bounded too, and what goes over is counted as such.
+TEST(FlameGraphTest, ContextsAreBounded) {
+  Frame main_fn = Native("main"), a = Native("A"), b = Native("B");
+  FlameGraph graph(3);  // root, process, main
+  std::vector<OwnedSample> samples;
+  for (int i = 0; i < 10; ++i) {
+    OwnedSample s{10, "web", "t", {&a, &main_fn}, 1};
+    s.attributes = {{"request", std::to_string(i)}};
+    samples.push_back(s);
+  }
+  graph.Add(Interval(samples));
+  EXPECT_LE(graph.contexts(), 3u);
+  EXPECT_EQ(graph.context_folded_samples(), 7);
+  const PageContexts contexts = ContextsOf(graph.ToJson());
+  int64_t counted = 0;
+  for (const auto& [key, count] : contexts.samples) {
+    EXPECT_THAT(key, ::testing::StartsWith("web;main;[other] | request=")) << key;
+    counted += count;
+  }
+  EXPECT_EQ(counted, 3);
+  EXPECT_EQ(contexts.folded, 7);
+  EXPECT_EQ(graph.total_samples(), 10);
+
+  // Big attribute values fill the byte bound before the count bound.
+  FlameGraph by_bytes(1000, 64 * 1024);
+  samples.clear();
+  for (int i = 0; i < 200; ++i) {
+    OwnedSample s{10, "web", "t", {&a, &main_fn}, 1};
+    s.attributes = {{"request", std::string(250, 'a' + i % 26) + std::to_string(i)}};
+    samples.push_back(s);
+  }
+  by_bytes.Add(Interval(samples));
+  EXPECT_GT(by_bytes.contexts(), 0u);
+  EXPECT_LT(by_bytes.contexts(), 200u);
+  EXPECT_EQ(static_cast<int64_t>(by_bytes.contexts()) + by_bytes.context_folded_samples(), 200);
+  // What the page carries of them stays within the bound.
+  const std::string json = by_bytes.ToJson();
+  const size_t contexts_at = json.find("\"contexts\":");
+  ASSERT_NE(contexts_at, std::string::npos);
+  EXPECT_LT(json.size() - contexts_at, 64u * 1024);
+}
+
 // Runs check_flamegraph.sh on page with the Chromium found at configure time.
 ember::testing::RunResult CheckPage(const std::string& page,
                                     const std::vector<std::string>& names) {
@@ -577,6 +714,114 @@ TEST_F(FlameGraphPageTest, SearchTooltipAndZoomWork) {
 )js");
   std::ofstream(page, std::ios::trunc) << html;
   const auto [rc, out] = CheckPage(page, {"web", "batch", "Idle", "ksys_read", "ParseJson"});
+  EXPECT_EQ(rc, 0) << out;
+}
+
+// The filter narrows the graph to one trace, span or attribute value: frames no such sample
+// reached disappear, shared ones shrink to the filtered samples, and clearing it restores all.
+TEST_F(FlameGraphPageTest, FilterNarrowsTheGraphToOneTraceSpanOrAttribute) {
+  Frame main_fn = Native("main"), serve = Native("Serve");
+  Frame checkout = Native("Checkout"), search = Native("SearchIndex"), idle = Native("Idle");
+  const TraceLink buy =
+      ember::testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  TraceLink buy_next = buy;
+  buy_next.span_id[7] = 0x32;
+  const TraceLink find =
+      ember::testing::LinkOf("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+  FlameGraph graph;
+  graph.Add(Interval({
+      {10, "web", "a", {&checkout, &serve, &main_fn}, 300, buy, {{"http.route", "/checkout"}}},
+      {10, "web", "a", {&checkout, &serve, &main_fn}, 100, buy_next, {{"http.route", "/checkout"}}},
+      {10, "web", "a", {&serve, &main_fn}, 50, buy, {{"http.route", "/checkout"}}},
+      {10, "web", "b", {&search, &serve, &main_fn}, 200, find, {{"http.route", "/search"}}},
+      {10, "web", "c", {&idle, &main_fn}, 350},
+      // Texts from the profiled process are as hostile as its frame names.
+      {10, "web", "d", {&idle, &main_fn}, 1, {}, {{"note", "</script><b>x&y\u2028"}}},
+  }));
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_filter.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "filter").ok());
+  std::string html = ReadFile(page);
+  const size_t body_end = html.rfind("</body>");
+  ASSERT_NE(body_end, std::string::npos);
+  html.insert(body_end, R"js(<script>
+(function () {
+  function check(ok, what) { if (!ok) throw new Error('filter check failed: ' + what); }
+  function frame(name) {
+    return Array.prototype.filter.call(document.querySelectorAll('#chart .f'),
+                                       function (e) { return e.textContent === name; })[0];
+  }
+  function samplesOf(name) {
+    var f = frame(name);
+    if (!f) return 0;
+    f.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: 50, clientY: 50}));
+    var tip = document.getElementById('tip').textContent;
+    return parseInt(tip.slice(tip.indexOf('—') + 2).replace(/,/g, ''), 10);
+  }
+  var filter = document.getElementById('filter');
+  var filtered = document.getElementById('filtered');
+  function set(text) { filter.value = text; filter.dispatchEvent(new Event('input')); }
+  check(!document.getElementById('filter-box').hidden, 'filter shown when samples have contexts');
+  var offered = Array.prototype.map.call(document.querySelectorAll('#filter-values option'),
+                                         function (o) { return o.value; });
+  check(offered[0] === 'http.route=/checkout', 'commonest value offered first: ' + offered[0]);
+  check(offered.indexOf('trace_id=4bf92f3577b34da6a3ce929d0e0e4736') !== -1, 'trace offered');
+  check(offered.indexOf('span_id=b7ad6b7169203332') !== -1, 'span offered');
+  check(samplesOf('all') === 1001 && samplesOf('Serve') === 650, 'unfiltered counts');
+  check(offered.indexOf('note=<\/script><b>x&y\u2028') !== -1, 'hostile text offered as it is');
+
+  set('http.route=/checkout');
+  check(!frame('SearchIndex') && !frame('Idle'), 'other requests and idle work hidden');
+  check(samplesOf('all') === 450, 'root counts the route: ' + samplesOf('all'));
+  check(samplesOf('Serve') === 450 && samplesOf('Checkout') === 400, 'shared frames shrink');
+  check(parseFloat(frame('Serve').style.width) >= document.getElementById('chart').clientWidth - 1,
+        'the filtered samples fill the width');
+  check(filtered.textContent.indexOf('45.0%') !== -1, 'share shown: ' + filtered.textContent);
+
+  set('trace_id=4BF92F3577B34DA6A3CE929D0E0E4736');
+  check(frame('SearchIndex') && !frame('Checkout'), 'one trace');
+  check(samplesOf('SearchIndex') === 200, 'trace count');
+
+  set('span_id=b7ad6b7169203331');
+  check(samplesOf('Checkout') === 300 && samplesOf('Serve') === 350, 'one span');
+
+  set('http.route=/nowhere');
+  check(document.getElementById('chart').textContent === 'No samples match the filter.',
+        'nothing matches: ' + document.getElementById('chart').textContent);
+
+  set('checkout');
+  check(filter.classList.contains('bad'), 'a filter without = is refused');
+  check(samplesOf('Idle') === 351, 'a refused filter shows everything');
+
+  set('http.route=/search');
+  document.getElementById('search').value = 'Index';
+  document.getElementById('search').dispatchEvent(new Event('input'));
+  check(document.getElementById('matched').textContent.indexOf('100.0%') !== -1,
+        'search shares are of the filtered samples');
+  set('');
+  check(frame('Idle') && frame('Checkout') && samplesOf('all') === 1001, 'clearing restores all');
+  check(filtered.textContent === '', 'no filter, no share');
+})();
+</script>
+)js");
+  std::ofstream(page, std::ios::trunc) << html;
+  const auto [rc, out] = CheckPage(page, {"web", "Idle", "Checkout", "SearchIndex"});
+  EXPECT_EQ(rc, 0) << out;
+}
+
+// A page of samples without contexts offers no filter.
+TEST_F(FlameGraphPageTest, NoFilterWithoutContexts) {
+  Frame main_fn = Native("main");
+  FlameGraph graph;
+  graph.Add(Interval({{1, "app", "app", {&main_fn}, 1}}));
+  const std::string page = ::testing::TempDir() + "/ember_flame_graph_no_filter.html";
+  ASSERT_TRUE(graph.WriteHtml(page, "t").ok());
+  std::string html = ReadFile(page);
+  html.insert(html.rfind("</body>"), R"js(<script>
+if (!document.getElementById('filter-box').hidden) throw new Error('filter shown without contexts');
+</script>
+)js");
+  std::ofstream(page, std::ios::trunc) << html;
+  const auto [rc, out] = CheckPage(page, {"main"});
   EXPECT_EQ(rc, 0) << out;
 }
 

@@ -207,6 +207,139 @@ TEST(PprofWriterLabelsTest, ProcessLabelsGoOnEveryOneOfItsSamples) {
   EXPECT_EQ(labels[2].at("thread"), "c");
 }
 
+// The labels of each sample by key, string labels only; a key twice fails the test.
+std::vector<std::map<std::string, std::string>> SampleStrLabels(const pb::Profile& p) {
+  std::vector<std::map<std::string, std::string>> all;
+  for (const pb::Sample& s : p.sample()) {
+    std::map<std::string, std::string> named;
+    for (const pb::Label& l : s.label()) {
+      if (l.str() == 0) continue;
+      const bool inserted = named.emplace(p.string_table(l.key()), p.string_table(l.str())).second;
+      EXPECT_TRUE(inserted) << "label " << p.string_table(l.key()) << " twice";
+    }
+    all.push_back(named);
+  }
+  return all;
+}
+
+// pprof has no link field: the trace and span go in labels, as Pyroscope turns OTLP links into
+// labels; two requests' samples on one stack stay two samples.
+TEST(PprofWriterContextTest, TraceContextBecomesLabels) {
+  Frame leaf{.function = "work", .address = 0x10, .module = "/app"};
+  const TraceLink checkout =
+      testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  const TraceLink search = testing::LinkOf("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+  TraceLink no_span = checkout;
+  no_span.span_id = {};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(
+      profile,
+      {{.pid = 7,
+        .process = "app",
+        .thread = "a",
+        .frames = {&leaf},
+        .count = 2,
+        .link = checkout,
+        .attributes = {{"http.route", "/checkout"}, {"request.kind", "buy"}}},
+       {.pid = 7,
+        .process = "app",
+        .thread = "a",
+        .frames = {&leaf},
+        .count = 3,
+        .link = search,
+        .attributes = {{"http.route", "/search"}}},
+       // Attributes without a trace, a trace without a span.
+       {.pid = 7,
+        .process = "app",
+        .thread = "a",
+        .frames = {&leaf},
+        .count = 1,
+        .attributes = {{"http.route", "/idle"}, {"empty", ""}}},
+       {.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 1, .link = no_span},
+       // An attribute may not pass for a label Ember sets.
+       {.pid = 7,
+        .process = "app",
+        .thread = "a",
+        .frames = {&leaf},
+        .count = 1,
+        .attributes = {{"trace_id", "forged"}, {"thread", "forged"}}},
+       {.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 4}});
+  const pb::Profile p = BuildPprof(profile);
+  ASSERT_EQ(p.sample_size(), 6);
+  const std::vector<std::map<std::string, std::string>> labels = SampleStrLabels(p);
+  using Labels = std::map<std::string, std::string>;
+  EXPECT_EQ(labels[0], (Labels{{"process", "app"},
+                               {"thread", "a"},
+                               {"trace_id", "0af7651916cd43dd8448eb211c80319c"},
+                               {"span_id", "b7ad6b7169203331"},
+                               {"http.route", "/checkout"},
+                               {"request.kind", "buy"}}));
+  EXPECT_EQ(labels[1], (Labels{{"process", "app"},
+                               {"thread", "a"},
+                               {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"},
+                               {"span_id", "00f067aa0ba902b7"},
+                               {"http.route", "/search"}}));
+  EXPECT_EQ(labels[2], (Labels{{"process", "app"}, {"thread", "a"}, {"http.route", "/idle"}}));
+  EXPECT_EQ(labels[3], (Labels{{"process", "app"},
+                               {"thread", "a"},
+                               {"trace_id", "0af7651916cd43dd8448eb211c80319c"}}));
+  EXPECT_EQ(labels[4], (Labels{{"process", "app"}, {"thread", "a"}}));
+  EXPECT_EQ(labels[5], (Labels{{"process", "app"}, {"thread", "a"}}));
+  EXPECT_EQ(p.sample(0).value(0), 2);
+  EXPECT_EQ(p.sample(1).value(0), 3);
+}
+
+// What a process published about itself (its OpenTelemetry process context) labels its samples,
+// replacing what the agent derived for the same key, except what the agent measures.
+TEST(PprofWriterContextTest, PublishedAttributesWinOverDerivedOnes) {
+  Frame leaf{.function = "work", .address = 0x10, .module = "/app"};
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(profile, {{.pid = 7, .process = "app", .thread = "a", .frames = {&leaf}, .count = 2},
+                       {.pid = 7, .process = "app", .thread = "b", .frames = {&leaf}, .count = 1},
+                       {.pid = 8, .process = "db", .thread = "c", .frames = {&leaf}, .count = 1}});
+  profile.AttachProcessMetadata(
+      7, {.container_id = "3f2a9c",
+          .service_name = "checkout-deployment",
+          .attributes = {{"k8s.pod.name", "web-1"}, {"service.namespace", "derived"}},
+          .published = {{"service.name", "checkout"},
+                        {"service.namespace", "shop"},
+                        {"service.version", "1.4.2"},
+                        {"deployment.environment.name", "prod"},
+                        {"container.id", "forged"},
+                        {"k8s.pod.name", "forged"},
+                        {"process.pid", "1"},
+                        {"host.name", "forged"},
+                        {"service.instance.id", ""},
+                        {"thread", "forged"}}});
+  profile.AttachProcessMetadata(8, {.service_name = "orders-db"});
+  // A span's attribute named as a process label: the sample's own says more of it.
+  AddSamples(profile, {{.pid = 8,
+                        .process = "db",
+                        .thread = "d",
+                        .frames = {&leaf},
+                        .count = 1,
+                        .attributes = {{"service.name", "orders-db-replica"}}}});
+  const pb::Profile p = BuildPprof(profile);
+  ASSERT_EQ(p.sample_size(), 4);
+  const std::vector<std::map<std::string, std::string>> labels = SampleStrLabels(p);
+  const std::map<std::string, std::string> want7 = {
+      {"process", "app"},           {"thread", "a"},
+      {"container.id", "3f2a9c"},   {"k8s.pod.name", "web-1"},
+      {"service.name", "checkout"}, {"service.namespace", "shop"},
+      {"service.version", "1.4.2"}, {"deployment.environment.name", "prod"}};
+  EXPECT_EQ(labels[0], want7);
+  std::map<std::string, std::string> want7b = want7;
+  want7b["thread"] = "b";
+  EXPECT_EQ(labels[1], want7b);
+  EXPECT_EQ(labels[2], (std::map<std::string, std::string>{
+                           {"process", "db"}, {"thread", "c"}, {"service.name", "orders-db"}}));
+  EXPECT_EQ(labels[3],
+            (std::map<std::string, std::string>{
+                {"process", "db"}, {"thread", "d"}, {"service.name", "orders-db-replica"}}));
+}
+
 TEST(PprofWriterNamesTest, NoStringIsLongerThanTheNameCap) {
   // Frames made elsewhere than the symbolizers, which cut names at the source.
   Frame leaf{.function = std::string(100000, 'f'),
@@ -397,6 +530,40 @@ TEST(PprofToolTest, GooglePprofReadsTheFile) {
   EXPECT_THAT(cpu_top, HasSubstr("Type: cpu"));
   EXPECT_THAT(cpu_top, HasSubstr("of 150ms total")) << cpu_top;
   EXPECT_EQ(FlatOf(cpu_top, "Work(int)"), "60ms") << cpu_top;
+}
+
+// What README says one does with the trace context labels: pprof narrows a profile to one route
+// or one trace by them.
+TEST(PprofToolTest, GooglePprofFocusesOnOneRouteOrTrace) {
+  const std::string pprof = EMBER_PPROF_PATH;
+  ASSERT_FALSE(pprof.empty() || pprof.ends_with("-NOTFOUND"))
+      << "Google's pprof was not found at .cache/tools/pprof; run scripts/setup.sh and reconfigure";
+  Frame checkout{.function = "Checkout", .address = 0x10, .module = "/app"};
+  Frame search{.function = "Search", .address = 0x20, .module = "/app"};
+  Frame serve{.function = "Serve", .address = 0x30, .module = "/app"};
+  const TraceLink buy = testing::LinkOf("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  const TraceLink find = testing::LinkOf("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+  IntervalProfile profile;
+  profile.period_ns = kPeriodNs;
+  AddSamples(profile, {{7, "app", "a", {&checkout, &serve}, 6, buy, {{"http.route", "/checkout"}}},
+                       {7, "app", "a", {&serve}, 2, buy, {{"http.route", "/checkout"}}},
+                       {7, "app", "b", {&search, &serve}, 5, find, {{"http.route", "/search"}}},
+                       {7, "app", "c", {&serve}, 3}});
+  const std::string path = TempPath("ember_pprof_tagfocus_test.pb.gz");
+  ASSERT_TRUE(WritePprofFile(profile, path).ok());
+  const auto top = [&](const std::string& focus) {
+    return ember::testing::RunProgram(
+        {pprof, "-top", "-symbolize=none", "-sample_index=samples", "-tagfocus=" + focus, path});
+  };
+  const auto [rc, route] = top("http.route=/checkout");
+  ASSERT_EQ(rc, 0) << route;
+  EXPECT_THAT(route, HasSubstr("accounting for 8, 50.00% of 16 total")) << route;
+  EXPECT_EQ(FlatOf(route, "Checkout"), "6") << route;
+  EXPECT_EQ(FlatOf(route, "Search"), "") << route;
+  const auto [trace_rc, trace] = top("trace_id=4bf92f3577b34da6a3ce929d0e0e4736");
+  ASSERT_EQ(trace_rc, 0) << trace;
+  EXPECT_THAT(trace, HasSubstr("accounting for 5, 31.25% of 16 total")) << trace;
+  EXPECT_EQ(FlatOf(trace, "Search"), "5") << trace;
 }
 
 TEST(PprofToolTest, GooglePprofShowsInlinedFunctions) {

@@ -1,4 +1,5 @@
-// Interval aggregation: identical (process, thread, stack) samples merge; anything else does not.
+// Interval aggregation: identical (process, thread, stack, trace context) samples merge; anything
+// else does not.
 #include "stacks/aggregator.h"
 
 #include <algorithm>
@@ -79,6 +80,100 @@ TEST(AggregatorTest, AnIntervalKeepsItsStacksWhateverHappensAfterIt) {
     EXPECT_EQ(s.thread, "thread");
     EXPECT_EQ(s.count, 1);
     EXPECT_TRUE(std::ranges::equal(s.frames, stack_of(s.pid))) << "pid " << s.pid;
+  }
+}
+
+// A request's samples are told apart from another's on the same stack by their trace context:
+// any difference in trace id, span id, an attribute's key or value, or the attributes present.
+TEST(AggregatorTest, SamplesWithDifferentContextsStayApart) {
+  Frame leaf{.function = "leaf"};
+  std::vector<const Frame*> stack = {&leaf};
+  const SampleAttribute checkout[] = {{"http.route", "/checkout"}};
+  const SampleAttribute search[] = {{"http.route", "/search"}};
+  const SampleAttribute other_key[] = {{"http.target", "/checkout"}};
+  const SampleAttribute two[] = {{"http.route", "/checkout"}, {"request.kind", "a"}};
+  SampleContext base;
+  base.link.trace_id[0] = 0xaa;
+  base.link.span_id[7] = 0x01;
+  base.attributes = checkout;
+  SampleContext other_trace = base;
+  other_trace.link.trace_id[15] = 0x02;
+  SampleContext other_span = base;
+  other_span.link.span_id[0] = 0x03;
+  SampleContext other_value = base;
+  other_value.attributes = search;
+  SampleContext other_attribute_key = base;
+  other_attribute_key.attributes = other_key;
+  SampleContext more_attributes = base;
+  more_attributes.attributes = two;
+  SampleContext no_attributes = base;
+  no_attributes.attributes = {};
+  SampleContext attributes_only;
+  attributes_only.attributes = checkout;
+
+  Aggregator aggregator;
+  aggregator.Add(1, "app", "worker", stack, base);
+  aggregator.Add(1, "app", "worker", stack, base);
+  for (const SampleContext* context :
+       {&other_trace, &other_span, &other_value, &other_attribute_key, &more_attributes,
+        &no_attributes, &attributes_only}) {
+    aggregator.Add(1, "app", "worker", stack, *context);
+  }
+  aggregator.Add(1, "app", "worker", stack);  // no context at all
+  EXPECT_EQ(aggregator.distinct_stacks(), 9u);
+
+  IntervalProfile profile = aggregator.TakeInterval(0, 1, 1);
+  ASSERT_EQ(profile.samples.size(), 9u);
+  int64_t total = 0;
+  const StackSample* merged = nullptr;
+  for (const StackSample& s : profile.samples) {
+    total += s.count;
+    if (s.context.link == base.link && std::ranges::equal(s.context.attributes, checkout)) {
+      EXPECT_EQ(merged, nullptr) << "two samples with the same context";
+      merged = &s;
+    }
+  }
+  EXPECT_EQ(total, 10);
+  ASSERT_NE(merged, nullptr);
+  EXPECT_EQ(merged->count, 2);
+}
+
+// The thread-context decoder reuses its storage for the next sample: a counted context is the
+// interval's own copy, and the next sample with the same context finds it.
+TEST(AggregatorTest, AnIntervalKeepsItsContexts) {
+  Frame leaf{.function = "leaf"};
+  std::vector<const Frame*> stack = {&leaf};
+  std::string key = "http.route";
+  std::string value = "/checkout";
+  std::vector<SampleAttribute> attributes = {{key, value}};
+  SampleContext context;
+  context.link.trace_id.fill(0x11);
+  context.link.span_id.fill(0x22);
+  context.attributes = attributes;
+  Aggregator aggregator;
+  aggregator.Add(7, "app", "worker", stack, context);
+  // The decoder's next record, in the same storage: same bytes, then other bytes.
+  key.assign(key.size(), 'x');
+  value.assign(value.size(), 'y');
+  std::string same_key = "http.route";
+  std::string same_value = "/checkout";
+  attributes[0] = {same_key, same_value};
+  aggregator.Add(7, "app", "worker", stack, context);
+  EXPECT_EQ(aggregator.distinct_stacks(), 1u);
+  same_value = "/search";
+  attributes[0] = {same_key, same_value};
+  aggregator.Add(7, "app", "worker", stack, context);
+  same_key.assign(same_key.size(), 'z');
+  same_value.assign(same_value.size(), 'z');
+
+  IntervalProfile profile = aggregator.TakeInterval(0, 1, 1);
+  ASSERT_EQ(profile.samples.size(), 2u);
+  for (const StackSample& s : profile.samples) {
+    EXPECT_EQ(s.context.link, context.link);
+    ASSERT_EQ(s.context.attributes.size(), 1u);
+    EXPECT_EQ(s.context.attributes[0].key, "http.route");
+    const std::string_view expected = s.count == 2 ? "/checkout" : "/search";
+    EXPECT_EQ(s.context.attributes[0].value, expected) << "count " << s.count;
   }
 }
 
