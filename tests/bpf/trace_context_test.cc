@@ -1,0 +1,688 @@
+// OpenTelemetry's process context (OTEP 4719) and thread context (OTEP 4947) end to end (issue
+// 35), on the fixture in tests/fixtures/trace_context built once per place its TLS pointer can
+// live. TraceContextFixtureTest reads the fixture's memory while it is stopped and checks that
+// what it publishes is where and what the OTEPs say, with no agent; TraceContextTest profiles it
+// with the agent and checks that each request's samples carry that request's trace, span and
+// attributes (pprof labels and OTLP links and attributes), that the CPU split per trace matches
+// the fixture's own accounting, and that the published resource attributes reach the outputs.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "gtest/gtest.h"
+#include "opentelemetry/proto/common/v1/common.pb.h"
+#include "opentelemetry/proto/resource/v1/resource.pb.h"
+#include "profiled_run.h"
+#include "support/subprocess.h"
+#include "unit/otlp/grpc_test_receiver.h"
+#include "unit/otlp/test_requests.h"
+
+namespace ember::testing {
+namespace {
+
+namespace otlp = opentelemetry::proto::profiles::v1development;
+namespace common = opentelemetry::proto::common::v1;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kKinds[] = {"checkout", "search"};
+constexpr const char* kRoutes[] = {"/checkout", "/search"};
+
+struct Variant {
+  std::string name;
+  std::vector<std::string> argv_before_seconds;  // the program, and its library for dlopen
+  std::string mapping;                           // memfd or anon
+};
+
+void PrintTo(const Variant& v, std::ostream* out) { *out << v.name; }
+
+std::string Dir() { return EMBER_TRACE_CONTEXT_FIXTURES; }
+
+std::vector<Variant> Variants() {
+  return {
+      {"ExeGcc", {Dir() + "/trace_context_exe"}, "memfd"},
+      {"ExeClang", {Dir() + "/trace_context_exe_clang"}, "memfd"},
+      {"ExeGccAnonymousMapping", {Dir() + "/trace_context_exe"}, "anon"},
+      {"LibTlsdesc", {Dir() + "/trace_context_lib_tlsdesc"}, "memfd"},
+      {"LibGeneralDynamicLld", {Dir() + "/trace_context_lib_gd"}, "memfd"},
+      {"DlopenTlsdesc",
+       {Dir() + "/trace_context_dlopen", Dir() + "/libotel_tc_tlsdesc.so"},
+       "memfd"},
+      {"DlopenGeneralDynamic",
+       {Dir() + "/trace_context_dlopen", Dir() + "/libotel_tc_gd.so"},
+       "memfd"},
+  };
+}
+
+std::vector<std::string> Argv(const Variant& v, double seconds) {
+  std::vector<std::string> argv = v.argv_before_seconds;
+  argv.push_back(absl::StrCat(seconds));
+  argv.push_back(v.mapping);
+  return argv;
+}
+
+// What the fixture printed (the format is in tests/fixtures/trace_context/trace_context.c).
+struct FixtureReport {
+  std::map<std::string, double> cpu_ns;              // kind -> thread CPU ns
+  std::map<std::string, std::string> trace_hex;      // kind -> trace id
+  std::map<std::string, std::string> kind_of_trace;  // trace id -> kind
+  std::map<std::string, std::set<std::string>> spans;
+  std::map<std::string, std::string> kind_of_span;
+  std::map<int, std::map<std::string, std::string>> published;  // 1, 2 -> resource attributes
+  uint64_t header_address = 0;
+  bool mapping_named = false;
+  struct Thread {
+    int64_t tid = 0;
+    uint64_t fs_base = 0;
+    uint64_t slot = 0;
+  };
+  std::vector<Thread> threads;
+};
+
+uint64_t Hex(const std::string& text) {
+  uint64_t value = 0;
+  absl::SimpleHexAtoi(text, &value);
+  return value;
+}
+
+FixtureReport ParseReport(const std::string& output) {
+  FixtureReport report;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f.size() == 3 && f[0] == "cpu") {
+      report.cpu_ns[f[1]] = std::strtod(f[2].c_str(), nullptr);
+    } else if (f.size() == 3 && f[0] == "trace") {
+      report.trace_hex[f[1]] = f[2];
+      report.kind_of_trace[f[2]] = f[1];
+    } else if (f.size() == 3 && f[0] == "span") {
+      report.spans[f[1]].insert(f[2]);
+      report.kind_of_span[f[2]] = f[1];
+    } else if (f.size() == 3 && f[0] == "published") {
+      std::pair<std::string, std::string> kv = absl::StrSplit(f[2], absl::MaxSplits('=', 1));
+      report.published[std::atoi(f[1].c_str())][kv.first] = kv.second;
+    } else if (f.size() == 6 && f[0] == "mapping") {
+      report.header_address = Hex(f[3]);
+      report.mapping_named = f[5] == "yes";
+    } else if (f.size() == 6 && f[0] == "thread") {
+      report.threads.push_back({std::atoll(f[1].c_str()), Hex(f[3]), Hex(f[5])});
+    }
+  }
+  return report;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fixture's memory, read from outside while all its threads are stopped.
+
+struct StoppedProcess {
+  explicit StoppedProcess(pid_t pid) : pid(pid) {
+    kill(pid, SIGSTOP);
+    // Bounded: every thread shows state T once the stop has reached it.
+    for (int i = 0; i < 200 && !AllStopped(); ++i) std::this_thread::sleep_for(milliseconds(2));
+  }
+  ~StoppedProcess() { kill(pid, SIGCONT); }
+  bool AllStopped() const {
+    std::error_code error;
+    for (const auto& task :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat;
+      std::getline(in, stat);
+      size_t close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T') {
+        return false;
+      }
+    }
+    return !error;
+  }
+  pid_t pid;
+};
+
+std::optional<std::string> ReadMemory(pid_t pid, uint64_t address, size_t size) {
+  int fd = open(absl::StrCat("/proc/", pid, "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string bytes(size, '\0');
+  ssize_t n = pread(fd, bytes.data(), size, static_cast<off_t>(address));
+  close(fd);
+  if (n != static_cast<ssize_t>(size)) return std::nullopt;
+  return bytes;
+}
+
+template <typename T>
+T Load(const std::string& bytes, size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+// The /proc/PID/maps line of the mapping that starts at `address`, and its VmFlags from smaps.
+struct MappingLines {
+  std::string maps_line;
+  std::string vm_flags;
+  uint64_t end = 0;
+};
+MappingLines MappingAt(pid_t pid, uint64_t address) {
+  MappingLines found;
+  std::ifstream smaps(absl::StrCat("/proc/", pid, "/smaps"));
+  std::string line;
+  bool in_it = false;
+  while (std::getline(smaps, line)) {
+    const size_t dash = line.find('-');
+    const size_t space = line.find(' ');
+    uint64_t start = 0, end = 0;
+    if (dash != std::string::npos && space != std::string::npos && dash < space &&
+        absl::SimpleHexAtoi(line.substr(0, dash), &start) &&
+        absl::SimpleHexAtoi(line.substr(dash + 1, space - dash - 1), &end)) {
+      in_it = start == address;
+      if (in_it) {
+        found.maps_line = line;
+        found.end = end;
+      }
+    } else if (in_it && line.starts_with("VmFlags:")) {
+      found.vm_flags = line;
+    }
+  }
+  return found;
+}
+
+// The payload, decoded with Ember's own copies of the OTLP common and resource protos: field 1
+// is a Resource, field 2 repeated KeyValue (ProcessContext, OTEP 4719 / 4947).
+struct ProcessContextPayload {
+  std::map<std::string, std::string> resource;
+  std::string schema;
+  std::vector<std::string> keys;
+  bool ok = false;
+};
+ProcessContextPayload DecodePayload(const std::string& bytes) {
+  ProcessContextPayload payload;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  while (uint32_t tag = in.ReadTag()) {
+    std::string field;
+    uint32_t length = 0;
+    if ((tag & 7) != 2 || !in.ReadVarint32(&length) || !in.ReadString(&field, length)) {
+      return payload;
+    }
+    if (tag >> 3 == 1) {
+      opentelemetry::proto::resource::v1::Resource resource;
+      if (!resource.ParseFromString(field)) return payload;
+      for (const common::KeyValue& kv : resource.attributes()) {
+        payload.resource[kv.key()] = kv.value().string_value();
+      }
+    } else if (tag >> 3 == 2) {
+      common::KeyValue kv;
+      if (!kv.ParseFromString(field)) return payload;
+      if (kv.key() == "threadlocal.schema_version") payload.schema = kv.value().string_value();
+      if (kv.key() == "threadlocal.attribute_key_map") {
+        for (const common::AnyValue& v : kv.value().array_value().values()) {
+          payload.keys.push_back(v.string_value());
+        }
+      }
+    }
+  }
+  payload.ok = true;
+  return payload;
+}
+
+class TraceContextFixtureTest : public ::testing::TestWithParam<Variant> {};
+
+// Every 50 ms or so for two seconds: stop the fixture, read its process-context header and
+// payload, then each thread's otel_thread_ctx_v1 and the record it points to.
+TEST_P(TraceContextFixtureTest, PublishesWhatTheOtepsDescribe) {
+  const Variant& variant = GetParam();
+  const double run_seconds = 2;
+  Subprocess fixture(Argv(variant, run_seconds));
+  const pid_t pid = fixture.pid();
+  ASSERT_TRUE(fixture.WaitForOutput("ready", seconds(10))) << fixture.output();
+  fixture.WriteStdin("g");
+  // Both threads say where their pointer is once they run.
+  const auto started = std::chrono::steady_clock::now();
+  while (ParseReport(fixture.output()).threads.size() < 2 &&
+         std::chrono::steady_clock::now() - started < seconds(10)) {
+    fixture.WaitForOutput("cpu checkout", milliseconds(20));  // reads what came meanwhile
+  }
+  FixtureReport early = ParseReport(fixture.output());
+  ASSERT_EQ(early.threads.size(), 2u) << fixture.output();
+  ASSERT_NE(early.header_address, 0u) << fixture.output();
+  for (const FixtureReport::Thread& t : early.threads) {
+    std::printf("[   INFO   ] %s: thread %lld fs_base 0x%llx otel_thread_ctx_v1 0x%llx\n",
+                variant.name.c_str(), static_cast<long long>(t.tid),
+                static_cast<unsigned long long>(t.fs_base),
+                static_cast<unsigned long long>(t.slot));
+    // x86-64 TLS is variant II: every module's block lies below the thread pointer.
+    EXPECT_LT(t.slot, t.fs_base);
+  }
+
+  const MappingLines mapping = MappingAt(pid, early.header_address);
+  ASSERT_FALSE(mapping.maps_line.empty()) << "no mapping starts at the header";
+  if (variant.mapping == "memfd") {
+    EXPECT_NE(mapping.maps_line.find("/memfd:OTEL_CTX (deleted)"), std::string::npos)
+        << mapping.maps_line;
+  } else if (early.mapping_named) {
+    EXPECT_NE(mapping.maps_line.find("[anon:OTEL_CTX]"), std::string::npos) << mapping.maps_line;
+  } else {
+    // Without CONFIG_ANON_VMA_NAME prctl(PR_SET_VMA_ANON_NAME) fails and the mapping stays
+    // unnamed: no reader can find it by name (OTEP 4719 says so).
+    EXPECT_EQ(mapping.maps_line.find("OTEL_CTX"), std::string::npos) << mapping.maps_line;
+  }
+  // MADV_DONTFORK shows as "dc".
+  EXPECT_NE(mapping.vm_flags.find(" dc"), std::string::npos) << mapping.vm_flags;
+
+  std::set<uint64_t> timestamps;
+  std::set<bool> payload_inline;
+  int records = 0, null_pointers = 0, with_kind = 0;
+  std::map<size_t, int> key_map_sizes;
+  struct Seen {
+    std::string trace, span, kind;
+  };
+  std::vector<Seen> seen;
+  const auto begin = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - begin < milliseconds(2300) &&
+         !fixture.WaitForOutput("trace search", milliseconds(40))) {
+    StoppedProcess stopped(pid);
+    if (!stopped.AllStopped()) continue;  // exiting
+    std::optional<std::string> header = ReadMemory(pid, early.header_address, 32);
+    if (!header) continue;  // exiting
+    ASSERT_EQ(header->substr(0, 8), "OTEL_CTX");
+    EXPECT_EQ(Load<uint32_t>(*header, 8), 2u);
+    const uint32_t size = Load<uint32_t>(*header, 12);
+    const uint64_t published_at = Load<uint64_t>(*header, 16);
+    const uint64_t payload_address = Load<uint64_t>(*header, 24);
+    // The fixture's own thread updates it, never while stopped in the middle: a stop does not
+    // land inside the update's few stores often, and the timestamp says so when it does.
+    if (published_at == 0) continue;
+    timestamps.insert(published_at);
+    payload_inline.insert(payload_address == early.header_address + 32);
+    ASSERT_GT(size, 0u);
+    ASSERT_LE(size, 65536u);
+    std::optional<std::string> bytes = ReadMemory(pid, payload_address, size);
+    ASSERT_TRUE(bytes.has_value()) << "payload pointer 0x" << std::hex << payload_address;
+    ProcessContextPayload payload = DecodePayload(*bytes);
+    ASSERT_TRUE(payload.ok) << absl::BytesToHexString(*bytes);
+    EXPECT_EQ(payload.schema, "tlsdesc_v1_dev");
+    ASSERT_GE(payload.keys.size(), 1u);
+    EXPECT_EQ(payload.keys[0], "http.route");
+    if (payload.keys.size() > 1) {
+      EXPECT_EQ(payload.keys[1], "request.kind");
+    }
+    ++key_map_sizes[payload.keys.size()];
+    const FixtureReport now = ParseReport(fixture.output());
+    const int publication = payload.keys.size() == 1 ? 1 : 2;
+    if (now.published.count(publication)) {
+      EXPECT_EQ(payload.resource, now.published.at(publication));
+    }
+    for (const FixtureReport::Thread& t : early.threads) {
+      std::optional<std::string> pointer = ReadMemory(pid, t.slot, 8);
+      ASSERT_TRUE(pointer.has_value());
+      const uint64_t record_address = Load<uint64_t>(*pointer, 0);
+      if (record_address == 0) {
+        ++null_pointers;
+        continue;
+      }
+      ++records;
+      EXPECT_EQ(record_address % 2, 0u);
+      std::optional<std::string> record = ReadMemory(pid, record_address, 28);
+      ASSERT_TRUE(record.has_value());
+      EXPECT_EQ((*record)[24], 1) << "valid";
+      EXPECT_EQ((*record)[25], 1) << "trace flags: sampled";
+      const std::string trace = absl::BytesToHexString(record->substr(0, 16));
+      const std::string span = absl::BytesToHexString(record->substr(16, 8));
+      EXPECT_NE(span, "0000000000000000");
+      const uint16_t attrs_size = Load<uint16_t>(*record, 26);
+      ASSERT_LE(attrs_size, 612);
+      std::optional<std::string> attrs = ReadMemory(pid, record_address + 28, attrs_size);
+      ASSERT_TRUE(attrs.has_value());
+      std::map<int, std::string> values;
+      for (size_t at = 0; at + 2 <= attrs->size();) {
+        const size_t length = static_cast<uint8_t>((*attrs)[at + 1]);
+        ASSERT_LE(at + 2 + length, attrs->size()) << "an entry runs past attrs_data_size";
+        values[static_cast<uint8_t>((*attrs)[at])] = attrs->substr(at + 2, length);
+        at += 2 + length;
+      }
+      const int kind = values[0] == kRoutes[0] ? 0 : 1;
+      EXPECT_EQ(values[0], kRoutes[kind]);
+      seen.push_back({trace, span, kKinds[kind]});
+      for (const auto& [key, value] : values) {
+        // A record never uses a key the key map it is published with lacks.
+        EXPECT_LT(static_cast<size_t>(key), payload.keys.size());
+      }
+      if (values.count(1)) {
+        ++with_kind;
+        EXPECT_EQ(values[1], kKinds[kind]);
+      }
+    }
+  }
+  ASSERT_EQ(fixture.Wait(seconds(20)), 0) << fixture.output();
+  FixtureReport report = ParseReport(fixture.output());
+  // Each record carried its kind's trace id and one of the span ids the fixture reports for it
+  // (it prints them at its end), and every request kind ran.
+  for (const Seen& s : seen) {
+    EXPECT_EQ(report.trace_hex.at(s.kind), s.trace);
+    EXPECT_TRUE(report.spans.at(s.kind).count(s.span)) << s.kind << " " << s.span;
+  }
+  EXPECT_GT(report.spans["checkout"].size(), 10u);
+  EXPECT_GT(report.spans["search"].size(), 10u);
+  EXPECT_EQ(report.published[1].size(), 3u);
+  EXPECT_EQ(report.published[2].size(), 4u);
+  EXPECT_EQ(report.published[2]["service.version"], "2.0.0");
+  // Both publications were seen, the first with its payload after the header, the update's
+  // elsewhere, under a new timestamp; records were attached and detached, and carried the new
+  // key after the update.
+  EXPECT_EQ(timestamps.size(), 2u);
+  EXPECT_EQ(payload_inline, (std::set<bool>{false, true}));
+  EXPECT_EQ(key_map_sizes.size(), 2u);
+  EXPECT_GT(records, 4);
+  EXPECT_GT(null_pointers, 0);
+  EXPECT_GT(with_kind, 0);
+  std::printf("[   INFO   ] %d records and %d NULL pointers read in %zu stops\n", records,
+              null_pointers, static_cast<size_t>(key_map_sizes[1] + key_map_sizes[2]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, TraceContextFixtureTest, ::testing::ValuesIn(Variants()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------------
+// Under the agent.
+
+constexpr int kHz = 199;
+constexpr double kRunSeconds = 4;
+
+// The request kind a sample's stack was in: the fixture runs each kind's work in a function of
+// its own; kOther: none of them (start-up, the main thread).
+enum class Work { kCheckout = 0, kSearch = 1, kOutside = 2, kOther = 3 };
+Work WorkOf(const std::vector<std::string>& functions) {
+  for (const std::string& f : functions) {
+    if (f == "checkout_work") return Work::kCheckout;
+    if (f == "search_work") return Work::kSearch;
+    if (f == "outside_work") return Work::kOutside;
+  }
+  return Work::kOther;
+}
+
+std::string Label(const NamedSample& s, const std::string& key) {
+  auto it = s.labels.find(key);
+  return it == s.labels.end() ? "" : it->second;
+}
+
+std::vector<std::string> FunctionsOf(const otlp::ProfilesDictionary& dictionary,
+                                     const otlp::Sample& sample) {
+  std::vector<std::string> names;
+  const otlp::Stack& stack = dictionary.stack_table(sample.stack_index());
+  for (int location_index : stack.location_indices()) {
+    const otlp::Location& location = dictionary.location_table(location_index);
+    if (location.lines_size() == 0) continue;
+    const otlp::Function& function =
+        dictionary.function_table(location.lines(location.lines_size() - 1).function_index());
+    names.push_back(dictionary.string_table(function.name_strindex()));
+  }
+  return names;
+}
+
+class TraceContextTest : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    receiver_ = GrpcTestReceiver::Start();
+    ASSERT_NE(receiver_, nullptr);
+    run_ = ProfileFixture(Argv(GetParam(), kRunSeconds), kHz, nullptr, SIGINT,
+                          {"--otlp-endpoint", "http://" + receiver_->target()});
+    report_ = ParseReport(run_.fixture_output);
+    ASSERT_EQ(report_.trace_hex.size(), 2u) << run_.fixture_output;
+    samples_ = SamplesOf(run_.output_dir, run_.pid);
+    ASSERT_FALSE(samples_.empty()) << run_.agent_log;
+  }
+  void TearDown() override {
+    if (!run_.output_dir.empty()) std::filesystem::remove_all(run_.output_dir);
+  }
+  // The kernel names an anonymous mapping only with CONFIG_ANON_VMA_NAME; without it the
+  // anonymous variant publishes a process context no reader can find, and with it the thread
+  // context's schema and key map: its samples must then carry none.
+  bool Findable() const { return GetParam().mapping == "memfd" || report_.mapping_named; }
+
+  std::unique_ptr<GrpcTestReceiver> receiver_;
+  ProfiledRun run_;
+  FixtureReport report_;
+  std::vector<NamedSample> samples_;
+};
+
+TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
+  int64_t by_work[4] = {};
+  int64_t own[2] = {};
+  int64_t others[2] = {};
+  int64_t with_kind[2] = {};
+  int64_t wrong_kind[2] = {};
+  int64_t outside_with_context = 0;
+  for (const NamedSample& s : samples_) {
+    const Work work = WorkOf(s.functions);
+    by_work[static_cast<int>(work)] += s.count;
+    const std::string trace = Label(s, "trace_id");
+    const std::string span = Label(s, "span_id");
+    const std::string route = Label(s, "http.route");
+    const std::string kind_label = Label(s, "request.kind");
+    if (work == Work::kOutside || work == Work::kOther) {
+      if (!trace.empty() || !span.empty() || !route.empty() || !kind_label.empty()) {
+        outside_with_context += s.count;
+      }
+      continue;
+    }
+    const int k = static_cast<int>(work);
+    const int other = 1 - k;
+    if (trace == report_.trace_hex[kKinds[k]] && report_.spans[kKinds[k]].count(span) &&
+        route == kRoutes[k]) {
+      own[k] += s.count;
+    }
+    if (trace == report_.trace_hex[kKinds[other]] || report_.spans[kKinds[other]].count(span) ||
+        route == kRoutes[other] || kind_label == kKinds[other]) {
+      others[k] += s.count;
+    }
+    if (kind_label == kKinds[k]) with_kind[k] += s.count;
+    if (!kind_label.empty() && kind_label != kKinds[k]) wrong_kind[k] += s.count;
+  }
+  std::printf(
+      "[   INFO   ] samples: checkout %lld (%lld own), search %lld (%lld own), "
+      "outside %lld, other %lld\n",
+      static_cast<long long>(by_work[0]), static_cast<long long>(own[0]),
+      static_cast<long long>(by_work[1]), static_cast<long long>(own[1]),
+      static_cast<long long>(by_work[2]), static_cast<long long>(by_work[3]));
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_GT(by_work[k], 50) << kKinds[k] << " was hardly sampled\n" << run_.agent_log;
+    EXPECT_EQ(others[k], 0) << kKinds[k] << " samples carrying the other request's context";
+    EXPECT_EQ(wrong_kind[k], 0);
+    if (!Findable()) {
+      EXPECT_EQ(own[k], 0) << "a context from a mapping no reader can find";
+      continue;
+    }
+    EXPECT_GE(Share(own[k], by_work[k]), 0.95)
+        << own[k] << " of " << by_work[k] << " " << kKinds[k]
+        << " samples carry its trace id, one of its span ids and http.route " << kRoutes[k] << "\n"
+        << CommonStacks(
+               samples_,
+               [&](const NamedSample& s) { return static_cast<int>(WorkOf(s.functions)) == k; }, 5)
+        << run_.agent_log;
+    // The update came halfway: request.kind is in the key map and in the records from then on.
+    EXPECT_GE(Share(with_kind[k], by_work[k]), 0.25)
+        << with_kind[k] << " of " << by_work[k] << " " << kKinds[k]
+        << " samples carry request.kind, published by the process-context update halfway";
+  }
+  EXPECT_GT(by_work[2], 20);
+  EXPECT_EQ(outside_with_context, 0) << "samples outside any request carry a context";
+}
+
+TEST_P(TraceContextTest, CpuSplitPerTraceMatchesTheFixturesAccounting) {
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_trace;
+  for (const NamedSample& s : samples_) {
+    if (WorkOf(s.functions) == Work::kOther) continue;
+    total += s.count;
+    by_trace[Label(s, "trace_id")] += s.count;
+  }
+  double accounted = 0;
+  for (const auto& [kind, ns] : report_.cpu_ns) accounted += ns;
+  ASSERT_GT(accounted, 0) << run_.fixture_output;
+  for (const char* kind : kKinds) {
+    const double measured = report_.cpu_ns[kind] / accounted;
+    const double sampled = Share(by_trace[report_.trace_hex[kind]], total);
+    std::printf(
+        "[   INFO   ] %s: %.1f%% of the CPU by the fixture's accounting, %.1f%% of the "
+        "samples carry its trace id\n",
+        kind, 100 * measured, 100 * sampled);
+    if (!Findable()) {
+      EXPECT_EQ(sampled, 0);
+      continue;
+    }
+    EXPECT_NEAR(sampled, measured, 0.05) << kind << "\n" << run_.agent_log;
+  }
+}
+
+// The resource attributes the process published reach its pprof samples as labels, the update's
+// included.
+TEST_P(TraceContextTest, PublishedResourceAttributesLabelTheProcesssSamples) {
+  ASSERT_EQ(report_.published.size(), 2u) << run_.fixture_output;
+  int64_t total = 0;
+  int64_t labelled = 0;
+  int64_t with_update = 0;
+  for (const NamedSample& s : samples_) {
+    total += s.count;
+    bool all = true;
+    for (const auto& [key, value] : report_.published[1]) all = all && Label(s, key) == value;
+    if (all) labelled += s.count;
+    if (Label(s, "service.version") == report_.published[2]["service.version"]) {
+      with_update += s.count;
+    }
+  }
+  if (!Findable()) {
+    EXPECT_EQ(labelled, 0);
+    EXPECT_EQ(with_update, 0);
+    return;
+  }
+  EXPECT_GE(Share(labelled, total), 0.9)
+      << labelled << " of " << total << " samples carry service.name, service.instance.id and "
+      << "deployment.environment.name as published\n"
+      << run_.agent_log;
+  EXPECT_GT(with_update, 0) << "no sample carries service.version, published by the update";
+}
+
+// The same samples over OTLP: valid requests, links into a deduplicated link table, the
+// attributes as sample attributes, and the published resource attributes in the Resource.
+// Decoded with Ember's own OTLP protos (proto/), whose field numbers tests/unit/otlp pins to the
+// upstream v1.10/v1.11 layout.
+TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
+  std::vector<ReceivedExport> received = receiver_->received();
+  ASSERT_GE(received.size(), 2u) << run_.agent_log;
+  int64_t by_work[4] = {};
+  int64_t linked[2] = {};
+  int64_t mislinked = 0;
+  int64_t routed[2] = {};
+  int resources = 0;
+  int resources_with_published = 0;
+  bool last_has_update = false;
+  for (const ReceivedExport& r : received) {
+    EXPECT_TRUE(r.valid.ok()) << r.valid;
+    const otlp::ProfilesDictionary& dictionary = r.request.dictionary();
+    if (dictionary.link_table_size() > 0) {
+      EXPECT_TRUE(dictionary.link_table(0).trace_id().empty() &&
+                  dictionary.link_table(0).span_id().empty())
+          << "link_table[0] must be the zero link";
+    }
+    std::set<std::pair<std::string, std::string>> links;
+    for (const otlp::Link& link : dictionary.link_table()) {
+      EXPECT_TRUE(links.insert({link.trace_id(), link.span_id()}).second)
+          << "link_table holds a link twice";
+    }
+    for (const auto& resource_profiles : r.request.resource_profiles()) {
+      const auto& resource = resource_profiles.resource();
+      if (ResourceAttribute(resource, "process.pid") != std::to_string(run_.pid)) continue;
+      ++resources;
+      bool published = true;
+      for (const auto& [key, value] : report_.published[1]) {
+        published = published && ResourceAttribute(resource, key) == value;
+      }
+      if (published) ++resources_with_published;
+      last_has_update =
+          ResourceAttribute(resource, "service.version") == report_.published[2]["service.version"];
+      for (const auto& scope : resource_profiles.scope_profiles()) {
+        for (const otlp::Profile& profile : scope.profiles()) {
+          for (const otlp::Sample& sample : profile.samples()) {
+            const Work work = WorkOf(FunctionsOf(dictionary, sample));
+            const int64_t count = sample.values_size() > 0 ? sample.values(0) : 1;
+            by_work[static_cast<int>(work)] += count;
+            std::string link_kind;
+            if (sample.link_index() > 0) {
+              ASSERT_LT(sample.link_index(), dictionary.link_table_size());
+              const otlp::Link& link = dictionary.link_table(sample.link_index());
+              ASSERT_EQ(link.trace_id().size(), 16u);
+              ASSERT_EQ(link.span_id().size(), 8u);
+              const std::string trace = absl::BytesToHexString(link.trace_id());
+              const std::string span = absl::BytesToHexString(link.span_id());
+              auto kind = report_.kind_of_trace.find(trace);
+              ASSERT_NE(kind, report_.kind_of_trace.end()) << trace;
+              EXPECT_EQ(report_.kind_of_span[span], kind->second) << span;
+              link_kind = kind->second;
+            }
+            std::string route;
+            for (int index : sample.attribute_indices()) {
+              const otlp::KeyValueAndUnit& a = dictionary.attribute_table(index);
+              if (dictionary.string_table(a.key_strindex()) == "http.route") {
+                route = a.value().string_value();
+              }
+            }
+            if (work == Work::kCheckout || work == Work::kSearch) {
+              const int k = static_cast<int>(work);
+              if (link_kind == kKinds[k]) linked[k] += count;
+              if (!link_kind.empty() && link_kind != kKinds[k]) mislinked += count;
+              if (route == kRoutes[k]) routed[k] += count;
+            } else if (!link_kind.empty() || !route.empty()) {
+              mislinked += count;
+            }
+          }
+        }
+      }
+    }
+  }
+  ASSERT_GE(resources, 2) << run_.agent_log;
+  EXPECT_EQ(mislinked, 0);
+  if (!Findable()) {
+    EXPECT_EQ(linked[0] + linked[1], 0);
+    EXPECT_EQ(resources_with_published, 0);
+    return;
+  }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_GE(Share(routed[k], by_work[k]), 0.95) << kKinds[k] << " samples with http.route";
+    EXPECT_GE(Share(linked[k], by_work[k]), 0.95)
+        << linked[k] << " of " << by_work[k] << " " << kKinds[k] << " samples linked to its trace";
+  }
+  EXPECT_EQ(resources_with_published, resources)
+      << "every interval's Resource carries the published attributes";
+  EXPECT_TRUE(last_has_update) << "the last interval's Resource lacks the update's attribute";
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, TraceContextTest, ::testing::ValuesIn([] {
+                           // One dlopen build is enough under the agent: the run is the slow
+                           // part, and the fixture test covers the other.
+                           std::vector<Variant> v = Variants();
+                           v.pop_back();
+                           return v;
+                         }()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace ember::testing
