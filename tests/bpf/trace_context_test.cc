@@ -404,7 +404,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, TraceContextFixtureTest, ::testing::ValuesIn(
 // ---------------------------------------------------------------------------------------------
 // Under the agent.
 
-constexpr int kHz = 199;
+constexpr int kHz = 499;
 constexpr double kRunSeconds = 4;
 
 // The request kind a sample's stack was in: the fixture runs each kind's work in a function of
@@ -438,31 +438,51 @@ std::vector<std::string> FunctionsOf(const otlp::ProfilesDictionary& dictionary,
   return names;
 }
 
+// One agent run per variant, shared by that variant's tests (a run is the slow part).
+struct VariantRun {
+  std::unique_ptr<GrpcTestReceiver> receiver;
+  ProfiledRun run;
+  FixtureReport report;
+  std::vector<NamedSample> samples;
+};
+
 class TraceContextTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
-    receiver_ = GrpcTestReceiver::Start();
-    ASSERT_NE(receiver_, nullptr);
-    run_ = ProfileFixture(Argv(GetParam(), kRunSeconds), kHz, nullptr, SIGINT,
-                          {"--otlp-endpoint", "http://" + receiver_->target()});
-    report_ = ParseReport(run_.fixture_output);
-    ASSERT_EQ(report_.trace_hex.size(), 2u) << run_.fixture_output;
-    samples_ = SamplesOf(run_.output_dir, run_.pid);
-    ASSERT_FALSE(samples_.empty()) << run_.agent_log;
+    std::unique_ptr<VariantRun>& cached = (*runs_)[GetParam().name];
+    if (cached == nullptr) {
+      cached = std::make_unique<VariantRun>();
+      cached->receiver = GrpcTestReceiver::Start();
+      ASSERT_NE(cached->receiver, nullptr);
+      cached->run = ProfileFixture(Argv(GetParam(), kRunSeconds), kHz, nullptr, SIGINT,
+                                   {"--otlp-endpoint", "http://" + cached->receiver->target()});
+      cached->report = ParseReport(cached->run.fixture_output);
+      cached->samples = SamplesOf(cached->run.output_dir, cached->run.pid);
+    }
+    r_ = cached.get();
+    ASSERT_NE(r_->receiver, nullptr);
+    ASSERT_EQ(r_->report.trace_hex.size(), 2u) << r_->run.fixture_output;
+    ASSERT_FALSE(r_->samples.empty()) << r_->run.agent_log;
   }
-  void TearDown() override {
-    if (!run_.output_dir.empty()) std::filesystem::remove_all(run_.output_dir);
+  static void SetUpTestSuite() { runs_ = new std::map<std::string, std::unique_ptr<VariantRun>>; }
+  static void TearDownTestSuite() {
+    for (auto& [name, run] : *runs_) {
+      if (run != nullptr && !run->run.output_dir.empty()) {
+        std::filesystem::remove_all(run->run.output_dir);
+      }
+    }
+    delete runs_;
+    runs_ = nullptr;
   }
   // The kernel names an anonymous mapping only with CONFIG_ANON_VMA_NAME; without it the
   // anonymous variant publishes a process context no reader can find, and with it the thread
   // context's schema and key map: its samples must then carry none.
-  bool Findable() const { return GetParam().mapping == "memfd" || report_.mapping_named; }
+  bool Findable() const { return GetParam().mapping == "memfd" || r_->report.mapping_named; }
 
-  std::unique_ptr<GrpcTestReceiver> receiver_;
-  ProfiledRun run_;
-  FixtureReport report_;
-  std::vector<NamedSample> samples_;
+  static std::map<std::string, std::unique_ptr<VariantRun>>* runs_;
+  VariantRun* r_ = nullptr;
 };
+std::map<std::string, std::unique_ptr<VariantRun>>* TraceContextTest::runs_ = nullptr;
 
 TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
   int64_t by_work[4] = {};
@@ -471,7 +491,7 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
   int64_t with_kind[2] = {};
   int64_t wrong_kind[2] = {};
   int64_t outside_with_context = 0;
-  for (const NamedSample& s : samples_) {
+  for (const NamedSample& s : r_->samples) {
     const Work work = WorkOf(s.functions);
     by_work[static_cast<int>(work)] += s.count;
     const std::string trace = Label(s, "trace_id");
@@ -486,12 +506,13 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
     }
     const int k = static_cast<int>(work);
     const int other = 1 - k;
-    if (trace == report_.trace_hex[kKinds[k]] && report_.spans[kKinds[k]].count(span) &&
+    if (trace == r_->report.trace_hex[kKinds[k]] && r_->report.spans[kKinds[k]].count(span) &&
         route == kRoutes[k]) {
       own[k] += s.count;
     }
-    if (trace == report_.trace_hex[kKinds[other]] || report_.spans[kKinds[other]].count(span) ||
-        route == kRoutes[other] || kind_label == kKinds[other]) {
+    if (trace == r_->report.trace_hex[kKinds[other]] ||
+        r_->report.spans[kKinds[other]].count(span) || route == kRoutes[other] ||
+        kind_label == kKinds[other]) {
       others[k] += s.count;
     }
     if (kind_label == kKinds[k]) with_kind[k] += s.count;
@@ -504,7 +525,7 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
       static_cast<long long>(by_work[1]), static_cast<long long>(own[1]),
       static_cast<long long>(by_work[2]), static_cast<long long>(by_work[3]));
   for (int k = 0; k < 2; ++k) {
-    ASSERT_GT(by_work[k], 50) << kKinds[k] << " was hardly sampled\n" << run_.agent_log;
+    ASSERT_GT(by_work[k], 50) << kKinds[k] << " was hardly sampled\n" << r_->run.agent_log;
     EXPECT_EQ(others[k], 0) << kKinds[k] << " samples carrying the other request's context";
     EXPECT_EQ(wrong_kind[k], 0);
     if (!Findable()) {
@@ -515,9 +536,9 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
         << own[k] << " of " << by_work[k] << " " << kKinds[k]
         << " samples carry its trace id, one of its span ids and http.route " << kRoutes[k] << "\n"
         << CommonStacks(
-               samples_,
+               r_->samples,
                [&](const NamedSample& s) { return static_cast<int>(WorkOf(s.functions)) == k; }, 5)
-        << run_.agent_log;
+        << r_->run.agent_log;
     // The update came halfway: request.kind is in the key map and in the records from then on.
     EXPECT_GE(Share(with_kind[k], by_work[k]), 0.25)
         << with_kind[k] << " of " << by_work[k] << " " << kKinds[k]
@@ -530,17 +551,17 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
 TEST_P(TraceContextTest, CpuSplitPerTraceMatchesTheFixturesAccounting) {
   int64_t total = 0;
   std::map<std::string, int64_t> by_trace;
-  for (const NamedSample& s : samples_) {
+  for (const NamedSample& s : r_->samples) {
     if (WorkOf(s.functions) == Work::kOther) continue;
     total += s.count;
     by_trace[Label(s, "trace_id")] += s.count;
   }
   double accounted = 0;
-  for (const auto& [kind, ns] : report_.cpu_ns) accounted += ns;
-  ASSERT_GT(accounted, 0) << run_.fixture_output;
+  for (const auto& [kind, ns] : r_->report.cpu_ns) accounted += ns;
+  ASSERT_GT(accounted, 0) << r_->run.fixture_output;
   for (const char* kind : kKinds) {
-    const double measured = report_.cpu_ns[kind] / accounted;
-    const double sampled = Share(by_trace[report_.trace_hex[kind]], total);
+    const double measured = r_->report.cpu_ns[kind] / accounted;
+    const double sampled = Share(by_trace[r_->report.trace_hex[kind]], total);
     std::printf(
         "[   INFO   ] %s: %.1f%% of the CPU by the fixture's accounting, %.1f%% of the "
         "samples carry its trace id\n",
@@ -549,23 +570,23 @@ TEST_P(TraceContextTest, CpuSplitPerTraceMatchesTheFixturesAccounting) {
       EXPECT_EQ(sampled, 0);
       continue;
     }
-    EXPECT_NEAR(sampled, measured, 0.05) << kind << "\n" << run_.agent_log;
+    EXPECT_NEAR(sampled, measured, 0.05) << kind << "\n" << r_->run.agent_log;
   }
 }
 
 // The resource attributes the process published reach its pprof samples as labels, the update's
 // included.
 TEST_P(TraceContextTest, PublishedResourceAttributesLabelTheProcesssSamples) {
-  ASSERT_EQ(report_.published.size(), 2u) << run_.fixture_output;
+  ASSERT_EQ(r_->report.published.size(), 2u) << r_->run.fixture_output;
   int64_t total = 0;
   int64_t labelled = 0;
   int64_t with_update = 0;
-  for (const NamedSample& s : samples_) {
+  for (const NamedSample& s : r_->samples) {
     total += s.count;
     bool all = true;
-    for (const auto& [key, value] : report_.published[1]) all = all && Label(s, key) == value;
+    for (const auto& [key, value] : r_->report.published[1]) all = all && Label(s, key) == value;
     if (all) labelled += s.count;
-    if (Label(s, "service.version") == report_.published[2]["service.version"]) {
+    if (Label(s, "service.version") == r_->report.published[2]["service.version"]) {
       with_update += s.count;
     }
   }
@@ -577,7 +598,7 @@ TEST_P(TraceContextTest, PublishedResourceAttributesLabelTheProcesssSamples) {
   EXPECT_GE(Share(labelled, total), 0.9)
       << labelled << " of " << total << " samples carry service.name, service.instance.id and "
       << "deployment.environment.name as published\n"
-      << run_.agent_log;
+      << r_->run.agent_log;
   EXPECT_GT(with_update, 0) << "no sample carries service.version, published by the update";
 }
 
@@ -586,8 +607,8 @@ TEST_P(TraceContextTest, PublishedResourceAttributesLabelTheProcesssSamples) {
 // Decoded with Ember's own OTLP protos (proto/), whose field numbers tests/unit/otlp pins to the
 // upstream v1.10/v1.11 layout.
 TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
-  std::vector<ReceivedExport> received = receiver_->received();
-  ASSERT_GE(received.size(), 2u) << run_.agent_log;
+  std::vector<ReceivedExport> received = r_->receiver->received();
+  ASSERT_GE(received.size(), 2u) << r_->run.agent_log;
   int64_t by_work[4] = {};
   int64_t linked[2] = {};
   int64_t mislinked = 0;
@@ -610,15 +631,15 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
     }
     for (const auto& resource_profiles : r.request.resource_profiles()) {
       const auto& resource = resource_profiles.resource();
-      if (ResourceAttribute(resource, "process.pid") != std::to_string(run_.pid)) continue;
+      if (ResourceAttribute(resource, "process.pid") != std::to_string(r_->run.pid)) continue;
       ++resources;
       bool published = true;
-      for (const auto& [key, value] : report_.published[1]) {
+      for (const auto& [key, value] : r_->report.published[1]) {
         published = published && ResourceAttribute(resource, key) == value;
       }
       if (published) ++resources_with_published;
-      last_has_update =
-          ResourceAttribute(resource, "service.version") == report_.published[2]["service.version"];
+      last_has_update = ResourceAttribute(resource, "service.version") ==
+                        r_->report.published[2]["service.version"];
       for (const auto& scope : resource_profiles.scope_profiles()) {
         for (const otlp::Profile& profile : scope.profiles()) {
           for (const otlp::Sample& sample : profile.samples()) {
@@ -633,9 +654,9 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
               ASSERT_EQ(link.span_id().size(), 8u);
               const std::string trace = absl::BytesToHexString(link.trace_id());
               const std::string span = absl::BytesToHexString(link.span_id());
-              auto kind = report_.kind_of_trace.find(trace);
-              ASSERT_NE(kind, report_.kind_of_trace.end()) << trace;
-              EXPECT_EQ(report_.kind_of_span[span], kind->second) << span;
+              auto kind = r_->report.kind_of_trace.find(trace);
+              ASSERT_NE(kind, r_->report.kind_of_trace.end()) << trace;
+              EXPECT_EQ(r_->report.kind_of_span[span], kind->second) << span;
               link_kind = kind->second;
             }
             std::string route;
@@ -658,7 +679,7 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
       }
     }
   }
-  ASSERT_GE(resources, 2) << run_.agent_log;
+  ASSERT_GE(resources, 2) << r_->run.agent_log;
   EXPECT_EQ(mislinked, 0);
   if (!Findable()) {
     EXPECT_EQ(linked[0] + linked[1], 0);
