@@ -5,6 +5,7 @@
 // with the agent and checks that each request's samples carry that request's trace, span and
 // attributes (pprof labels and OTLP links and attributes), that the CPU split per trace matches
 // the fixture's own accounting, and that the published resource attributes reach the outputs.
+#include <elf.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -124,7 +125,7 @@ FixtureReport ParseReport(const std::string& output) {
     } else if (f.size() == 6 && f[0] == "mapping") {
       report.header_address = Hex(f[3]);
       report.mapping_named = f[5] == "yes";
-    } else if (f.size() == 6 && f[0] == "thread") {
+    } else if (f.size() == 7 && f[0] == "thread") {
       report.threads.push_back({std::atoll(f[1].c_str()), Hex(f[3]), Hex(f[5])});
     }
   }
@@ -244,6 +245,46 @@ ProcessContextPayload DecodePayload(const std::string& bytes) {
   return payload;
 }
 
+// Where glibc puts otel_thread_ctx_v1 of an executable, below the thread pointer (x86-64 TLS
+// variant II): the executable's block ends at the thread pointer, starts p_memsz rounded up to
+// p_align before it (keeping p_vaddr's misalignment), and the symbol's value is its offset in the
+// block. nullopt when the file has no PT_TLS or no such symbol in .dynsym.
+std::optional<int64_t> ExecutableTlsOffset(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (file.size() < sizeof(Elf64_Ehdr)) return std::nullopt;
+  const auto ehdr = Load<Elf64_Ehdr>(file, 0);
+  std::optional<Elf64_Phdr> tls;
+  for (int i = 0; i < ehdr.e_phnum; ++i) {
+    const size_t at = ehdr.e_phoff + static_cast<size_t>(i) * ehdr.e_phentsize;
+    if (at + sizeof(Elf64_Phdr) > file.size()) return std::nullopt;
+    const auto phdr = Load<Elf64_Phdr>(file, at);
+    if (phdr.p_type == PT_TLS) tls = phdr;
+  }
+  if (!tls || tls->p_align == 0) return std::nullopt;
+  std::optional<uint64_t> value;
+  for (int i = 0; i < ehdr.e_shnum; ++i) {
+    const size_t at = ehdr.e_shoff + static_cast<size_t>(i) * ehdr.e_shentsize;
+    if (at + sizeof(Elf64_Shdr) > file.size()) return std::nullopt;
+    const auto dynsym = Load<Elf64_Shdr>(file, at);
+    if (dynsym.sh_type != SHT_DYNSYM || dynsym.sh_link >= ehdr.e_shnum) continue;
+    const auto dynstr =
+        Load<Elf64_Shdr>(file, ehdr.e_shoff + size_t{dynsym.sh_link} * ehdr.e_shentsize);
+    for (size_t s = 0; (s + 1) * sizeof(Elf64_Sym) <= dynsym.sh_size; ++s) {
+      const auto sym = Load<Elf64_Sym>(file, dynsym.sh_offset + s * sizeof(Elf64_Sym));
+      if (ELF64_ST_TYPE(sym.st_info) != STT_TLS || sym.st_shndx == SHN_UNDEF) continue;
+      if (std::string(file.c_str() + dynstr.sh_offset + sym.st_name) == "otel_thread_ctx_v1") {
+        value = sym.st_value;
+      }
+    }
+  }
+  if (!value) return std::nullopt;
+  const uint64_t align = tls->p_align;
+  const uint64_t first_byte = (0 - (tls->p_vaddr & (align - 1))) & (align - 1);
+  const uint64_t block = (tls->p_memsz - first_byte + align - 1) / align * align + first_byte;
+  return static_cast<int64_t>(*value) - static_cast<int64_t>(block);
+}
+
 class TraceContextFixtureTest : public ::testing::TestWithParam<Variant> {};
 
 // Every 50 ms or so for two seconds: stop the fixture, read its process-context header and
@@ -271,6 +312,15 @@ TEST_P(TraceContextFixtureTest, PublishesWhatTheOtepsDescribe) {
                 static_cast<unsigned long long>(t.slot));
     // x86-64 TLS is variant II: every module's block lies below the thread pointer.
     EXPECT_LT(t.slot, t.fs_base);
+  }
+  if (variant.argv_before_seconds[0].find("_exe") != std::string::npos) {
+    // In the executable, the OTEP's fixed offset from the thread pointer, the same on every
+    // thread, from PT_TLS and the symbol's value alone.
+    std::optional<int64_t> offset = ExecutableTlsOffset(variant.argv_before_seconds[0]);
+    ASSERT_TRUE(offset.has_value()) << "no PT_TLS or no otel_thread_ctx_v1 in .dynsym";
+    for (const FixtureReport::Thread& t : early.threads) {
+      EXPECT_EQ(static_cast<int64_t>(t.slot - t.fs_base), *offset);
+    }
   }
 
   const MappingLines mapping = MappingAt(pid, early.header_address);
