@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -458,7 +459,8 @@ constexpr int kHz = 499;
 constexpr double kRunSeconds = 4;
 
 // The request kind a sample's stack was in: the fixture runs each kind's work in a function of
-// its own; kOther: none of them (start-up, the main thread).
+// its own; kOther: none of them (start-up, the main thread, and serve() and the SDK's attach around
+// a request's work, where the record may or may not be attached).
 enum class Work { kCheckout = 0, kSearch = 1, kOutside = 2, kOther = 3 };
 Work WorkOf(const std::vector<std::string>& functions) {
   for (const std::string& f : functions) {
@@ -548,7 +550,8 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
     const std::string span = Label(s, "span_id");
     const std::string route = Label(s, "http.route");
     const std::string kind_label = Label(s, "request.kind");
-    if (work == Work::kOutside || work == Work::kOther) {
+    if (work == Work::kOther) continue;
+    if (work == Work::kOutside) {
       if (!trace.empty() || !span.empty() || !route.empty() || !kind_label.empty()) {
         outside_with_context += s.count;
       }
@@ -721,7 +724,7 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
               if (link_kind == kKinds[k]) linked[k] += count;
               if (!link_kind.empty() && link_kind != kKinds[k]) mislinked += count;
               if (route == kRoutes[k]) routed[k] += count;
-            } else if (!link_kind.empty() || !route.empty()) {
+            } else if (work == Work::kOutside && (!link_kind.empty() || !route.empty())) {
               mislinked += count;
             }
           }
@@ -754,6 +757,119 @@ INSTANTIATE_TEST_SUITE_P(Variants, TraceContextTest, ::testing::ValuesIn([] {
                            return v;
                          }()),
                          [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------------
+// Hostile records and a decoy mapping (the fixture's `hostile` mode): each is refused or read in
+// part, counted in /metrics, and costs neither the sample nor the good requests' context.
+
+TEST(TraceContextHostileTest, HostileRecordsAndADecoyMappingAreSkippedAndCounted) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  Subprocess fixture({Dir() + "/trace_context_exe", absl::StrCat(kRunSeconds), "memfd", "hostile"});
+  ASSERT_TRUE(fixture.WaitForOutput("ready", seconds(10))) << fixture.output();
+  // The decoy is listed before the real mapping, so a reader meets it first.
+  const FixtureReport before = ParseReport(fixture.output());
+  std::ifstream maps(absl::StrCat("/proc/", fixture.pid(), "/maps"));
+  std::string line;
+  std::vector<uint64_t> named;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:OTEL_CTX") == std::string::npos) continue;
+    uint64_t start = 0;
+    absl::SimpleHexAtoi(line.substr(0, line.find('-')), &start);
+    named.push_back(start);
+  }
+  ASSERT_EQ(named.size(), 2u);
+  ASSERT_EQ(named[1], before.header_address) << "the decoy is not listed first";
+
+  Subprocess agent({EMBER_AGENT_BIN, "--pid", std::to_string(fixture.pid()), "--sampling-hz",
+                    std::to_string(kHz), "--export-interval", "1s", "--output-dir", dir,
+                    "--metrics-address", "127.0.0.1:0"});
+  ASSERT_TRUE(agent.WaitForOutput("status endpoint", seconds(30))) << agent.output();
+  const std::string endpoint = StatusEndpoint(agent.output());
+  ASSERT_FALSE(endpoint.empty()) << agent.output();
+  fixture.WriteStdin("g");
+  ASSERT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
+  std::this_thread::sleep_for(seconds(2));  // the last samples are read within a few loop turns
+  auto [status, page] = HttpGet(endpoint + "/metrics");
+  agent.Signal(SIGINT);
+  EXPECT_EQ(agent.Wait(seconds(30)), 0) << agent.output();
+  ExpectNoSampleLost(agent.output());
+  ASSERT_EQ(status, 200) << page;
+
+  FixtureReport report = ParseReport(fixture.output());
+  ASSERT_EQ(report.trace_hex.size(), 3u) << fixture.output();
+  const std::string hostile_trace = report.trace_hex["hostile"];
+  std::map<std::string, int64_t> by_work, carrying, route_ok;
+  int64_t own[2] = {}, total = 0, published = 0, stray = 0;
+  for (const NamedSample& s : SamplesOf(dir, fixture.pid())) {
+    total += s.count;
+    if (Label(s, "service.name") == report.published[1]["service.name"]) published += s.count;
+    std::string work;
+    for (const char* f : {"checkout_work", "search_work", "invalid_record_work",
+                          "unreadable_record_work", "stray_key_work", "oversized_record_work"}) {
+      if (std::find(s.functions.begin(), s.functions.end(), f) != s.functions.end()) work = f;
+    }
+    if (work.empty()) continue;
+    by_work[work] += s.count;
+    const std::string trace = Label(s, "trace_id");
+    const std::string route = Label(s, "http.route");
+    if (!trace.empty()) carrying[work] += s.count;
+    for (int k = 0; k < 2; ++k) {
+      if (work == absl::StrCat(kKinds[k], "_work") && trace == report.trace_hex[kKinds[k]] &&
+          route == kRoutes[k]) {
+        own[k] += s.count;
+      }
+    }
+    if (work == "stray_key_work" && trace == hostile_trace && route == "/hostile") {
+      route_ok[work] += s.count;
+    }
+    if (work == "oversized_record_work" && trace == hostile_trace && route == "/oversized") {
+      route_ok[work] += s.count;
+    }
+    for (const auto& [key, value] : s.labels) {
+      if (value == "stray" || value == "abc") stray += s.count;
+    }
+  }
+  std::string counts;
+  for (const auto& [work, n] : by_work) absl::StrAppend(&counts, " ", work, "=", n);
+  std::printf("[   INFO   ] samples by work:%s\n", counts.c_str());
+  // The good requests keep their context beside the hostile ones, and the decoy did not hide the
+  // process context.
+  for (int k = 0; k < 2; ++k) {
+    const int64_t n = by_work[absl::StrCat(kKinds[k], "_work")];
+    EXPECT_GE(Share(own[k], n), 0.95) << own[k] << " of " << n << " " << kKinds[k] << " samples";
+  }
+  EXPECT_GE(Share(published, total), 0.9) << "the decoy mapping hid the process context";
+  // valid = 0 and an unreadable record carry nothing; the others their trace and the entries
+  // that fit with a known key, and never the stray key's or the overrunning entry's value.
+  for (const char* work : {"invalid_record_work", "unreadable_record_work", "stray_key_work",
+                           "oversized_record_work"}) {
+    EXPECT_GT(by_work[work], 3) << work << " was hardly sampled";
+  }
+  EXPECT_EQ(carrying["invalid_record_work"], 0);
+  EXPECT_EQ(carrying["unreadable_record_work"], 0);
+  EXPECT_GE(Share(route_ok["stray_key_work"], by_work["stray_key_work"]), 0.9);
+  EXPECT_GE(Share(route_ok["oversized_record_work"], by_work["oversized_record_work"]), 0.9);
+  EXPECT_EQ(stray, 0) << "a value of an unknown key or of an entry past the end became a label";
+  // Counted.
+  auto metric = [&](const std::string& series) { return MetricValue(page, series).value_or(0); };
+  EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"invalid\"}") +
+                metric("ember_thread_context_records_total{result=\"invalid\"}"),
+            0);
+  EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"read_failed\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_records_total{result=\"key_out_of_range\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_records_total{result=\"attribute_truncated\"}"), 0);
+  EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"ok\"}"), 0);
+  if (HasFailure()) {
+    std::string context_series;
+    std::istringstream lines(page);
+    while (std::getline(lines, line)) {
+      if (absl::StrContains(line, "context")) absl::StrAppend(&context_series, line, "\n");
+    }
+    ADD_FAILURE() << "the agent's trace-context series:\n" << context_series << agent.output();
+  }
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace ember::testing
