@@ -5,6 +5,8 @@
 // with the agent and checks that each request's samples carry that request's trace, span and
 // attributes (pprof labels and OTLP links and attributes), that the CPU split per trace matches
 // the fixture's own accounting, and that the published resource attributes reach the outputs.
+// TraceContextHostileTest runs the fixture's hostile mode: a decoy mapping and records a reader
+// must refuse or read in part.
 #include <elf.h>
 #include <fcntl.h>
 #include <signal.h>
