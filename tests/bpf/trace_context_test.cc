@@ -38,6 +38,7 @@
 #include "profiled_run.h"
 #include "support/subprocess.h"
 #include "unit/otlp/grpc_test_receiver.h"
+#include "unit/otlp/reserved_port.h"
 #include "unit/otlp/test_requests.h"
 
 namespace ember::testing {
@@ -492,12 +493,35 @@ std::vector<std::string> FunctionsOf(const otlp::ProfilesDictionary& dictionary,
   return names;
 }
 
+// Until the agent at `endpoint` reads the thread context of a process, at most 5 s; whether it
+// did. The gauge is Ember's ember_trace_context_processes{state="thread_context"}.
+bool WaitForThreadContext(const std::string& endpoint) {
+  const auto begin = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - begin < seconds(5)) {
+    auto [status, page] = HttpGet(endpoint + "/metrics");
+    const std::optional<double> reading =
+        MetricValue(page, "ember_trace_context_processes{state=\"thread_context\"}");
+    if (status == 200 && !reading.has_value()) break;  // an agent that reads no thread context
+    if (reading.value_or(0) >= 1) {
+      std::printf(
+          "[   INFO   ] the agent read the thread context after %.0f ms\n",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+              .count());
+      return true;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::printf("[   INFO   ] the agent did not read the thread context\n");
+  return false;
+}
+
 // One agent run per variant, shared by that variant's tests (a run is the slow part).
 struct VariantRun {
   std::unique_ptr<GrpcTestReceiver> receiver;
   ProfiledRun run;
   FixtureReport report;
   std::vector<NamedSample> samples;
+  std::vector<size_t> interval_ends;  // samples[interval_ends[i - 1], interval_ends[i]): file i
 };
 
 class TraceContextTest : public ::testing::TestWithParam<Variant> {
@@ -508,10 +532,33 @@ class TraceContextTest : public ::testing::TestWithParam<Variant> {
       cached = std::make_unique<VariantRun>();
       cached->receiver = GrpcTestReceiver::Start();
       ASSERT_NE(cached->receiver, nullptr);
-      cached->run = ProfileFixture(Argv(GetParam(), kRunSeconds), kHz, nullptr, SIGINT,
-                                   {"--otlp-endpoint", "http://" + cached->receiver->target()});
+      ReservedPort metrics_port;
+      ASSERT_NE(metrics_port.port(), 0);
+      const std::string metrics_address = absl::StrCat("127.0.0.1:", metrics_port.port());
+      metrics_port.Release();
+      // The agent reads a process's contexts when its first samples come (the fixture waits for
+      // its go byte busy, in waiting_work): the requests start once it has, or the samples of
+      // that moment would have none and say nothing about how the records are read. The dlopen
+      // build publishes only after the go byte (and pauses a while itself); the anonymous mapping
+      // cannot be found here.
+      const bool wait = GetParam().mapping == "memfd" &&
+                        GetParam().argv_before_seconds[0].find("dlopen") == std::string::npos;
+      cached->run =
+          ProfileFixture(Argv(GetParam(), kRunSeconds), kHz, nullptr, SIGINT,
+                         {"--otlp-endpoint", "http://" + cached->receiver->target(),
+                          "--export-interval", "1s", "--metrics-address", metrics_address},
+                         {.once_dropped = [&](pid_t) {
+                           if (wait) WaitForThreadContext("http://" + metrics_address);
+                         }});
       cached->report = ParseReport(cached->run.fixture_output);
-      cached->samples = SamplesOf(cached->run.output_dir, cached->run.pid);
+      for (const std::string& file : PprofFilesIn(cached->run.output_dir)) {
+        auto profile = ReadPprofFile(file);
+        ASSERT_TRUE(profile.ok()) << profile.status();
+        for (NamedSample& s : NamedSamples(*profile)) {
+          if (s.pid == cached->run.pid) cached->samples.push_back(std::move(s));
+        }
+        cached->interval_ends.push_back(cached->samples.size());
+      }
     }
     r_ = cached.get();
     ASSERT_NE(r_->receiver, nullptr);
@@ -545,9 +592,22 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
   int64_t with_kind[2] = {};
   int64_t wrong_kind[2] = {};
   int64_t outside_with_context = 0;
-  for (const NamedSample& s : r_->samples) {
+  std::map<std::string, int64_t> not_own[2];
+  std::string per_interval;  // own/all request samples of each interval, for failure messages
+  int64_t interval_own = 0, interval_all = 0;
+  for (size_t i = 0, file = 0; i < r_->samples.size(); ++i) {
+    const NamedSample& s = r_->samples[i];
+    while (file < r_->interval_ends.size() && i >= r_->interval_ends[file]) {
+      absl::StrAppend(&per_interval, " ", interval_own, "/", interval_all);
+      interval_own = interval_all = 0;
+      ++file;
+    }
     const Work work = WorkOf(s.functions);
     by_work[static_cast<int>(work)] += s.count;
+    if (work == Work::kCheckout || work == Work::kSearch) {
+      interval_all += s.count;
+      if (!Label(s, "trace_id").empty()) interval_own += s.count;
+    }
     const std::string trace = Label(s, "trace_id");
     const std::string span = Label(s, "span_id");
     const std::string route = Label(s, "http.route");
@@ -564,6 +624,18 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
     if (trace == r_->report.trace_hex[kKinds[k]] && r_->report.spans[kKinds[k]].count(span) &&
         route == kRoutes[k]) {
       own[k] += s.count;
+    } else {
+      // For the failure message: what the others carry instead.
+      const std::string trace_kind = trace.empty() ? "none"
+                                     : r_->report.kind_of_trace.count(trace)
+                                         ? r_->report.kind_of_trace[trace]
+                                         : trace;
+      const std::string span_kind = span.empty() ? "none"
+                                    : r_->report.kind_of_span.count(span)
+                                        ? r_->report.kind_of_span[span]
+                                        : span;
+      not_own[k][absl::StrCat("trace ", trace_kind, ", span ", span_kind, ", http.route '", route,
+                              "'")] += s.count;
     }
     if (trace == r_->report.trace_hex[kKinds[other]] ||
         r_->report.spans[kKinds[other]].count(span) || route == kRoutes[other] ||
@@ -573,12 +645,13 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
     if (kind_label == kKinds[k]) with_kind[k] += s.count;
     if (!kind_label.empty() && kind_label != kKinds[k]) wrong_kind[k] += s.count;
   }
+  absl::StrAppend(&per_interval, " ", interval_own, "/", interval_all);
   std::printf(
       "[   INFO   ] samples: checkout %lld (%lld own), search %lld (%lld own), "
-      "outside %lld, other %lld\n",
+      "outside %lld, other %lld; request samples with a trace id / all, per interval:%s\n",
       static_cast<long long>(by_work[0]), static_cast<long long>(own[0]),
       static_cast<long long>(by_work[1]), static_cast<long long>(own[1]),
-      static_cast<long long>(by_work[2]), static_cast<long long>(by_work[3]));
+      static_cast<long long>(by_work[2]), static_cast<long long>(by_work[3]), per_interval.c_str());
   for (int k = 0; k < 2; ++k) {
     ASSERT_GT(by_work[k], 50) << kKinds[k] << " was hardly sampled\n" << r_->run.agent_log;
     EXPECT_EQ(others[k], 0) << kKinds[k] << " samples carrying the other request's context";
@@ -589,7 +662,15 @@ TEST_P(TraceContextTest, EachRequestsSamplesCarryItsTraceSpanAndAttributes) {
     }
     EXPECT_GE(Share(own[k], by_work[k]), 0.95)
         << own[k] << " of " << by_work[k] << " " << kKinds[k]
-        << " samples carry its trace id, one of its span ids and http.route " << kRoutes[k] << "\n"
+        << " samples carry its trace id, one of its span ids and http.route " << kRoutes[k]
+        << "; the others carry:\n"
+        <<
+        [&] {
+          std::string lines;
+          for (const auto& [what, n] : not_own[k])
+            absl::StrAppend(&lines, "  ", n, " x ", what, "\n");
+          return lines;
+        }()
         << CommonStacks(
                r_->samples,
                [&](const NamedSample& s) { return static_cast<int>(WorkOf(s.functions)) == k; }, 5)
@@ -789,6 +870,7 @@ TEST(TraceContextHostileTest, HostileRecordsAndADecoyMappingAreSkippedAndCounted
   ASSERT_TRUE(agent.WaitForOutput("status endpoint", seconds(30))) << agent.output();
   const std::string endpoint = StatusEndpoint(agent.output());
   ASSERT_FALSE(endpoint.empty()) << agent.output();
+  WaitForThreadContext(endpoint);  // the decoy must not keep it from being read
   fixture.WriteStdin("g");
   ASSERT_EQ(fixture.Wait(seconds(60)), 0) << fixture.output();
   std::this_thread::sleep_for(seconds(2));  // the last samples are read within a few loop turns
@@ -859,8 +941,8 @@ TEST(TraceContextHostileTest, HostileRecordsAndADecoyMappingAreSkippedAndCounted
                 metric("ember_thread_context_records_total{result=\"invalid\"}"),
             0);
   EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"read_failed\"}"), 0);
-  EXPECT_GT(metric("ember_thread_context_records_total{result=\"key_out_of_range\"}"), 0);
-  EXPECT_GT(metric("ember_thread_context_records_total{result=\"attribute_truncated\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_attribute_errors_total{reason=\"key_out_of_range\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_attribute_errors_total{reason=\"truncated\"}"), 0);
   EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"ok\"}"), 0);
   if (HasFailure()) {
     std::string context_series;
