@@ -535,7 +535,7 @@ class TraceContextTest : public ::testing::TestWithParam<Variant> {
       ReservedPort metrics_port;
       ASSERT_NE(metrics_port.port(), 0);
       const std::string metrics_address = absl::StrCat("127.0.0.1:", metrics_port.port());
-      metrics_port.Release();
+      metrics_port.Release();  // for the agent: this --metrics-address comes last, and counts
       // The agent reads a process's contexts when its first samples come (the fixture waits for
       // its go byte busy, in waiting_work): the requests start once it has, or the samples of
       // that moment would have none and say nothing about how the records are read. The dlopen
