@@ -13,6 +13,7 @@
 #include "agent/seccomp_filter.h"
 #include "common/log_safe.h"
 #include "common/status_macros.h"
+#include "context/tls_location.h"
 #include "debuginfod/debuginfod_setup.h"
 #include "debuginfod/fetcher_metrics.h"
 #include "k8s/kubernetes_metrics.h"
@@ -198,10 +199,18 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   // first sight, when it re-publishes (the BPF side's notice of its naming prctl) and after its
   // maps change; the BPF program copies the thread-context records of the processes it is told.
   agent->trace_contexts_ = std::make_unique<context::TraceContexts>(
-      /*bpf=*/nullptr, agent->metrics_,
+      agent->profiler_.get(), agent->metrics_,
       context::TraceContextsHooks{
-          .find_process = [self](uint32_t pid) { return self->processes_.Find(pid); }});
+          .find_process = [self](uint32_t pid) { return self->processes_.Find(pid); },
+          .resolve_tls = [](const Process& process,
+                            MemoryReader& memory) -> absl::StatusOr<ember_context_proc> {
+            ASSIGN_OR_RETURN(context::TlsLocation location,
+                             context::FindThreadContextTls(process, memory));
+            return location.config;
+          }});
   agent->processes_.Subscribe(agent->trace_contexts_.get());
+  agent->profiler_->set_context_notice_callback(
+      [self](uint32_t pid) { self->trace_contexts_->Notice(pid); });
   // Subscribed last: the BPF side forgets a process once the rest has.
   agent->known_processes_ = std::make_unique<KnownProcesses>(
       agent->processes_, [self](uint32_t pid) { self->profiler_->MarkProcessKnown(pid); },
@@ -287,7 +296,9 @@ absl::Status Agent::SetUpStatusEndpoint() {
   RETURN_IF_ERROR(AddHeapMetrics(metrics_));
   RETURN_IF_ERROR(RegisterFileOpenMetrics(metrics_));
   // The BPF program's counters, read when scraped.
-  RETURN_IF_ERROR(RegisterBpfSampleMetrics(metrics_, [this] { return BpfStatsForMetrics(); }));
+  RETURN_IF_ERROR(RegisterBpfSampleMetrics(
+      metrics_, [this] { return BpfStatsForMetrics(); },
+      [this] { return profiler_->context_notices_enabled(); }));
   RETURN_IF_ERROR(RegisterNameMetrics(metrics_));
   RETURN_IF_ERROR(RegisterDemangleMetrics(metrics_));
   if (debug_files_ != nullptr) RETURN_IF_ERROR(RegisterDebuginfodMetrics(metrics_, *debug_files_));
@@ -363,8 +374,8 @@ void Agent::OnSample(const SampleView& sample) {
   const std::vector<const Frame*>& stack = stacks_->Build(sample, process);
 
   absl::string_view process_name = process != nullptr ? absl::string_view(process->name) : thread;
-  trace_contexts_->ContextOf(process, sample);
-  aggregator_.Add(header.pid, process_name, thread, stack);
+  aggregator_.Add(header.pid, process_name, thread, stack,
+                  trace_contexts_->ContextOf(process, sample));
   memory_.AfterSample();
 }
 

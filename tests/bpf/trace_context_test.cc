@@ -937,8 +937,8 @@ TEST(TraceContextHostileTest, HostileRecordsAndADecoyMappingAreSkippedAndCounted
                 metric("ember_thread_context_records_total{result=\"invalid\"}"),
             0);
   EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"read_failed\"}"), 0);
-  EXPECT_GT(metric("ember_thread_context_attribute_errors_total{reason=\"key_out_of_range\"}"), 0);
-  EXPECT_GT(metric("ember_thread_context_attribute_errors_total{reason=\"truncated\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_records_total{result=\"key_out_of_range\"}"), 0);
+  EXPECT_GT(metric("ember_thread_context_records_total{result=\"attribute_truncated\"}"), 0);
   EXPECT_GT(metric("ember_bpf_thread_context_reads_total{result=\"ok\"}"), 0);
   if (HasFailure()) {
     std::string context_series;
