@@ -37,6 +37,7 @@
 #include "opentelemetry/proto/resource/v1/resource.pb.h"
 #include "profiled_run.h"
 #include "support/subprocess.h"
+#include "support/upstream_otlp.h"
 #include "unit/otlp/grpc_test_receiver.h"
 #include "unit/otlp/reserved_port.h"
 #include "unit/otlp/test_requests.h"
@@ -740,8 +741,8 @@ TEST_P(TraceContextTest, PublishedResourceAttributesLabelTheProcesssSamples) {
 
 // The same samples over OTLP: valid requests, links into a deduplicated link table, the
 // attributes as sample attributes, and the published resource attributes in the Resource.
-// Decoded with Ember's own OTLP protos (proto/), whose field numbers tests/unit/otlp pins to the
-// upstream v1.10/v1.11 layout.
+// Each request is read as the upstream opentelemetry-proto v1.11.0 schema reads its bytes
+// (tests/support/upstream_otlp: protoc --decode against the published .proto files).
 TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
   std::vector<ReceivedExport> received = r_->receiver->received();
   ASSERT_GE(received.size(), 2u) << r_->run.agent_log;
@@ -754,7 +755,10 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
   bool last_has_update = false;
   for (const ReceivedExport& r : received) {
     EXPECT_TRUE(r.valid.ok()) << r.valid;
-    const otlp::ProfilesDictionary& dictionary = r.request.dictionary();
+    absl::StatusOr<ExportRequest> upstream = ReadWithUpstreamProtos(r.request.SerializeAsString());
+    ASSERT_TRUE(upstream.ok()) << upstream.status();
+    const ExportRequest& request = *upstream;
+    const otlp::ProfilesDictionary& dictionary = request.dictionary();
     if (dictionary.link_table_size() > 0) {
       EXPECT_TRUE(dictionary.link_table(0).trace_id().empty() &&
                   dictionary.link_table(0).span_id().empty())
@@ -765,7 +769,7 @@ TEST_P(TraceContextTest, OtlpCarriesLinksAttributesAndThePublishedResource) {
       EXPECT_TRUE(links.insert({link.trace_id(), link.span_id()}).second)
           << "link_table holds a link twice";
     }
-    for (const auto& resource_profiles : r.request.resource_profiles()) {
+    for (const auto& resource_profiles : request.resource_profiles()) {
       const auto& resource = resource_profiles.resource();
       if (ResourceAttribute(resource, "process.pid") != std::to_string(r_->run.pid)) continue;
       ++resources;
