@@ -182,4 +182,13 @@ struct {
   __type(value, struct ember_context_proc);
 } context_procs SEC(".maps");
 
+// When each process's last re-publish notice was written (bpf_ktime_get_ns), for
+// EMBER_CONTEXT_NOTICE_GAP_NS.
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __u32);    // tgid
+  __type(value, __u64);  // ns
+} context_notice_times SEC(".maps");
+
 #endif  // EMBER_BPF_MAPS_BPF_H_

@@ -236,6 +236,13 @@ int profile__prctl(struct trace_event_raw_sys_enter *ctx) {
       name[5] != 'C' || name[6] != 'T' || name[7] != 'X') {
     return 0;
   }
+  const __u64 now = bpf_ktime_get_ns();
+  __u64 *last = bpf_map_lookup_elem(&context_notice_times, &pid);
+  if (last && now - *last < EMBER_CONTEXT_NOTICE_GAP_NS) {
+    stats__add(EMBER_STAT_CONTEXT_NOTICES_SUPPRESSED);
+    return 0;
+  }
+  bpf_map_update_elem(&context_notice_times, &pid, &now, BPF_ANY);
   struct ember_context_notice notice = {
       .version = EMBER_RECORD_VERSION, .kind = EMBER_RECORD_CONTEXT_NOTICE, .pid = pid};
   if (bpf_ringbuf_output(&samples, &notice, sizeof(notice), 0) == 0) {

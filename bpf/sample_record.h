@@ -68,6 +68,12 @@ struct ember_context_proc {
   __u8 reserved[6];
 };
 
+/* The shortest time between two re-publish notices of one process: a process naming its mapping
+ * in a loop (cheap where the kernel refuses the name) must not fill the ring buffer every
+ * process's samples share. The agent reads a process's context once more a while after each
+ * notice it acts on, so an update within the gap is seen all the same. */
+#define EMBER_CONTEXT_NOTICE_GAP_NS 1000000000ull
+
 /* ember_sample.context_status: what the thread-context read found. */
 enum ember_context_status {
   EMBER_CONTEXT_NOT_READ = 0,    /* the process publishes no thread context the agent resolved */
@@ -285,7 +291,9 @@ enum ember_stat {
   /* Re-publish notices written (EMBER_RECORD_CONTEXT_NOTICE), and those lost: ring buffer full. */
   EMBER_STAT_CONTEXT_NOTICES = 20,
   EMBER_STAT_CONTEXT_NOTICES_LOST = 21,
-  EMBER_STAT_COUNT = 22,
+  /* Notices not written: the same process gave one less than EMBER_CONTEXT_NOTICE_GAP_NS before. */
+  EMBER_STAT_CONTEXT_NOTICES_SUPPRESSED = 22,
+  EMBER_STAT_COUNT = 23,
 };
 
 #endif /* EMBER_BPF_SAMPLE_RECORD_H_ */

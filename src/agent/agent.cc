@@ -117,6 +117,10 @@ Agent::Agent(const Options& options)
   samples_metric_ = counter("ember_samples_total", "Stack samples received from the kernel.");
   samples_lost_metric_ = counter("ember_samples_lost_total",
                                  "Samples the kernel dropped because the ring buffer was full.");
+  contexts_folded_metric_ =
+      counter("ember_trace_context_samples_folded_total",
+              "Samples counted without their trace context: their interval already held "
+              "Aggregator::kMaxContextKeys stacks with one.");
   stacks_ = std::make_unique<StackBuilder>(&frames_, &processes_, &unwinder_, metrics_);
   local_output_ = std::make_unique<LocalOutput>(options.output_dir, metrics_);
   kernel_symbols_ = std::make_unique<KernelSymbolsSource>(metrics_);
@@ -383,6 +387,11 @@ void Agent::SyncFailureMetrics() {
   symbolization_failure_metrics_->Sync(frames_.failures());
   proc_read_failure_metrics_->Sync(processes_.read_failures(), cgroups_.stats().read_failures);
   stacks_->runtimes().SyncMetrics();
+  const uint64_t folded = aggregator_.contexts_folded();
+  if (folded > contexts_folded_reported_) {
+    contexts_folded_metric_->Increment(folded - contexts_folded_reported_);
+    contexts_folded_reported_ = folded;
+  }
 }
 
 void Agent::ExportInterval(IntervalSpan span, absl::Time now, bool last) {

@@ -138,6 +138,8 @@ class Agent {
   // The agent's own counters in metrics_ (registered in the constructor, never null).
   Counter* samples_metric_ = nullptr;
   Counter* samples_lost_metric_ = nullptr;
+  Counter* contexts_folded_metric_ = nullptr;
+  uint64_t contexts_folded_reported_ = 0;  // aggregator_.contexts_folded() at the last sync
   DoubleCounter* table_build_seconds_metric_ = nullptr;
   std::unique_ptr<CacheMetrics> cache_metrics_;  // published at the end of each interval
   // Frames left unnamed by reason, and /proc reads that failed by file (SyncFailureMetrics).

@@ -219,10 +219,17 @@ bool DecodeProcessContext(absl::string_view payload, ProcessContext* out) {
       out->schema_version = attribute.value().string_value();
     } else if (attribute.key() == kKeyMapKey && attribute.value().has_array_value()) {
       out->key_map.clear();
+      absl::flat_hash_set<std::string> names;
       for (const otel::common::v1::AnyValue& name : attribute.value().array_value().values()) {
         // Ids are bytes: names past the 256th cannot be referred to.
         if (out->key_map.size() == kMaxKeyMapEntries) break;
-        out->key_map.push_back(name.has_string_value() ? name.string_value() : std::string());
+        // A name given twice would label a sample twice under one key, and a key the agent
+        // measures (k8s.pod.name, container.id, ...) would let a process claim another's identity
+        // in the pprof labels: such ids name nothing, and their entries are skipped as unknown.
+        const bool usable = name.has_string_value() &&
+                            !IsMeasuredResourceKey(name.string_value()) &&
+                            names.insert(name.string_value()).second;
+        out->key_map.push_back(usable ? name.string_value() : std::string());
       }
     }
   }

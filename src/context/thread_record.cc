@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/utf8.h"
+
 namespace ember::context {
 
 ThreadRecordDecoder::ThreadRecordDecoder() {
@@ -56,6 +58,11 @@ SampleContext ThreadRecordDecoder::Decode(std::span<const uint8_t> record,
     if (key >= key_map.size() || key_map[key].empty()) {
       ++outcome->keys_out_of_range;
       if (key >= key_map.size()) outcome->key_map_stale = true;
+      continue;
+    }
+    // Values become protobuf strings in both outputs, which must be valid UTF-8.
+    if (!IsValidUtf8(absl::string_view(value.data(), value.size()))) {
+      ++outcome->invalid_values;
       continue;
     }
     if (slot_[key] != 0) {

@@ -34,6 +34,8 @@ struct RecordOutcome {
   // id past its end asks for the process context to be read again.
   uint32_t keys_out_of_range = 0;
   bool key_map_stale = false;  // some id was at or past the key map's size
+  // Entries whose value is not valid UTF-8: skipped.
+  uint32_t invalid_values = 0;
 };
 
 // Decodes records one at a time. The attributes it returns view `record` and `key_map` and its

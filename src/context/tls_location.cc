@@ -346,15 +346,17 @@ absl::StatusOr<TlsLocation> FindThreadContextTls(const Process& process, MemoryR
   std::optional<size_t> defining;
   int unreadable = 0;
   std::string first_unreadable;
+  absl::Status bad_definition;
   for (const MemoryMapping* m : files) {
     FileLocation location(root, m->path, m->file,
                           absl::StrFormat("%s/map_files/%x-%x", pid_dir, m->start, m->end));
     absl::StatusOr<TlsFileInfo> info = InspectTlsFile(location);
     if (!info.ok()) {
-      // A file that defines the name badly is the process's error; one the agent cannot read (or
-      // refused to open) may or may not hold the variable.
+      // A file that defines the name badly is the process's error, told when no other file
+      // defines it well; one the agent cannot read (or refused to open) may or may not hold it.
       if (absl::IsFailedPrecondition(info.status()) && !RefusalOf(info.status()).has_value()) {
-        return info.status();
+        if (bad_definition.ok()) bad_definition = info.status();
+        continue;
       }
       if (unreadable == 0) first_unreadable = std::string(info.status().message());
       ++unreadable;
@@ -367,6 +369,7 @@ absl::StatusOr<TlsLocation> FindThreadContextTls(const Process& process, MemoryR
     }
   }
   if (!defining.has_value()) {
+    if (!bad_definition.ok()) return bad_definition;
     std::string also;
     if (unreadable > 0) {
       also = absl::StrCat(" (", unreadable,

@@ -21,6 +21,7 @@ enum RecordMetric : uint8_t {
   kRecordNoTlsBlock,
   kRecordAttributeTruncated,
   kRecordKeyOutOfRange,
+  kRecordInvalidValue,
   kRecordMetrics
 };
 constexpr std::array<const char*, kRecordMetrics> kRecordNames = {"ok",
@@ -30,7 +31,8 @@ constexpr std::array<const char*, kRecordMetrics> kRecordNames = {"ok",
                                                                   "read_failed",
                                                                   "no_tls_block",
                                                                   "attribute_truncated",
-                                                                  "key_out_of_range"};
+                                                                  "key_out_of_range",
+                                                                  "invalid_value"};
 
 enum TlsMetric : uint8_t { kTlsOk, kTlsNotFound, kTlsFailed, kTlsBpfFailed, kTlsMetrics };
 constexpr std::array<const char*, kTlsMetrics> kTlsNames = {"ok", "not_found", "failed",
@@ -73,7 +75,9 @@ struct TraceContexts::Metrics {
                           "no_tls_block (the thread has no TLS block of that module yet); and, "
                           "besides those, records with an attribute entry past their end "
                           "(attribute_truncated: it and what follows are skipped) or with entries "
-                          "whose key id the key map does not name (key_out_of_range: skipped).",
+                          "whose key id the key map does not name, or names twice, or names a key "
+                          "the agent measures (key_out_of_range: skipped), or whose value is not "
+                          "UTF-8 (invalid_value: skipped).",
                           {{"result", kRecordNames[i]}})
               .value();
     }
@@ -223,6 +227,13 @@ void TraceContexts::Notice(uint32_t pid) {
   const bool deferred = Now() - state.last_read < options_.min_reread;
   metrics_->notices[deferred ? kNoticeDeferred : kNoticeRead]->Increment();
   RefreshOrDefer(pid, state, process, state.has_mapping ? Pending::kHeader : Pending::kMaps);
+  // The BPF side passes one notice per process per EMBER_CONTEXT_NOTICE_GAP_NS: an update just
+  // after this one comes with no notice of its own, so the header is looked at once more when
+  // min_reread has passed (a read of 32 bytes when nothing changed).
+  if (!deferred && state.has_mapping && state.pending == Pending::kNone) {
+    state.pending = Pending::kHeader;
+    pending_.insert(pid);
+  }
 }
 
 void TraceContexts::RefreshOrDefer(uint32_t pid, State& state, const Process* process,
@@ -410,6 +421,7 @@ SampleContext TraceContexts::ContextOf(const Process* process, const SampleView&
   }
   if (outcome.attribute_truncated) metrics_->records[kRecordAttributeTruncated]->Increment();
   if (outcome.keys_out_of_range > 0) metrics_->records[kRecordKeyOutOfRange]->Increment();
+  if (outcome.invalid_values > 0) metrics_->records[kRecordInvalidValue]->Increment();
   // The key map is append-only: an id past its end means a longer one was published.
   if (outcome.key_map_stale && state != nullptr && state->pending == Pending::kNone) {
     state->pending = Pending::kHeader;

@@ -114,6 +114,7 @@ constexpr BpfStatField kBpfStatFields[] = {
     {EMBER_STAT_CONTEXT_NO_TLS_BLOCK, &BpfStats::context_no_tls_block},
     {EMBER_STAT_CONTEXT_NOTICES, &BpfStats::context_notices},
     {EMBER_STAT_CONTEXT_NOTICES_LOST, &BpfStats::context_notices_lost},
+    {EMBER_STAT_CONTEXT_NOTICES_SUPPRESSED, &BpfStats::context_notices_suppressed},
 };
 
 // Every constant below EMBER_STAT_COUNT once, every member once.
@@ -280,9 +281,12 @@ absl::StatusOr<std::unique_ptr<BpfProfiler>> BpfProfiler::Create(const BpfProfil
 void BpfProfiler::AttachPrctl() {
   // libbpf finds the tracepoint's id in tracefs, which not every host mounts. The agent is root
   // here; a mount that fails still leaves the attach to try (debugfs may hold it).
-  if (access(kTracefsEvents, F_OK) != 0 && access(kDebugfsEvents, F_OK) != 0 &&
-      mount("nodev", kTracefs, "tracefs", 0, nullptr) != 0) {
-    spdlog::debug("mounting tracefs at {}: {}", kTracefs, strerror(errno));
+  if (access(kTracefsEvents, F_OK) != 0 && access(kDebugfsEvents, F_OK) != 0) {
+    if (mount("nodev", kTracefs, "tracefs", 0, nullptr) == 0) {
+      spdlog::info("mounted tracefs at {} for the sys_enter_prctl tracepoint", kTracefs);
+    } else {
+      spdlog::debug("mounting tracefs at {}: {}", kTracefs, strerror(errno));
+    }
   }
   prctl_link_ = bpf_program__attach(skeleton_->progs.profile__prctl);
   if (prctl_link_ == nullptr) {

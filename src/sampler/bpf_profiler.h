@@ -68,6 +68,7 @@ struct BpfStats {
   // Process-context re-publish notices written, and lost to a full ring buffer.
   uint64_t context_notices = 0;
   uint64_t context_notices_lost = 0;
+  uint64_t context_notices_suppressed = 0;  // within EMBER_CONTEXT_NOTICE_GAP_NS of the last
 };
 
 // Adds `value` to the member of `stats` that counts what the BPF program's `stats` map holds at

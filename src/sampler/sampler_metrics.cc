@@ -31,13 +31,16 @@ absl::Status RegisterBpfSampleMetrics(MetricsRegistry& registry,
         [read = read_stats, member = field] { return static_cast<double>(read().*member); });
     if (!status.ok()) return status;
   }
-  const std::pair<const char*, Field> notices[] = {{"written", &BpfStats::context_notices},
-                                                   {"lost", &BpfStats::context_notices_lost}};
+  const std::pair<const char*, Field> notices[] = {
+      {"written", &BpfStats::context_notices},
+      {"lost", &BpfStats::context_notices_lost},
+      {"suppressed", &BpfStats::context_notices_suppressed}};
   for (const auto& [result, field] : notices) {
     status = registry.AddCallbackCounter(
         "ember_bpf_context_notices_total",
         "Process-context re-publish notices (a prctl naming a mapping OTEL_CTX) the BPF program "
-        "saw, by result: written to the ring buffer, or lost to a full one.",
+        "saw, by result: written to the ring buffer, lost to a full one, or suppressed (the "
+        "same process gave one less than a second before).",
         {{"result", result}},
         [read = read_stats, member = field] { return static_cast<double>(read().*member); });
     if (!status.ok()) return status;

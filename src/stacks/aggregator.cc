@@ -65,8 +65,20 @@ void Aggregator::Add(uint32_t pid, absl::string_view process, absl::string_view 
                   .hash = with_context == nullptr ? absl::HashOf(pid, process, thread, frame_span)
                                                   : absl::HashOf(pid, process, thread, frame_span,
                                                                  HashedContext{*with_context})};
+  if (with_context != nullptr && context_keys_ >= kMaxContextKeys) {
+    if (auto found = counts_.find(probe); found != counts_.end()) {
+      ++found->second;
+      return;
+    }
+    // Counted all the same, under its stack alone.
+    ++contexts_folded_;
+    --total_samples_;
+    Add(pid, process, thread, frames, SampleContext{});
+    return;
+  }
   // One probe finds the count, or copies the sample into the arena as a new key.
   auto it = counts_.lazy_emplace(probe, [&](const auto& construct) {
+    if (with_context != nullptr) ++context_keys_;
     construct(Key{.pid = pid,
                   .process = arena_.CopyString(probe.process),
                   .thread = arena_.CopyString(probe.thread),
@@ -102,6 +114,7 @@ IntervalProfile Aggregator::TakeInterval(int64_t start_unix_ns, int64_t duration
   counts_.clear();
   counts_.reserve(stacks);
   total_samples_ = 0;
+  context_keys_ = 0;
   return profile;
 }
 

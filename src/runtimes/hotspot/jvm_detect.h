@@ -93,11 +93,11 @@ const MemoryMapping* FindLibjvmMapping(std::span<const MemoryMapping> mappings);
 
 // A JVM process: its libjvm and where the process loaded it.
 struct JvmProcess {
-  std::shared_ptr<const LibjvmInfo> libjvm;
+  std::shared_ptr<const LibjvmInfo> libjvm = nullptr;
   uint64_t bias = 0;  // process address minus ELF address
   // libjvm's path as this process maps it (its maps line): the module of its Java frames. The
   // shared LibjvmInfo's path is where the first process that mapped the file had it opened.
-  std::string mapped_path;
+  std::string mapped_path = {};
   // The process address of a libjvm ELF address.
   uint64_t ToProcess(uint64_t elf_address) const { return elf_address + bias; }
 };

@@ -294,6 +294,10 @@ TEST(DecodeProcessContextTest, ResourceAsTextAndThreadLocalSettings) {
   names->add_values()->set_string_value("http.route");
   names->add_values()->set_int_value(7);
   names->add_values()->set_string_value("request.kind");
+  // Named twice, and keys the agent measures: ids that name nothing.
+  names->add_values()->set_string_value("http.route");
+  names->add_values()->set_string_value("k8s.pod.name");
+  names->add_values()->set_string_value("container.id");
   add(attributes, "vendor.other")->set_string_value("ignored");
 
   ProcessContext context;
@@ -304,7 +308,7 @@ TEST(DecodeProcessContextTest, ResourceAsTextAndThreadLocalSettings) {
                                             ProcessLabel{"sample.ratio", "0.25"}));
   EXPECT_EQ(context.skipped_attributes, 6u);
   EXPECT_EQ(context.schema_version, "tlsdesc_v1_dev");
-  EXPECT_THAT(context.key_map, ElementsAre("http.route", "", "request.kind"));
+  EXPECT_THAT(context.key_map, ElementsAre("http.route", "", "request.kind", "", "", ""));
   EXPECT_TRUE(IsTlsSchema(context.schema_version));
   EXPECT_TRUE(IsTlsSchema("tls_v1"));
   EXPECT_FALSE(IsTlsSchema("go_pprof_labels_v1"));

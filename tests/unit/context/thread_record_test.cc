@@ -140,6 +140,16 @@ TEST_F(ThreadRecordTest, KeysOutsideTheMapAreSkippedAndCounted) {
   EXPECT_TRUE(outcome.key_map_stale);
 }
 
+TEST_F(ThreadRecordTest, ValuesThatAreNotUtf8AreSkippedAndCounted) {
+  SampleContext context = Decode(
+      Record().Attribute(0, "/ok").Attribute(1, "\xff\xfe").Attribute(3, "caf\xc3\xa9").Bytes(),
+      kKeyMap);
+  EXPECT_THAT(context.attributes, ElementsAre(SampleAttribute{"http.route", "/ok"},
+                                              SampleAttribute{"request.kind", "caf\xc3\xa9"}));
+  EXPECT_EQ(outcome.invalid_values, 1u);
+  EXPECT_EQ(outcome.keys_out_of_range, 0u);
+}
+
 TEST_F(ThreadRecordTest, AnEntryThatDoesNotFitEndsTheAttributes) {
   // The second entry says 9 bytes, 3 follow.
   SampleContext context =

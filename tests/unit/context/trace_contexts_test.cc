@@ -286,6 +286,16 @@ TEST_F(TraceContextsTest, ALatePublicationIsNoticedAndReadOncePerInterval) {
   contexts->Notice(kPid);
   EXPECT_EQ(Reads("unchanged"), 1);
   EXPECT_EQ(Metric("ember_trace_context_notices_total", "result", "read"), 1);
+  // An update right after a notice comes with none of its own (the BPF side passes one per
+  // process per second): the header is looked at once more when min_reread has passed.
+  EXPECT_EQ(contexts->pending(), 1u);
+  Publish(Published{.resource = {{"service.name", "checkout"}, {"service.version", "2"}}}, 300);
+  Advance(std::chrono::milliseconds(1000));
+  contexts->Upkeep();
+  EXPECT_EQ(Reads("ok"), 2);
+  EXPECT_EQ(contexts->pending(), 0u);
+  ASSERT_NE(contexts->Published(kPid), nullptr);
+  EXPECT_EQ(contexts->Published(kPid)->size(), 2u);
   // A pid never sampled: nothing read.
   contexts->Notice(kPid + 1);
   EXPECT_EQ(Metric("ember_trace_context_notices_total", "result", "unknown_process"), 1);

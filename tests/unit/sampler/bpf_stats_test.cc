@@ -38,6 +38,7 @@ TEST(BpfStatsTest, EachCounterLandsInItsNamedMember) {
   EXPECT_EQ(stats.context_no_tls_block, ValueOf(EMBER_STAT_CONTEXT_NO_TLS_BLOCK));
   EXPECT_EQ(stats.context_notices, ValueOf(EMBER_STAT_CONTEXT_NOTICES));
   EXPECT_EQ(stats.context_notices_lost, ValueOf(EMBER_STAT_CONTEXT_NOTICES_LOST));
+  EXPECT_EQ(stats.context_notices_suppressed, ValueOf(EMBER_STAT_CONTEXT_NOTICES_SUPPRESSED));
 }
 
 TEST(BpfStatsTest, SumsSharesAndIgnoresIndexesOutsideTheEnum) {

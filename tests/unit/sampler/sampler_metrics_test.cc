@@ -52,6 +52,7 @@ TEST(SamplerMetricsTest, ThreadContextReadsAndNoticesByResult) {
   stats.context_no_tls_block = 5;
   stats.context_notices = 6;
   stats.context_notices_lost = 7;
+  stats.context_notices_suppressed = 8;
   bool enabled = true;
   ASSERT_TRUE(RegisterBpfSampleMetrics(
                   registry, [&] { return stats; }, [&] { return enabled; })
@@ -67,6 +68,7 @@ TEST(SamplerMetricsTest, ThreadContextReadsAndNoticesByResult) {
   EXPECT_EQ(samples.at("ember_bpf_thread_context_reads_total{result=\"no_tls_block\"}"), 5);
   EXPECT_EQ(samples.at("ember_bpf_context_notices_total{result=\"written\"}"), 6);
   EXPECT_EQ(samples.at("ember_bpf_context_notices_total{result=\"lost\"}"), 7);
+  EXPECT_EQ(samples.at("ember_bpf_context_notices_total{result=\"suppressed\"}"), 8);
   EXPECT_EQ(exposition->types.at("ember_trace_context_notices_enabled"), "gauge");
   EXPECT_EQ(samples.at("ember_trace_context_notices_enabled"), 1);
   enabled = false;

@@ -3,6 +3,7 @@
 #include "stacks/aggregator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,6 +141,39 @@ TEST(AggregatorTest, SamplesWithDifferentContextsStayApart) {
 
 // The thread-context decoder reuses its storage for the next sample: a counted context is the
 // interval's own copy, and the next sample with the same context finds it.
+TEST(AggregatorTest, ContextsPastTheCapAreCountedUnderTheirStackAlone) {
+  Frame leaf{.function = "leaf"};
+  std::vector<const Frame*> stack = {&leaf};
+  Aggregator aggregator;
+  const auto context_of = [](uint32_t n) {
+    SampleContext context;
+    context.link.trace_id.fill(0x11);
+    std::memcpy(context.link.span_id.data(), &n, sizeof(n));
+    return context;
+  };
+  const uint32_t extra = 5;
+  for (uint32_t n = 0; n < Aggregator::kMaxContextKeys + extra; ++n) {
+    aggregator.Add(7, "app", "worker", stack, context_of(n));
+  }
+  // A context already counted still counts as itself.
+  aggregator.Add(7, "app", "worker", stack, context_of(0));
+  EXPECT_EQ(aggregator.contexts_folded(), extra);
+  EXPECT_EQ(aggregator.total_samples(), Aggregator::kMaxContextKeys + extra + 1);
+  IntervalProfile profile = aggregator.TakeInterval(0, 1, 1);
+  ASSERT_EQ(profile.samples.size(), Aggregator::kMaxContextKeys + 1);
+  int64_t without = 0;
+  int64_t first = 0;
+  for (const StackSample& s : profile.samples) {
+    if (s.context.empty()) without += s.count;
+    if (s.context.link == context_of(0).link) first = s.count;
+  }
+  EXPECT_EQ(without, extra);
+  EXPECT_EQ(first, 2);
+  // The next interval starts with room again.
+  aggregator.Add(7, "app", "worker", stack, context_of(1));
+  EXPECT_EQ(aggregator.contexts_folded(), extra);
+}
+
 TEST(AggregatorTest, AnIntervalKeepsItsContexts) {
   Frame leaf{.function = "leaf"};
   std::vector<const Frame*> stack = {&leaf};
