@@ -62,9 +62,9 @@ enum ember_context_tls_kind {
  * agent (src/context/) for each process whose thread context it resolved. */
 struct ember_context_proc {
   __s64 offset;
-  __u64 module_id;        /* EMBER_CONTEXT_TLS_DTV: the module's index in the DTV */
-  __u8 kind;              /* enum ember_context_tls_kind */
-  __u8 dtv_entry_shift;   /* log2 of a DTV entry's size: 4 with glibc, 3 with musl */
+  __u64 module_id;      /* EMBER_CONTEXT_TLS_DTV: the module's index in the DTV */
+  __u8 kind;            /* enum ember_context_tls_kind */
+  __u8 dtv_entry_shift; /* log2 of a DTV entry's size: 4 with glibc, 3 with musl */
   __u8 reserved[6];
 };
 
@@ -248,10 +248,10 @@ struct ember_sample {
   __u16 user_depth;
   char comm[EMBER_COMM_LEN]; /* thread name */
   __u32 user_snapshot_bytes;
-  __u16 python_depth;                    /* ember_python_frame records at the end */
-  __u16 python_status;                   /* enum ember_python_status */
-  __u16 context_bytes;                   /* thread-context record bytes at the end */
-  __u8 context_status;                   /* enum ember_context_status */
+  __u16 python_depth;  /* ember_python_frame records at the end */
+  __u16 python_status; /* enum ember_python_status */
+  __u16 context_bytes; /* thread-context record bytes at the end */
+  __u8 context_status; /* enum ember_context_status */
   __u8 reserved8;
   __u32 reserved;
   __u64 user_regs[EMBER_USER_REG_COUNT]; /* valid with EMBER_SAMPLE_USER_REGS, else zero */
