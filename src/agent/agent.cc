@@ -447,7 +447,8 @@ void Agent::WireIntervalTurnover() {
       [this] { kernel_symbols_->Refresh(frames_); },
       [this] { modules_.NextGeneration(); },
       [this] { cgroups_.NextGeneration(); },
-      [this] { processes_.DropExited(); },  // tells the process table's subscribers
+      [this] { trace_contexts_->ForgetExited(); },  // those that exited before this turn
+      [this] { processes_.DropExited(); },          // tells the process table's subscribers
       [this] { unwinder_.NextGeneration(); },
       [this] { stacks_->runtimes().NextGeneration(); },
       [this] {

@@ -101,11 +101,13 @@ absl::StatusOr<std::vector<MemoryMapping>> FindContextMappingsInFile(const std::
   };
   std::string partial;  // an unfinished line: at most a path's length
   char buffer[16384];
+  size_t total = 0;
   while (true) {
     ssize_t n = read(fd.get(), buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return absl::UnavailableError(absl::StrCat("cannot read ", maps_path));
     if (n == 0) break;
+    total += static_cast<size_t>(n);
     absl::string_view chunk(buffer, static_cast<size_t>(n));
     while (!chunk.empty()) {
       size_t end = chunk.find('\n');
@@ -126,6 +128,9 @@ absl::StatusOr<std::vector<MemoryMapping>> FindContextMappingsInFile(const std::
       if (!more) return found;
     }
   }
+  // A live process maps something: empty maps are those of one exiting (a zombie), which says
+  // nothing of whether it still published a context.
+  if (total == 0) return absl::UnavailableError(absl::StrCat(maps_path, " is empty"));
   take(partial);
   return found;
 }

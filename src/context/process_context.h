@@ -39,7 +39,7 @@ inline constexpr size_t kMaxContextMappings = 8;
 std::vector<MemoryMapping> FindContextMappings(absl::string_view maps_text);
 
 // As FindContextMappings, reading the file at `maps_path` piece by piece (a big process's maps
-// are megabytes); an error when it cannot be opened or read.
+// are megabytes); an error when it cannot be opened or read, or reads empty (an exiting process).
 absl::StatusOr<std::vector<MemoryMapping>> FindContextMappingsInFile(const std::string& maps_path);
 
 // The header at the start of the mapping (host endianness).

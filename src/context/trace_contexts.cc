@@ -209,6 +209,9 @@ void TraceContexts::OnMapsChanged(const Process& process) {
 void TraceContexts::OnExited(uint32_t pid) {
   auto it = states_.find(pid);
   if (it == states_.end()) return;
+  if (it->second.has_context && !it->second.context.resource.empty()) {
+    exited_published_[pid] = it->second.context.resource;
+  }
   Reset(pid, it->second);
   states_.erase(it);
   pending_.erase(pid);
@@ -433,7 +436,8 @@ SampleContext TraceContexts::ContextOf(const Process* process, const SampleView&
 const std::vector<ProcessLabel>* TraceContexts::Published(uint32_t pid) const {
   auto it = states_.find(pid);
   if (it == states_.end() || !it->second.has_context || it->second.context.resource.empty()) {
-    return nullptr;
+    auto exited = exited_published_.find(pid);
+    return exited != exited_published_.end() ? &exited->second : nullptr;
   }
   return &it->second.context.resource;
 }

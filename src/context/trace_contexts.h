@@ -92,6 +92,10 @@ class TraceContexts final : public ProcessEvents {
 
   // The resource attributes `pid` published, in its order; null when none.
   const std::vector<ProcessLabel>* Published(uint32_t pid) const;
+  // Forgets what processes that exited before the last call published: kept until then for the
+  // interval their last samples are written in (the agent calls it at each interval's turnover,
+  // before the process table tells of exits).
+  void ForgetExited() { exited_published_.clear(); }
 
   size_t size() const { return states_.size(); }
   // Processes whose reads wait for min_reread to pass.
@@ -141,6 +145,8 @@ class TraceContexts final : public ProcessEvents {
   TraceContextsOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unordered_map<uint32_t, State> states_;
+  // What exited processes published, until ForgetExited.
+  std::unordered_map<uint32_t, std::vector<ProcessLabel>> exited_published_;
   absl::flat_hash_set<uint32_t> pending_;
   ThreadRecordDecoder decoder_;
   RawProcessContext raw_;  // reused: payloads are up to kMaxPayloadBytes

@@ -433,6 +433,30 @@ TEST_F(TraceContextsTest, ExecAndExitForgetTheContext) {
   EXPECT_EQ(bpf_.removes, 2);
 }
 
+// Between its exit and the table's notice of it, a process's memory is gone and its maps read
+// empty: what it published stays for its last interval's resource.
+TEST_F(TraceContextsTest, AnExitingProcessKeepsWhatItPublished) {
+  SetMaps(true);
+  Publish(Published{}, 100);
+  auto contexts = Make();
+  contexts->OnMapsChanged(process_);
+  ASSERT_NE(contexts->Published(kPid), nullptr);
+  memory_ = testing::RecordedMemory();
+  testing::WriteFile(dir_.path() + "/maps", "");
+  Advance(std::chrono::seconds(2));
+  contexts->Notice(kPid);
+  EXPECT_NE(contexts->Published(kPid), nullptr);
+  EXPECT_GE(Reads("unreadable"), 1);
+  EXPECT_EQ(Reads("no_mapping"), 0);
+  // The table tells of its exit: kept for the interval being written, then forgotten.
+  contexts->OnExited(kPid);
+  EXPECT_EQ(contexts->size(), 0u);
+  ASSERT_NE(contexts->Published(kPid), nullptr);
+  EXPECT_EQ(contexts->Published(kPid)->front().key, "service.name");
+  contexts->ForgetExited();
+  EXPECT_EQ(contexts->Published(kPid), nullptr);
+}
+
 TEST_F(TraceContextsTest, HostileContextsAreCountedAndNothingIsPublished) {
   auto contexts = Make();
   // A bogus mapping with the name and the wrong signature.
@@ -564,6 +588,7 @@ TEST(TraceContextsLiveTest, ReadsAndRereadsALivePublisher) {
   publisher.CloseStdin();
   EXPECT_EQ(publisher.Wait(std::chrono::seconds(10)), 0);
   contexts.OnExited(process.pid);
+  contexts.ForgetExited();
   EXPECT_EQ(contexts.Published(process.pid), nullptr);
 }
 
